@@ -1,0 +1,1 @@
+//! iptables text: `iptables-save`, restore input, `iptables -S`.

@@ -1,0 +1,8 @@
+//! nom parsers for the text that kube-proxy nodes print: `iptables-save`/`iptables-restore` input/
+//! `iptables -S`, `ipvsadm` listings and save form, and `ipset` save/list output.
+//!
+//! This crate knows grammar and nothing of Kubernetes. Parsers are zero-copy over `&str`; errors carry
+//! `line:col`, what was expected and what was found, and never expose nom types.
+#![deny(missing_docs)]
+
+pub mod iptables;

@@ -1,0 +1,1 @@
+//! Repair plans (per-chain diff → restore input), backup/rollback, and the resync loop.

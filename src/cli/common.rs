@@ -1,0 +1,131 @@
+//! Flag groups shared by several commands, defined once.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Flags accepted by every command (kubectl's global flags; kubectl rejects them before a plugin name).
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, env = "KUBECONFIG", hide_env_values = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true)]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Namespace (default: the context's namespace).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    /// All namespaces.
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
+    /// Timeout of a single API request, e.g. 30s, 1m (0 = none).
+    #[arg(long, global = true, default_value = "0")]
+    pub request_timeout: String,
+    /// Omit table headers.
+    #[arg(long, global = true)]
+    pub no_headers: bool,
+    /// Log verbosity (0-9, as kubectl's -v).
+    #[arg(short = 'v', long = "v", global = true, default_value_t = 0)]
+    pub verbosity: u8,
+}
+
+/// The node facts kube-proxy learns at start-up, as flags (shared by render, verify, trace, repair).
+#[derive(Debug, Clone, Default, Args)]
+pub struct NodeFactArgs {
+    /// Node name (default: the config's hostnameOverride).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// A node IP (repeatable; the first of each family is the primary; default: the Node object's addresses).
+    #[arg(long = "node-ip", value_name = "IP")]
+    pub node_ips: Vec<String>,
+    /// IP family to render: 4 or 6.
+    #[arg(long = "ip-family", value_parser = ["4", "6"], default_value = "4")]
+    pub ip_family: String,
+    /// Whether the node's iptables supports --random-fully.
+    #[arg(long = "random-fully", default_value = "true", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub random_fully: bool,
+    /// The nfacct counters present (comma-separated) or `none` (default: both of kube-proxy's).
+    #[arg(long, value_name = "COUNTERS|none")]
+    pub nfacct: Option<String>,
+    /// Whether net.netfilter.nf_conntrack_tcp_be_liberal is set on the node.
+    #[arg(long = "tcp-be-liberal", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub tcp_be_liberal: bool,
+    /// Override the masquerade mark text (default: as kube-proxy formats masqueradeBit).
+    #[arg(long = "masquerade-mark", value_name = "STR")]
+    pub masquerade_mark: Option<String>,
+}
+
+/// API state and kube-proxy configuration inputs (offline form).
+#[derive(Debug, Clone, Default, Args)]
+pub struct StateArgs {
+    /// `kubectl get services,endpointslices,nodes -A -o json|yaml` output (repeatable; `-` = stdin).
+    #[arg(long = "state", value_name = "FILE")]
+    pub state: Vec<PathBuf>,
+    /// KubeProxyConfiguration YAML, or the kube-proxy ConfigMap holding one in `config.conf`.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Node dump inputs (offline form).
+#[derive(Debug, Clone, Default, Args)]
+pub struct DumpArgs {
+    /// `iptables-save` output (`-` = stdin).
+    #[arg(long = "iptables-save", value_name = "FILE")]
+    pub iptables_save: Option<PathBuf>,
+    /// `ip6tables-save` output.
+    #[arg(long = "ip6tables-save", value_name = "FILE")]
+    pub ip6tables_save: Option<PathBuf>,
+    /// `iptables-legacy-save` output (the other backend).
+    #[arg(long = "iptables-legacy-save", value_name = "FILE")]
+    pub iptables_legacy_save: Option<PathBuf>,
+    /// Skip lines that are not rules (shell prompts, pasted tables), one warning each.
+    #[arg(long)]
+    pub lenient: bool,
+}
+
+/// Sets up `tracing` on stderr from `-v`.
+pub fn init_logging(verbosity: u8) {
+    let level = match verbosity {
+        0 => "warn",
+        1..=3 => "info",
+        4..=5 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KPROXY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// Prints an error with its cause chain to stderr, kubectl style.
+pub fn print_error(e: &anyhow::Error) {
+    use std::io::Write;
+    let mut err = anstream::stderr();
+    let _ = write!(err, "error: {e}");
+    for cause in e.chain().skip(1) {
+        let _ = write!(err, ": {cause}");
+    }
+    let _ = writeln!(err);
+}
+
+/// Reads a file, or stdin for `-`, with the path in the error.
+pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}

@@ -1,0 +1,1 @@
+//! The only place that builds Kubernetes API clients (from kubectl-style flags).

@@ -1,0 +1,1 @@
+//! The one canonical representation of rules; every comparison goes through its equality.

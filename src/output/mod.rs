@@ -1,0 +1,1 @@
+//! Output formatting shared by all commands: tables, json/yaml, dot, trees; colour policy in one place.

@@ -1,0 +1,1 @@
+//! Path view of a service and the packet simulator (one matching engine, two walk models).

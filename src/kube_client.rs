@@ -1,1 +1,439 @@
 //! The only place that builds Kubernetes API clients (from kubectl-style flags).
+//!
+//! Resolution order, as kubectl does it:
+//! 1. `--kubeconfig PATH` (or `KUBECONFIG`, which clap maps onto the same flag; a
+//!    `:`-separated list is merged like kubectl merges it);
+//! 2. `~/.kube/config`;
+//! 3. the in-cluster service account (when `KUBERNETES_SERVICE_HOST` is set).
+//!
+//! `--context`, `--cluster` and `--user` select inside the kubeconfig; `--request-timeout`
+//! bounds connect, read and write of every request. API failures are turned into
+//! [`ApiError`], which names the verb and resource that failed so that a 403 says which
+//! RBAC rule is missing.
+
+use crate::cli::common::GlobalArgs;
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use std::path::PathBuf;
+use std::sync::Once;
+use std::time::Duration;
+
+/// Errors building a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `--request-timeout` did not parse.
+    #[error("invalid --request-timeout {0:?}: expected a duration such as 500ms, 30s, 1m, 1h or 0")]
+    Timeout(String),
+    /// A kubeconfig file could not be read.
+    #[error("reading kubeconfig {}", path.display())]
+    ReadKubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: KubeconfigError,
+    },
+    /// No kubeconfig and not in a cluster.
+    #[error(
+        "no kubeconfig found (pass --kubeconfig, set KUBECONFIG or create ~/.kube/config) and not running inside a cluster"
+    )]
+    NoConfig(#[source] KubeconfigError),
+    /// The kubeconfig does not yield a usable configuration (context, cluster or user).
+    #[error("using the kubeconfig{}", selection_suffix(.0))]
+    Select(String, #[source] KubeconfigError),
+    /// In-cluster configuration failed.
+    #[error("loading the in-cluster configuration")]
+    InCluster(#[source] kube::config::InClusterError),
+    /// The client could not be built (TLS material, proxy, …).
+    #[error("building the API client for {server}")]
+    Build {
+        /// The API server URL.
+        server: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn selection_suffix(s: &str) -> String {
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!(" ({s})")
+    }
+}
+
+/// A connected client plus what error messages need to know about it.
+#[derive(Clone)]
+pub struct Connection {
+    /// The kube client.
+    pub client: kube::Client,
+    /// The API server URL, for messages.
+    pub server: String,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+/// Installs rustls' `ring` CryptoProvider as the process default, once.
+///
+/// rustls panics at the first TLS use when it cannot tell which provider to use (both
+/// `ring` and `aws-lc-rs` compiled in); installing one explicitly makes that impossible.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider was installed first, which is fine too.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Parses a kubectl `--request-timeout` value: `0` (none), a plain number of seconds, or a
+/// number with a unit `ms`, `s`, `m`, `h` (also combined, e.g. `1m30s`).
+pub fn parse_duration(text: &str) -> Result<Option<Duration>, ClientError> {
+    let bad = || ClientError::Timeout(text.to_string());
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok((secs > 0).then(|| Duration::from_secs(secs)));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(digits);
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let secs = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
+        rest = next;
+    }
+    Ok((!total.is_zero()).then_some(total))
+}
+
+/// Builds a client from the global flags (see the module docs for the resolution order).
+pub async fn connect(global: &GlobalArgs) -> Result<Connection, ClientError> {
+    install_crypto_provider();
+    let timeout = parse_duration(&global.request_timeout)?;
+    let options = KubeConfigOptions {
+        context: global.context.clone(),
+        cluster: global.cluster.clone(),
+        user: global.user.clone(),
+    };
+    let selection = [
+        global.context.as_ref().map(|c| format!("context {c:?}")),
+        global.cluster.as_ref().map(|c| format!("cluster {c:?}")),
+        global.user.as_ref().map(|c| format!("user {c:?}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let mut config = match &global.kubeconfig {
+        Some(paths) => {
+            let kubeconfig = read_kubeconfigs(paths)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| ClientError::Select(selection, e))?
+        }
+        None => match Kubeconfig::read() {
+            Ok(kubeconfig) => kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| ClientError::Select(selection, e))?,
+            Err(e) => {
+                if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+                    kube::Config::incluster().map_err(ClientError::InCluster)?
+                } else {
+                    return Err(ClientError::NoConfig(e));
+                }
+            }
+        },
+    };
+    if let Some(t) = timeout {
+        config.connect_timeout = Some(t);
+        config.read_timeout = Some(t);
+        config.write_timeout = Some(t);
+    }
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|source| ClientError::Build {
+        server: server.clone(),
+        source,
+    })?;
+    Ok(Connection { client, server })
+}
+
+/// Reads one kubeconfig, or a `:`-separated list merged in order (first wins, as kubectl).
+fn read_kubeconfigs(paths: &std::path::Path) -> Result<Kubeconfig, ClientError> {
+    let mut merged: Option<Kubeconfig> = None;
+    let list: Vec<PathBuf> = std::env::split_paths(paths.as_os_str())
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    let several = list.len() > 1;
+    for path in list {
+        // As kubectl: in a list, files that do not exist are skipped.
+        if several && !path.exists() {
+            continue;
+        }
+        let read = Kubeconfig::read_from(&path).map_err(|source| ClientError::ReadKubeconfig {
+            path: path.clone(),
+            source,
+        })?;
+        merged = Some(match merged {
+            None => read,
+            Some(m) => m
+                .merge(read)
+                .map_err(|source| ClientError::ReadKubeconfig {
+                    path: path.clone(),
+                    source,
+                })?,
+        });
+    }
+    merged.ok_or_else(|| ClientError::ReadKubeconfig {
+        path: paths.to_path_buf(),
+        source: KubeconfigError::FindPath,
+    })
+}
+
+/// What an API call was doing, for error messages: `list services (all namespaces)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiCall {
+    /// The RBAC verb: get, list, create, delete, watch.
+    pub verb: &'static str,
+    /// The RBAC resource (with subresource): `services`, `endpointslices.discovery.k8s.io`, `pods/exec`.
+    pub resource: &'static str,
+    /// The namespace, or None at cluster scope / all namespaces.
+    pub namespace: Option<String>,
+    /// The object name, for get/create/delete.
+    pub name: Option<String>,
+}
+
+impl ApiCall {
+    /// A call without namespace or name.
+    pub fn new(verb: &'static str, resource: &'static str) -> Self {
+        ApiCall {
+            verb,
+            resource,
+            namespace: None,
+            name: None,
+        }
+    }
+
+    /// Sets the namespace.
+    pub fn in_namespace(mut self, ns: &str) -> Self {
+        self.namespace = Some(ns.to_string());
+        self
+    }
+
+    /// Sets the object name.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
+        self
+    }
+}
+
+impl std::fmt::Display for ApiCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if let Some(n) = &self.name {
+            write!(f, " {n:?}")?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in namespace {ns:?}"),
+            None if self.verb == "list" || self.verb == "watch" => {
+                write!(f, " (all namespaces / cluster scope)")
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A failed API call, classified so that the message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Connection refused, DNS, TLS or timeout: nothing answered.
+    #[error("cannot reach the API server at {server} (while trying to {call}): {detail}")]
+    Unreachable {
+        /// API server URL.
+        server: String,
+        /// The call.
+        call: ApiCall,
+        /// The innermost cause.
+        detail: String,
+    },
+    /// 401.
+    #[error(
+        "unauthorized (401) to {call}: the API server at {server} rejected the kubeconfig's credentials"
+    )]
+    Unauthorized {
+        /// API server URL.
+        server: String,
+        /// The call.
+        call: ApiCall,
+    },
+    /// 403: an RBAC rule is missing.
+    #[error(
+        "forbidden (403): not allowed to {call}; grant verb {:?} on resource {:?} (see deploy/rbac.yaml): {message}",
+        call.verb,
+        call.resource
+    )]
+    Forbidden {
+        /// The call.
+        call: ApiCall,
+        /// The server's message.
+        message: String,
+    },
+    /// 404.
+    #[error("not found (404) when trying to {call}: {message}")]
+    NotFound {
+        /// The call.
+        call: ApiCall,
+        /// The server's message.
+        message: String,
+    },
+    /// Any other status from the API server.
+    #[error("the API server answered {code} to {call}: {message}")]
+    Status {
+        /// HTTP status code.
+        code: u16,
+        /// The call.
+        call: ApiCall,
+        /// The server's message.
+        message: String,
+    },
+    /// Anything else (bad response body, …).
+    #[error("failed to {call}: {detail}")]
+    Other {
+        /// The call.
+        call: ApiCall,
+        /// The innermost cause.
+        detail: String,
+    },
+}
+
+impl ApiError {
+    /// Classifies a kube error raised by `call` against `server`.
+    pub fn classify(err: kube::Error, call: ApiCall, server: &str) -> Self {
+        use kube::Error as E;
+        let status_error = |code: u16, message: String, call: ApiCall| match code {
+            401 => ApiError::Unauthorized {
+                server: server.to_string(),
+                call,
+            },
+            403 => ApiError::Forbidden { call, message },
+            404 => ApiError::NotFound { call, message },
+            _ => ApiError::Status {
+                code,
+                call,
+                message,
+            },
+        };
+        match err {
+            E::Api(status) => status_error(status.code, status.message.clone(), call),
+            E::UpgradeConnection(kube::client::UpgradeConnectionError::ProtocolSwitch(code)) => {
+                status_error(
+                    code.as_u16(),
+                    format!("websocket upgrade refused with {code}"),
+                    call,
+                )
+            }
+            E::HyperError(_) | E::Service(_) => ApiError::Unreachable {
+                server: server.to_string(),
+                call,
+                detail: innermost(&err),
+            },
+            other => ApiError::Other {
+                call,
+                detail: innermost(&other),
+            },
+        }
+    }
+
+    /// The HTTP status, when the server answered one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            ApiError::Unauthorized { .. } => Some(401),
+            ApiError::Forbidden { .. } => Some(403),
+            ApiError::NotFound { .. } => Some(404),
+            ApiError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// The Display text of the deepest source of an error (the useful part of a hyper chain).
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut last: &(dyn std::error::Error + 'static) = err;
+    let mut texts = vec![err.to_string()];
+    while let Some(next) = last.source() {
+        texts.push(next.to_string());
+        last = next;
+    }
+    // Prefer the deepest non-empty text; keep "timed out" visible when a middle layer says it.
+    let deepest = texts
+        .iter()
+        .rev()
+        .find(|t| !t.trim().is_empty())
+        .cloned()
+        .unwrap_or_default();
+    if texts.iter().any(|t| t.contains("timed out")) && !deepest.contains("timed out") {
+        format!("request timed out ({deepest})")
+    } else {
+        deepest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_kubectl() {
+        assert_eq!(parse_duration("0").ok(), Some(None));
+        assert_eq!(
+            parse_duration("30").ok(),
+            Some(Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            parse_duration("1m30s").ok(),
+            Some(Some(Duration::from_secs(90)))
+        );
+        assert_eq!(
+            parse_duration("250ms").ok(),
+            Some(Some(Duration::from_millis(250)))
+        );
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn api_call_names_verb_resource_scope() {
+        let c = ApiCall::new("create", "pods/exec")
+            .in_namespace("kube-system")
+            .named("kube-proxy-abc");
+        assert_eq!(
+            c.to_string(),
+            "create pods/exec \"kube-proxy-abc\" in namespace \"kube-system\""
+        );
+        assert_eq!(
+            ApiCall::new("list", "services").to_string(),
+            "list services (all namespaces / cluster scope)"
+        );
+    }
+}

@@ -1,1 +1,18 @@
+//! The one integration-test binary: each area adds its `tests/<area>.rs` and a `mod` line here.
 
+mod support;
+
+mod cluster_e2e;
+mod graph;
+mod ipvs;
+mod live;
+mod netns_harness;
+mod packaging;
+mod packetflow;
+mod parse;
+mod render;
+mod repair;
+mod testdata_dumps;
+mod trace_path;
+mod trace_traffic;
+mod verify;

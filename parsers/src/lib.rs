@@ -5,4 +5,9 @@
 //! `line:col`, what was expected and what was found, and never expose nom types.
 #![deny(missing_docs)]
 
+pub mod error;
+pub mod ipset;
 pub mod iptables;
+pub mod ipvsadm;
+
+pub use error::ParseError;

@@ -92,7 +92,8 @@ pub struct DumpArgs {
 /// Sets up `tracing` on stderr from `-v`.
 pub fn init_logging(verbosity: u8) {
     let level = match verbosity {
-        0 => "warn",
+        // kube-client logs every failed request at ERROR; kproxy reports them itself (once).
+        0 => "warn,kube_client=off",
         1..=3 => "info",
         4..=5 => "debug",
         _ => "trace",
@@ -128,4 +129,57 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
     }
+}
+
+/// The inputs of the proxier emulation, loaded from the offline flags.
+#[derive(Debug)]
+pub struct ProxyInputs {
+    /// Services, EndpointSlices, Nodes.
+    pub state: crate::state::ClusterState,
+    /// kube-proxy's configuration (defaults when `--config` is absent).
+    pub config: crate::state::config::ProxyConfig,
+    /// The node facts.
+    pub facts: crate::state::node::NodeFacts,
+}
+
+/// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the
+/// warnings (skipped objects, unknown config fields) on stderr. The one loader every command uses.
+pub fn load_proxy_inputs(
+    state: &StateArgs,
+    facts: &NodeFactArgs,
+    node: Option<&str>,
+) -> anyhow::Result<ProxyInputs> {
+    use anyhow::Context;
+    if state.state.is_empty() {
+        anyhow::bail!(
+            "the API state is needed: --state FILE (kubectl get services,endpointslices,nodes -A -o json)"
+        );
+    }
+    let cluster = crate::state::load::from_files(&state.state).context("reading --state")?;
+    let config = match &state.config {
+        Some(p) => {
+            let text = read_input(p)?;
+            let (c, warnings) = crate::state::config::parse(&text, &p.display().to_string())
+                .with_context(|| format!("reading --config {}", p.display()))?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            c
+        }
+        None => crate::state::config::ProxyConfig::default(),
+    };
+    let mut fact_args = facts.clone();
+    if let Some(n) = node {
+        fact_args.node = Some(n.to_string());
+    }
+    let (facts, warnings) =
+        crate::state::node::build(&fact_args, &cluster, &config).context("node facts")?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(ProxyInputs {
+        state: cluster,
+        config,
+        facts,
+    })
 }

@@ -1,8 +1,14 @@
 //! Command-line front end: one module per command. Formatting only; logic lives in the library modules.
 
+pub mod collect;
 pub mod common;
+pub mod completion;
 pub mod graph;
+pub mod ipvs;
+pub mod live;
 pub mod render;
+pub mod repair;
+pub mod resync;
 pub mod trace;
 pub mod verify;
 
@@ -33,6 +39,17 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Show a service's data path on a node, or simulate a packet rule by rule.
     Trace(trace::TraceArgs),
+    /// Plan (and with --apply install) the repair of a node's kube-proxy rules.
+    Repair(repair::RepairArgs),
+    /// Stand in for a dead kube-proxy: watch the API and keep this node's rules in sync.
+    Resync(resync::ResyncArgs),
+    /// Write a node's dumps, the API state and kube-proxy's configuration to one bundle.
+    Collect(collect::CollectArgs),
+    /// Print a shell completion script (bash, zsh, fish, …).
+    Completion(completion::CompletionArgs),
+    /// kubectl plugin completion (Cobra protocol), run by `kubectl_complete-kproxy`.
+    #[command(name = "__complete", hide = true)]
+    CobraComplete(completion::CobraCompleteArgs),
 }
 
 /// True when invoked as `kubectl kproxy` (argv[0] basename starts with `kubectl-`).
@@ -49,6 +66,11 @@ pub fn invoked_as_plugin() -> bool {
 
 /// Entry point used by `main`: parses arguments, runs the command, prints errors, returns the exit code.
 pub fn main() -> std::process::ExitCode {
+    // `__complete` takes raw words (flags included) that clap must not interpret.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == completion::COBRA_COMMAND) {
+        return completion::cobra_main(argv.get(2..).unwrap_or_default()).into();
+    }
     let mut cmd = Cli::command();
     if invoked_as_plugin() {
         cmd = cmd.bin_name("kubectl kproxy");
@@ -56,7 +78,11 @@ pub fn main() -> std::process::ExitCode {
     let matches = match cmd.try_get_matches() {
         Ok(m) => m,
         Err(e) => {
-            let code = if e.use_stderr() { Outcome::Error } else { Outcome::Clean };
+            let code = if e.use_stderr() {
+                Outcome::Error
+            } else {
+                Outcome::Clean
+            };
             let _ = e.print();
             return code.into();
         }
@@ -86,5 +112,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Render(a) => render::run(a, g),
         Command::Verify(a) => verify::run(a, g),
         Command::Trace(a) => trace::run(a, g),
+        Command::Repair(a) => repair::run(a, g),
+        Command::Resync(a) => resync::run(a, g),
+        Command::Collect(a) => collect::run(a, g),
+        Command::Completion(a) => completion::run(a, g),
+        Command::CobraComplete(a) => completion::run_cobra(a, g),
     }
 }

@@ -1,14 +1,138 @@
-//! `render` command.
+//! `render` command: the iptables-restore input kube-proxy writes on a full sync.
 
-use super::common::GlobalArgs;
+use super::common::{GlobalArgs, NodeFactArgs, StateArgs};
 use crate::exit::Outcome;
-use clap::Args;
+use crate::proxier::iptables::{RenderOptions, render};
+use crate::state::{config, load, node};
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use std::io::Write;
+
+/// Which proxier to emulate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// kube-proxy's iptables mode.
+    Iptables,
+    /// kube-proxy's IPVS mode.
+    Ipvs,
+}
+
+/// Output format of `render`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RenderFormat {
+    /// iptables-restore input.
+    Text,
+    /// The same rules as structured data.
+    Json,
+}
 
 /// Arguments of `render`.
 #[derive(Debug, Args)]
-pub struct RenderArgs {}
+pub struct RenderArgs {
+    /// API state and kube-proxy configuration.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Node facts.
+    #[command(flatten)]
+    pub node: NodeFactArgs,
+    /// Proxier mode to emulate.
+    #[arg(long, value_enum, default_value = "iptables")]
+    pub mode: Mode,
+    /// Also emit the built-in chains and the jump rules kube-proxy ensures in them, so the output
+    /// restores on its own into a fresh network namespace.
+    #[arg(long)]
+    pub with_base_jumps: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub output: RenderFormat,
+}
 
 /// Runs `render`.
-pub fn run(_args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("render: not implemented yet")
+pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.state.state.is_empty() {
+        anyhow::bail!(
+            "render needs --state FILE (kubectl get services,endpointslices,nodes -A -o json)"
+        );
+    }
+    let state = load::from_files(&args.state.state).context("loading --state")?;
+    let (cfg, mut warnings) = match &args.state.config {
+        Some(path) => {
+            let (text, name) = load::read_source(path).context("loading --config")?;
+            config::parse(&text, &name).context("loading --config")?
+        }
+        None => (config::ProxyConfig::default(), Vec::new()),
+    };
+    let (facts, mut node_warnings) = node::build(&args.node, &state, &cfg)?;
+    warnings.append(&mut node_warnings);
+    if args.mode == Mode::Ipvs {
+        return render_ipvs(&args, &state, &cfg, &facts, warnings);
+    }
+    let rendered = render(
+        &state,
+        &cfg,
+        &facts,
+        RenderOptions {
+            with_base_jumps: args.with_base_jumps,
+        },
+    );
+    warnings.extend(rendered.warnings.iter().cloned());
+    {
+        let mut err = anstream::stderr();
+        for w in &warnings {
+            let _ = writeln!(err, "warning: {w}");
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    match args.output {
+        RenderFormat::Text => rendered.write_restore(&mut out).context("writing output")?,
+        RenderFormat::Json => {
+            let mut doc = rendered.to_json_value();
+            doc.warnings = &warnings;
+            serde_json::to_writer_pretty(&mut out, &doc).context("writing output")?;
+            writeln!(out).context("writing output")?;
+        }
+    }
+    out.flush().context("writing output")?;
+    Ok(Outcome::Clean)
+}
+
+/// `render --mode ipvs`: JSON (virtual servers, ipsets, kube-ipvs0 addresses, iptables) or the
+/// `ipvsadm -Sn` form.
+fn render_ipvs(
+    args: &RenderArgs,
+    state: &crate::state::ClusterState,
+    cfg: &config::ProxyConfig,
+    facts: &node::NodeFacts,
+    mut warnings: Vec<crate::state::Warning>,
+) -> anyhow::Result<Outcome> {
+    use crate::proxier::ipvs;
+    let opts = ipvs::IpvsOptions {
+        random_fully: facts.random_fully,
+        mark: args.node.masquerade_mark.clone(),
+    };
+    let rendered = ipvs::render(
+        state,
+        cfg,
+        &ipvs::IpvsNode::from_facts(facts),
+        facts.family,
+        &opts,
+    );
+    warnings.extend(rendered.warnings.iter().cloned());
+    let mut err = anstream::stderr();
+    for w in &warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        RenderFormat::Text => out
+            .write_all(rendered.to_ipvsadm_save().as_bytes())
+            .context("writing output")?,
+        RenderFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &rendered).context("writing output")?;
+            writeln!(out).context("writing output")?;
+        }
+    }
+    out.flush().context("writing output")?;
+    Ok(Outcome::Clean)
 }

@@ -1,14 +1,330 @@
 //! `trace` command.
+//!
+//! * `trace --packet 'SRC[:SPORT]->DST:PORT/PROTO'` simulates one packet through a node's rules
+//!   ([`crate::trace::sim`]): `--model kernel` (default) or `--model kube-proxy-test`.
+//! * `trace svc/NAME` shows a service's path view ([`crate::trace::path`]), compared with what the
+//!   API implies when `--state` is given.
 
-use super::common::GlobalArgs;
+use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
 use crate::exit::Outcome;
-use clap::Args;
+use crate::graph::{self, GraphOptions};
+use crate::model::Ruleset;
+use crate::output::color::Painter;
+use crate::parsers::iptables::{ParseOptions, parse_dump};
+use crate::proxier::iptables::{ServicePlan, expected_service_ports};
+use crate::state::{config, load, node};
+use crate::trace::path::{self, PathFormat, ServiceSelector};
+use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Where the traced packet comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FromArg {
+    /// A pod on this node (enters through PREROUTING).
+    Pod,
+    /// The node itself (enters through OUTPUT).
+    Node,
+    /// A host outside the node (enters through PREROUTING).
+    External,
+}
+
+/// Which walk to simulate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelArg {
+    /// What netfilter does with the first packet of a new connection.
+    Kernel,
+    /// kube-proxy's unit-test tracer (prints `{"output", "masq"}` as its tests compare it).
+    KubeProxyTest,
+}
+
+/// Output format of `trace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TraceOutput {
+    /// Human-readable (`--packet`: outcomes and paths; path view: the tree).
+    Text,
+    /// Path view: an indented tree.
+    Tree,
+    /// Path view: one row per entry point and endpoint.
+    Table,
+    /// JSON.
+    Json,
+    /// Path view: Graphviz DOT.
+    Dot,
+}
 
 /// Arguments of `trace`.
 #[derive(Debug, Args)]
-pub struct TraceArgs {}
+pub struct TraceArgs {
+    /// The service of the path view: svc/NAME (with -n), NAMESPACE/NAME or NAME. Not with --packet.
+    #[arg(value_name = "SERVICE", conflicts_with = "packet")]
+    pub service: Option<String>,
+    /// Path view: only this service port (name or number).
+    #[arg(long, requires = "service")]
+    pub port: Option<String>,
+    /// The node's rules.
+    #[command(flatten)]
+    pub dump: DumpArgs,
+    /// Path view: API state to compare with (divergences are marked inline).
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Node facts (path view with --state; `--node-ip` also counts as a local address for --packet).
+    #[command(flatten)]
+    pub node: NodeFactArgs,
+    /// Simulate one packet: SRC[:SPORT]->DST:PORT[/PROTO] (IPv6 as [ADDR]:PORT; PROTO tcp|udp|sctp, default tcp).
+    #[arg(long, value_name = "SRC[:SPORT]->DST:PORT/PROTO")]
+    pub packet: Option<String>,
+    /// Where the packet comes from (default: node if SRC is one of the node's addresses, else pod).
+    #[arg(long, value_enum)]
+    pub from: Option<FromArg>,
+    /// A node address (repeatable): `addrtype LOCAL`, routing (local vs forwarded) and the MASQUERADE
+    /// source. The kernel model adds every loopback address and --node-ip; the kube-proxy-test
+    /// model uses exactly this list (kube-proxy's tests pass 127.0.0.1, ::1 and the node IPs).
+    #[arg(long = "local-ip", value_name = "IP")]
+    pub local_ips: Vec<IpAddr>,
+    /// The simulation model.
+    #[arg(long, value_enum, default_value_t = ModelArg::Kernel)]
+    pub model: ModelArg,
+    /// The interface the packet arrives on (evaluates `-i`; undecidable otherwise).
+    #[arg(long = "in-interface", value_name = "IFACE")]
+    pub in_interface: Option<String>,
+    /// The interface the packet leaves by (evaluates `-o`; undecidable otherwise).
+    #[arg(long = "out-interface", value_name = "IFACE")]
+    pub out_interface: Option<String>,
+    /// Output format (default: text for --packet, tree for the path view).
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<TraceOutput>,
+    /// Live cluster access: without --iptables-save, the node (--node) is read through the
+    /// API (or from --bundle), with the API state and kube-proxy's configuration.
+    #[command(flatten)]
+    pub live: super::live::LiveArgs,
+}
 
 /// Runs `trace`.
-pub fn run(_args: TraceArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("trace: not implemented yet")
+pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let live = live_inputs(&args, global)?;
+    match args.packet.as_deref() {
+        Some(packet) => run_packet(&args, packet, live.as_ref()),
+        None => run_path(&args, global, live.as_ref()),
+    }
+}
+
+/// Without dump files, the inputs come from a bundle or the cluster (`--node NODE`).
+fn live_inputs(args: &TraceArgs, global: &GlobalArgs) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
+    if args.dump.iptables_save.is_some() || args.dump.ip6tables_save.is_some() {
+        return Ok(None);
+    }
+    if args.live.all_nodes {
+        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
+    }
+    let inputs = super::live::resolve_inputs(global, &args.live, &args.state, &args.dump, args.node.node.as_deref())?;
+    let mut err = anstream::stderr();
+    for w in &inputs.snapshot.warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
+    Ok(Some(inputs))
+}
+
+/// The dump text for a family and its name for messages: a file, or the collected dump.
+fn dump_text(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>, ipv6: bool) -> anyhow::Result<(PathBuf, String)> {
+    let Some(inputs) = live else {
+        let path = dump_path(&args.dump, ipv6)?;
+        return Ok((path.clone(), read_input(path)?));
+    };
+    let snap = &inputs.snapshot;
+    let (command, text) = match (ipv6, &snap.ip6tables_save, &snap.iptables_save) {
+        (true, Some(t6), _) => ("ip6tables-save", t6),
+        (_, _, Some(t)) => ("iptables-save", t),
+        _ => bail!("no iptables-save output was collected from node {:?} ({})", inputs.node, snap.collector),
+    };
+    Ok((format!("{command} ({})", snap.collector).into(), text.clone()))
+}
+
+/// The dump to read for a packet/family: `--ip6tables-save` for IPv6 when given, else `--iptables-save`.
+fn dump_path(dump: &DumpArgs, ipv6: bool) -> anyhow::Result<&PathBuf> {
+    if dump.iptables_legacy_save.is_some() {
+        bail!(
+            "trace: --iptables-legacy-save is not supported; trace one backend's dump with --iptables-save"
+        );
+    }
+    match (ipv6, &dump.ip6tables_save, &dump.iptables_save) {
+        (true, Some(p6), _) => Ok(p6),
+        (_, _, Some(p)) => Ok(p),
+        _ => bail!(
+            "trace needs the node's rules: --iptables-save FILE (or --ip6tables-save FILE for IPv6)"
+        ),
+    }
+}
+
+fn run_packet(args: &TraceArgs, packet_text: &str, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Outcome> {
+    let packet: PacketSpec = packet_text.parse()?;
+    let (path, text) = dump_text(args, live, packet.dst.is_ipv6())?;
+    let path = path.as_path();
+    let rules = parse_rules(&text, path, args.dump.lenient)?;
+    let format = args.output.unwrap_or(TraceOutput::Text);
+    let json = match format {
+        TraceOutput::Json => true,
+        TraceOutput::Text => false,
+        other => bail!("trace --packet prints text or json, not {other:?}"),
+    };
+    let out = match args.model {
+        ModelArg::KubeProxyTest => {
+            let local = LocalAddrs::exact(args.local_ips.clone());
+            let t = sim::kptest::trace(&rules, &packet, &local)?;
+            if json {
+                serde_json::to_string_pretty(&report::test_trace_json(&t))? + "\n"
+            } else {
+                report::test_trace_text(&t)
+            }
+        }
+        ModelArg::Kernel => {
+            let mut ips = args.local_ips.clone();
+            for ip in &args.node.node_ips {
+                let ip: IpAddr = ip
+                    .parse()
+                    .with_context(|| format!("--node-ip {ip}: not an IP address"))?;
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+            let local = LocalAddrs::kernel(ips);
+            let origin = match args.from {
+                Some(FromArg::Pod) => Origin::Pod,
+                Some(FromArg::Node) => Origin::Node,
+                Some(FromArg::External) => Origin::External,
+                None if local.contains(packet.src) => Origin::Node,
+                None => Origin::Pod,
+            };
+            let input = KernelInput {
+                packet,
+                origin,
+                local,
+                in_iface: args.in_interface.clone(),
+                out_iface: args.out_interface.clone(),
+            };
+            let d = sim::kernel::simulate(&rules, &input)?;
+            if json {
+                serde_json::to_string_pretty(&report::distribution_json(&d))? + "\n"
+            } else {
+                report::distribution_text(&d)
+            }
+        }
+    };
+    anstream::stdout()
+        .write_all(out.as_bytes())
+        .context("writing output")?;
+    Ok(Outcome::Clean)
+}
+
+/// Parses the dump, naming the file in errors and warning about lines skipped in lenient mode.
+fn parse_rules<'a>(text: &'a str, path: &Path, lenient: bool) -> anyhow::Result<Ruleset<'a>> {
+    let opts = if lenient {
+        ParseOptions::lenient()
+    } else {
+        ParseOptions::strict()
+    };
+    let dump = parse_dump(text, &opts).map_err(|e| e.in_source(source_name(path)))?;
+    for s in &dump.skipped {
+        tracing::warn!("{}:{}: skipped: {}", path.display(), s.line, s.reason);
+    }
+    Ok(Ruleset::from_dump(dump))
+}
+
+fn source_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "<stdin>".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// kube-proxy's plan for the API state, when `--state` is given.
+fn plan_of(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Option<(ServicePlan, String)>> {
+    let (state, (cfg, mut warnings)) = match live {
+        Some(inputs) => {
+            let cfg = match &inputs.config_text {
+                Some((text, source)) => config::parse(text, source)
+                    .with_context(|| format!("loading the kube-proxy configuration ({source})"))?,
+                None => (config::ProxyConfig::default(), Vec::new()),
+            };
+            (inputs.state.clone(), cfg)
+        }
+        None if args.state.state.is_empty() => return Ok(None),
+        None => {
+            let state = load::from_files(&args.state.state).context("loading --state")?;
+            let cfg = match &args.state.config {
+                Some(path) => {
+                    let (text, name) = load::read_source(path).context("loading --config")?;
+                    config::parse(&text, &name).context("loading --config")?
+                }
+                None => (config::ProxyConfig::default(), Vec::new()),
+            };
+            (state, cfg)
+        }
+    };
+    let mut fact_args = args.node.clone();
+    if let Some(inputs) = live.filter(|i| fact_args.node.is_none() && !i.node.is_empty()) {
+        fact_args.node = Some(inputs.node.clone());
+    }
+    let (facts, mut node_warnings) = node::build(&fact_args, &state, &cfg)?;
+    warnings.append(&mut node_warnings);
+    let mut err = anstream::stderr();
+    for w in &warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
+    Ok(Some((
+        expected_service_ports(&state, &cfg, &facts),
+        facts.node_name,
+    )))
+}
+
+fn run_path(args: &TraceArgs, global: &GlobalArgs, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Outcome> {
+    let Some(service) = args.service.as_deref() else {
+        bail!(
+            "trace needs a service (trace svc/NAME --iptables-save FILE) or a packet (--packet 'SRC[:SPORT]->DST:PORT/PROTO')"
+        );
+    };
+    let selector =
+        ServiceSelector::parse(service, global.namespace.as_deref(), args.port.as_deref())?;
+    let format = match args.output.unwrap_or(TraceOutput::Tree) {
+        TraceOutput::Text | TraceOutput::Tree => PathFormat::Tree,
+        TraceOutput::Table => PathFormat::Table,
+        TraceOutput::Json => PathFormat::Json,
+        TraceOutput::Dot => PathFormat::Dot,
+    };
+    let plan = plan_of(args, live)?;
+    let family_v6 = plan
+        .as_ref()
+        .is_some_and(|(p, _)| p.family == crate::state::ip::IpFamily::V6);
+    let (path, text) = dump_text(args, live, family_v6)?;
+    let path = path.as_path();
+    let opts = GraphOptions {
+        resolver: plan
+            .as_ref()
+            .map(|(p, _)| path::resolver_for(p))
+            .unwrap_or_default(),
+        source: None,
+    };
+    let parse = if args.dump.lenient {
+        ParseOptions::lenient()
+    } else {
+        ParseOptions::strict()
+    };
+    let graph = graph::from_text(&text, &source_name(path), &parse, &opts)?;
+    let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
+        .with_node(plan.as_ref().map(|(_, n)| n.clone()));
+    let out = view.render(format, Painter::for_stdout(), global.no_headers)?;
+    let mut stdout = anstream::stdout();
+    stdout.write_all(out.as_bytes()).context("writing output")?;
+    if !out.ends_with('\n') {
+        writeln!(stdout).context("writing output")?;
+    }
+    Ok(if view.divergence_count > 0 {
+        Outcome::Drift
+    } else {
+        Outcome::Clean
+    })
 }

@@ -1,14 +1,302 @@
-//! `verify` command.
+//! `verify` command: compare what the API says kube-proxy should have installed on a node with
+//! what the node has (offline form: `--state`, `--config` and the node's dumps).
 
-use super::common::GlobalArgs;
+use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
+use crate::compare::{DumpText, Report, Severity, VerifyInput};
 use crate::exit::Outcome;
-use clap::Args;
+use crate::output::color::{Painter, Role};
+use crate::output::table::KubeTable;
+use crate::state::ip::IpFamily;
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use kproxy_parsers::iptables::ParseOptions;
+use std::path::PathBuf;
+
+/// Output formats of `verify`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyFormat {
+    /// Findings grouped by severity, then a summary line.
+    Table,
+    /// As `table`, with expected, actual and hint columns.
+    Wide,
+    /// `{node, mode, summary, findings}` as JSON.
+    Json,
+    /// The same as YAML.
+    Yaml,
+}
 
 /// Arguments of `verify`.
 #[derive(Debug, Args)]
-pub struct VerifyArgs {}
+pub struct VerifyArgs {
+    /// The node to verify (default: --node, the config's hostnameOverride, or the only Node in the state).
+    #[arg(value_name = "NODE")]
+    pub node_name: Option<String>,
+    /// API state and configuration.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// The node's dumps.
+    #[command(flatten)]
+    pub dumps: DumpArgs,
+    /// Node facts, as for render.
+    #[command(flatten)]
+    pub facts: NodeFactArgs,
+    /// `nft list ruleset` output (finds an nftables-mode kube-proxy table).
+    #[arg(long = "nft-ruleset", value_name = "FILE")]
+    pub nft_ruleset: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = VerifyFormat::Table)]
+    pub output: VerifyFormat,
+    /// Live cluster access (collector, bundle, --all-nodes).
+    #[command(flatten)]
+    pub live: super::live::LiveArgs,
+    /// IPVS dumps (`--ipvsadm` selects IPVS-mode verification).
+    #[command(flatten)]
+    pub ipvs: super::ipvs::IpvsArgs,
+}
 
 /// Runs `verify`.
-pub fn run(_args: VerifyArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    anyhow::bail!("verify: not implemented yet")
+pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        return run_all_nodes(args, global);
+    }
+    let report = if args.ipvs.given() {
+        super::ipvs::verify(&args.ipvs, &args.state, &args.facts, &args.dumps, args.node_name.as_deref())?
+    } else {
+        build_report(&args, global)?
+    };
+    let text = format_report(
+        &report,
+        args.output,
+        global.no_headers,
+        Painter::for_stdout(),
+    )?;
+    print!("{text}");
+    Ok(report.outcome())
+}
+
+/// Reads the inputs named by the flags (offline files, a bundle or the live cluster, see
+/// [`super::live::resolve_inputs`]) and verifies the node.
+pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Report> {
+    let inputs = super::live::resolve_inputs(
+        global,
+        &args.live,
+        &args.state,
+        &args.dumps,
+        args.node_name.as_deref(),
+    )?;
+    report_from_inputs(args, &inputs)
+}
+
+/// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
+fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let args = std::sync::Arc::new(args);
+    let per_node = std::sync::Arc::clone(&args);
+    super::live::run_all_nodes(global, &args.live, &args.state, move |inputs| {
+        let report = report_from_inputs(&per_node, &inputs)?;
+        Ok(super::live::NodeSummary {
+            mode: report.mode.clone(),
+            service_ports_checked: report.summary.service_ports,
+            errors: report.summary.errors,
+            warnings: report.summary.warnings,
+            outcome: report.outcome(),
+        })
+    })
+}
+
+/// Verifies the node described by `inputs` (flags other than the inputs come from `args`).
+pub fn report_from_inputs(
+    args: &VerifyArgs,
+    inputs: &super::live::ResolvedInputs,
+) -> anyhow::Result<Report> {
+    let snap = &inputs.snapshot;
+    let Some(main_text) = snap
+        .iptables_save
+        .as_deref()
+        .or(snap.ip6tables_save.as_deref())
+    else {
+        bail!(
+            "verify needs the node's rules: --iptables-save FILE (and --ip6tables-save FILE for IPv6)"
+        );
+    };
+    for w in &snap.warnings {
+        tracing::warn!("{w}");
+    }
+    if crate::compare::ipvs::detect_mode(None, Some(main_text)) == crate::compare::ipvs::DetectedMode::Ipvs {
+        bail!(
+            "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save"
+        );
+    }
+    let state = &inputs.state;
+    let config = match &inputs.config_text {
+        Some((text, source)) => {
+            let (c, warnings) = crate::state::config::parse(text, source)
+                .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            c
+        }
+        None => crate::state::config::ProxyConfig::default(),
+    };
+    let mut fact_args = args.facts.clone();
+    if let Some(n) = args
+        .node_name
+        .clone()
+        .or_else(|| (!inputs.node.is_empty()).then(|| inputs.node.clone()))
+    {
+        fact_args.node = Some(n);
+    }
+    let (facts, warnings) =
+        crate::state::node::build(&fact_args, state, &config).context("node facts")?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    // Labels: the file names offline, the command and collector otherwise.
+    let label = |path: &Option<PathBuf>, command: &str| match path {
+        Some(p) => p.display().to_string(),
+        None => format!("{command} ({})", snap.collector),
+    };
+    let main_family = if snap.iptables_save.is_some() {
+        facts.family
+    } else {
+        IpFamily::V6
+    };
+    let mut texts: Vec<(String, &str, IpFamily)> = Vec::new();
+    if snap.iptables_save.is_some() {
+        texts.push((
+            label(&args.dumps.iptables_save, "iptables-save"),
+            main_text,
+            main_family,
+        ));
+        if let Some(t) = snap.ip6tables_save.as_deref() {
+            texts.push((
+                label(&args.dumps.ip6tables_save, "ip6tables-save"),
+                t,
+                IpFamily::V6,
+            ));
+        }
+    } else {
+        texts.push((
+            label(&args.dumps.ip6tables_save, "ip6tables-save"),
+            main_text,
+            main_family,
+        ));
+    }
+    let legacy = crate::collect::other_backend(snap).map(|(command, t)| {
+        let path = if command == "iptables-legacy-save" {
+            &args.dumps.iptables_legacy_save
+        } else {
+            &None
+        };
+        (label(path, command), t)
+    });
+    let nft = match &args.nft_ruleset {
+        Some(p) => Some(read_input(p)?),
+        None => None,
+    };
+    let node = if facts.node_name.is_empty() {
+        inputs.node.as_str()
+    } else {
+        facts.node_name.as_str()
+    };
+    let input = VerifyInput {
+        node,
+        state,
+        config: &config,
+        facts: &facts,
+        dumps: texts
+            .iter()
+            .map(|(l, t, f)| DumpText {
+                label: l,
+                text: t,
+                family: *f,
+            })
+            .collect(),
+        legacy: legacy.as_ref().map(|(l, t)| DumpText {
+            label: l,
+            text: t,
+            family: main_family,
+        }),
+        nft_ruleset: nft.as_deref(),
+        parse: if args.dumps.lenient {
+            ParseOptions::lenient()
+        } else {
+            ParseOptions::strict()
+        },
+    };
+    Ok(crate::compare::verify(&input)?)
+}
+
+/// Renders a report in `format`.
+pub fn format_report(
+    report: &Report,
+    format: VerifyFormat,
+    no_headers: bool,
+    painter: Painter,
+) -> anyhow::Result<String> {
+    Ok(match format {
+        VerifyFormat::Json => crate::output::to_json(report)?,
+        VerifyFormat::Yaml => crate::output::to_yaml(report)?,
+        VerifyFormat::Table | VerifyFormat::Wide => {
+            table(report, format == VerifyFormat::Wide, no_headers, painter)
+        }
+    })
+}
+
+fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> String {
+    let mut out = String::new();
+    for sev in [Severity::Error, Severity::Warning, Severity::Info] {
+        let group: Vec<_> = report
+            .findings
+            .iter()
+            .filter(|f| f.severity == sev)
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let role = match sev {
+            Severity::Error => Role::Error,
+            Severity::Warning => Role::Warn,
+            Severity::Info => Role::Dim,
+        };
+        let title = match sev {
+            Severity::Error => "ERRORS",
+            Severity::Warning => "WARNINGS",
+            Severity::Info => "INFO",
+        };
+        out.push_str(&painter.paint(role, &format!("{title} ({})", group.len())));
+        out.push('\n');
+        let mut headers = vec!["id", "service", "chain", "message"];
+        if wide {
+            headers.extend(["expected", "actual", "hint"]);
+        }
+        let mut t = KubeTable::new(headers);
+        for f in group {
+            let mut row = vec![
+                f.id.to_string(),
+                f.service.clone().unwrap_or_else(|| "-".into()),
+                f.chain.clone().unwrap_or_else(|| "-".into()),
+                f.message.clone(),
+            ];
+            if wide {
+                row.push(f.expected.clone().unwrap_or_default());
+                row.push(f.actual.clone().unwrap_or_default());
+                row.push(f.hint.clone().unwrap_or_default());
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render(no_headers));
+        out.push('\n');
+    }
+    let summary = report.summary_line();
+    let role = if report.summary.errors > 0 {
+        Role::Error
+    } else if report.summary.warnings > 0 {
+        Role::Warn
+    } else {
+        Role::Ok
+    };
+    out.push_str(&painter.paint(role, &summary));
+    out.push('\n');
+    out
 }

@@ -34,3 +34,52 @@ pub struct Finding {
     /// What to do about it.
     pub hint: Option<String>,
 }
+
+impl Severity {
+    /// The lower-case word used in every output form (`error`, `warning`, `info`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Finding {
+    /// Sets the service port (`ns/name:port`).
+    pub fn service(mut self, service: impl Into<String>) -> Self {
+        self.service = Some(service.into());
+        self
+    }
+
+    /// Sets the chain (e.g. `nat KUBE-SERVICES` or `KUBE-SEP-…`).
+    pub fn chain(mut self, chain: impl Into<String>) -> Self {
+        self.chain = Some(chain.into());
+        self
+    }
+
+    /// Sets what the API implies.
+    pub fn expected(mut self, expected: impl Into<String>) -> Self {
+        self.expected = Some(expected.into());
+        self
+    }
+
+    /// Sets what the node has.
+    pub fn actual(mut self, actual: impl Into<String>) -> Self {
+        self.actual = Some(actual.into());
+        self
+    }
+
+    /// Replaces the catalogue hint with a more specific one.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}

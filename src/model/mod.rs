@@ -1,1 +1,379 @@
 //! The one canonical representation of rules; every comparison goes through its equality.
+//!
+//! A [`Ruleset`] is built from one parsed [`Dump`]: tables → chains (declaration and ordered rules),
+//! indexed by name, with the effect of `-I`, `-F` and `-X` applied. Each rule carries its
+//! [`CanonicalRule`] — the rule as `iptables-save` would print it — and rules are equal exactly when
+//! their canonical forms are ([`canonical`] lists the normalisations). [`serialize`] prints a
+//! ruleset back as `iptables-restore` input.
+
+pub mod canonical;
+pub mod serialize;
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+use kproxy_parsers::ParseError;
+use kproxy_parsers::iptables::{
+    ChainCommandKind, ChainDecl, Counters, Dump, Family, NameHash, ParseOptions, Rule, RuleOp,
+    Target, parse_dump,
+};
+
+pub use canonical::CanonicalRule;
+
+/// Built-in chains (of any table); never "undeclared".
+pub const BUILTIN_CHAINS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+
+/// One rule of a chain: the parsed rule and its canonical identity.
+#[derive(Debug, Clone)]
+pub struct RuleEntry<'a> {
+    /// The parsed rule (matches, target, raw text, line).
+    pub rule: Rule<'a>,
+    /// Its canonical form; compare rules with this.
+    pub canonical: CanonicalRule,
+}
+
+impl<'a> Deref for RuleEntry<'a> {
+    type Target = Rule<'a>;
+    fn deref(&self) -> &Rule<'a> {
+        &self.rule
+    }
+}
+
+impl PartialEq for RuleEntry<'_> {
+    /// Semantic equality: equal canonical forms.
+    fn eq(&self, other: &Self) -> bool {
+        self.canonical == other.canonical
+    }
+}
+
+impl Eq for RuleEntry<'_> {}
+
+/// A chain: declaration facts and its rules in effective order.
+#[derive(Debug, Clone)]
+pub struct Chain<'a> {
+    /// Chain name.
+    pub name: &'a str,
+    /// Policy of a built-in chain (`ACCEPT`/`DROP`); `None` for user chains.
+    pub policy: Option<&'a str>,
+    /// Chain counters, when printed.
+    pub counters: Option<Counters>,
+    /// Line of the declaration (`:NAME`, `-N`, `-P`); `None` when the chain only appears in `-A` lines.
+    pub declared_at: Option<u32>,
+    /// Rules in effective order (`-I` applied, `-F` applied).
+    pub rules: Vec<RuleEntry<'a>>,
+}
+
+impl<'a> Chain<'a> {
+    /// Whether the chain is a built-in chain.
+    pub fn is_builtin(&self) -> bool {
+        BUILTIN_CHAINS.contains(&self.name)
+    }
+
+    /// Whether both chains hold the same rules in the same order (canonical equality).
+    pub fn same_rules(&self, other: &Chain<'_>) -> bool {
+        self.rules.len() == other.rules.len()
+            && self
+                .rules
+                .iter()
+                .zip(&other.rules)
+                .all(|(a, b)| a.canonical == b.canonical)
+    }
+}
+
+/// A reference to a rule by chain and position (0-based) inside one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RuleRef {
+    /// Index of the chain in [`TableRules::chains`].
+    pub chain: usize,
+    /// Index of the rule in that chain.
+    pub rule: usize,
+}
+
+/// One table's chains.
+#[derive(Debug)]
+pub struct TableRules<'a> {
+    /// Table name.
+    pub name: &'a str,
+    /// Chains in declaration order; chains that only appear in rules follow, in first-use order.
+    pub chains: Vec<Chain<'a>>,
+    /// Chains deleted with `-X` (restore input of a sync that removes stale chains).
+    pub deleted: Vec<&'a str>,
+    /// Whether every text block of this table ended with `COMMIT`.
+    pub committed: bool,
+    index: HashMap<&'a str, usize, NameHash>,
+    jumps: OnceLock<HashMap<&'a str, Vec<RuleRef>, NameHash>>,
+}
+
+impl<'a> TableRules<'a> {
+    fn new(name: &'a str) -> Self {
+        TableRules {
+            name,
+            chains: Vec::new(),
+            deleted: Vec::new(),
+            committed: true,
+            index: HashMap::default(),
+            jumps: OnceLock::new(),
+        }
+    }
+
+    /// The chain `name`.
+    pub fn chain(&self, name: &str) -> Option<&Chain<'a>> {
+        self.index.get(name).and_then(|&i| self.chains.get(i))
+    }
+
+    /// Rules of chain `name` (empty when the chain is absent).
+    pub fn rules(&self, name: &str) -> &[RuleEntry<'a>] {
+        self.chain(name).map_or(&[], |c| c.rules.as_slice())
+    }
+
+    /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
+    pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
+        let jumps = self.jumps.get_or_init(|| {
+            let mut m: HashMap<&'a str, Vec<RuleRef>, NameHash> = HashMap::default();
+            for (ci, c) in self.chains.iter().enumerate() {
+                for (ri, r) in c.rules.iter().enumerate() {
+                    if let Some(Target::Jump(t) | Target::Goto(t)) = r.rule.target {
+                        m.entry(t).or_default().push(RuleRef {
+                            chain: ci,
+                            rule: ri,
+                        });
+                    }
+                }
+            }
+            m
+        });
+        jumps
+            .get(name)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|r| {
+                let c = self.chains.get(r.chain)?;
+                Some((c, c.rules.get(r.rule)?))
+            })
+    }
+
+    /// The rule at `r`.
+    pub fn get(&self, r: RuleRef) -> Option<&RuleEntry<'a>> {
+        self.chains.get(r.chain)?.rules.get(r.rule)
+    }
+
+    /// The index of chain `name`, creating the chain when absent.
+    fn chain_index(&mut self, name: &'a str) -> usize {
+        match self.index.get(name) {
+            Some(&i) => i,
+            None => {
+                self.chains.push(Chain {
+                    name,
+                    policy: None,
+                    counters: None,
+                    declared_at: None,
+                    rules: Vec::new(),
+                });
+                self.index.insert(name, self.chains.len() - 1);
+                self.chains.len() - 1
+            }
+        }
+    }
+
+    fn chain_mut(&mut self, name: &'a str) -> &mut Chain<'a> {
+        let idx = self.chain_index(name);
+        &mut self.chains[idx]
+    }
+
+    fn declare(&mut self, d: &ChainDecl<'a>) {
+        let c = self.chain_mut(d.name);
+        c.declared_at.get_or_insert(d.line);
+        if d.policy.is_some() {
+            c.policy = d.policy;
+        }
+        if d.counters.is_some() {
+            c.counters = d.counters;
+        }
+    }
+
+    fn remove_chain(&mut self, name: &'a str) {
+        if let Some(i) = self.index.remove(name) {
+            self.chains.remove(i);
+            for v in self.index.values_mut() {
+                if *v > i {
+                    *v -= 1;
+                }
+            }
+        }
+        if !self.deleted.contains(&name) {
+            self.deleted.push(name);
+        }
+    }
+}
+
+/// A whole ruleset: every table of one dump.
+#[derive(Debug)]
+pub struct Ruleset<'a> {
+    /// Address family (decides REJECT/recent defaults in canonical forms).
+    pub family: Family,
+    /// Tables in input order (a table that appears twice in the input is merged).
+    pub tables: Vec<TableRules<'a>>,
+}
+
+impl<'a> Ruleset<'a> {
+    /// Builds the ruleset of `dump`, computing each rule's canonical form.
+    pub fn from_dump(dump: Dump<'a>) -> Self {
+        let family = dump.family;
+        let mut tables: Vec<TableRules<'a>> = Vec::new();
+        for t in dump.tables {
+            let ti = match tables.iter().position(|x| x.name == t.name) {
+                Some(i) => i,
+                None => {
+                    tables.push(TableRules::new(t.name));
+                    tables.len() - 1
+                }
+            };
+            let Some(table) = tables.get_mut(ti) else {
+                continue;
+            };
+            table.committed &= t.committed;
+            for d in &t.chains {
+                table.declare(d);
+            }
+            // Apply commands in line order relative to rules.
+            let mut commands = t.commands.into_iter().peekable();
+            // Size each chain's rule list exactly (most chains hold 1–3 rules; growth would double them).
+            let mut last: Option<(&'a str, usize)> = None;
+            let mut counts: Vec<usize> = Vec::new();
+            for rule in &t.rules {
+                let ci = match last {
+                    Some((name, i)) if name == rule.chain => i,
+                    _ => {
+                        let i = table.chain_index(rule.chain);
+                        last = Some((rule.chain, i));
+                        i
+                    }
+                };
+                if counts.len() <= ci {
+                    counts.resize(ci + 1, 0);
+                }
+                if let Some(n) = counts.get_mut(ci) {
+                    *n += 1;
+                }
+            }
+            for (c, n) in table.chains.iter_mut().zip(&counts) {
+                c.rules.reserve_exact(*n);
+            }
+            let mut canonical_buf = String::with_capacity(512);
+            last = None;
+            for rule in t.rules {
+                while let Some(cmd) = commands.next_if(|c| c.line < rule.line) {
+                    apply_command(table, cmd.kind, cmd.chain);
+                    last = None;
+                }
+                let ci = match last {
+                    Some((name, i)) if name == rule.chain => i,
+                    _ => {
+                        let i = table.chain_index(rule.chain);
+                        last = Some((rule.chain, i));
+                        i
+                    }
+                };
+                canonical_buf.clear();
+                canonical::write_rule(&mut canonical_buf, &rule, family);
+                let canonical = CanonicalRule::from_text(canonical_buf.as_str());
+                let op = rule.op;
+                let Some(chain) = table.chains.get_mut(ci) else {
+                    continue;
+                };
+                let entry = RuleEntry { rule, canonical };
+                match op {
+                    RuleOp::Append => chain.rules.push(entry),
+                    RuleOp::Insert(n) => {
+                        let pos = (n.max(1) as usize - 1).min(chain.rules.len());
+                        chain.rules.insert(pos, entry);
+                    }
+                }
+            }
+            for cmd in commands {
+                apply_command(table, cmd.kind, cmd.chain);
+            }
+        }
+        Ruleset { family, tables }
+    }
+
+    /// Parses `text` and builds its ruleset.
+    pub fn parse(text: &'a str, opts: &ParseOptions) -> Result<Self, ParseError> {
+        Ok(Ruleset::from_dump(parse_dump(text, opts)?))
+    }
+
+    /// The table `name`.
+    pub fn table(&self, name: &str) -> Option<&TableRules<'a>> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// The chain `name` of table `table`.
+    pub fn chain(&self, table: &str, name: &str) -> Option<&Chain<'a>> {
+        self.table(table)?.chain(name)
+    }
+
+    /// The rules of chain `name` of `table` (empty when absent).
+    pub fn rules(&self, table: &str, name: &str) -> &[RuleEntry<'a>] {
+        self.table(table).map_or(&[], |t| t.rules(name))
+    }
+
+    /// The rules of `table` that jump or go to chain `name`, with the chain that holds each.
+    pub fn jumps_to<'s>(
+        &'s self,
+        table: &str,
+        name: &'s str,
+    ) -> Box<dyn Iterator<Item = (&'s Chain<'a>, &'s RuleEntry<'a>)> + 's> {
+        match self.table(table) {
+            Some(t) => Box::new(t.jumps_to(name)),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Total number of rules.
+    pub fn rule_count(&self) -> usize {
+        self.tables
+            .iter()
+            .flat_map(|t| &t.chains)
+            .map(|c| c.rules.len())
+            .sum()
+    }
+
+    /// Semantic equality of two rulesets: same tables, same chains (by name, any order), same
+    /// policies, and the same rules in the same order per chain. Counters are ignored.
+    pub fn same_rules(&self, other: &Ruleset<'_>) -> bool {
+        self.tables.len() == other.tables.len()
+            && self.tables.iter().all(|t| {
+                other.table(t.name).is_some_and(|o| {
+                    t.chains.len() == o.chains.len()
+                        && t.chains.iter().all(|c| {
+                            o.chain(c.name)
+                                .is_some_and(|oc| oc.policy == c.policy && c.same_rules(oc))
+                        })
+                })
+            })
+    }
+}
+
+fn apply_command<'a>(table: &mut TableRules<'a>, kind: ChainCommandKind, chain: &'a str) {
+    match kind {
+        ChainCommandKind::Flush if chain.is_empty() => {
+            table.chains.iter_mut().for_each(|c| c.rules.clear())
+        }
+        ChainCommandKind::Flush => table.chain_mut(chain).rules.clear(),
+        ChainCommandKind::Delete if chain.is_empty() => {
+            let user: Vec<&'a str> = table
+                .chains
+                .iter()
+                .filter(|c| !c.is_builtin())
+                .map(|c| c.name)
+                .collect();
+            for c in user {
+                table.remove_chain(c);
+            }
+        }
+        ChainCommandKind::Delete => table.remove_chain(chain),
+        ChainCommandKind::Zero => {}
+    }
+    table.jumps = OnceLock::new();
+}

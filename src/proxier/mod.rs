@@ -1,1 +1,9 @@
 //! kube-proxy emulation: from cluster state to the rules kube-proxy would install. Never reads files or the API.
+
+pub mod ipvs;
+
+pub mod canonical;
+pub mod endpoints;
+pub mod hashing;
+pub mod iptables;
+pub mod service_port;

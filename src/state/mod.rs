@@ -3,6 +3,8 @@
 //! Everything that feeds the proxier emulation is gathered here, whatever its source
 //! (files given with `--state`/`--config`, a support bundle, or the live API).
 
+pub mod api;
+
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -15,4 +17,34 @@ pub struct ClusterState {
     pub endpoint_slices: Vec<EndpointSlice>,
     /// Nodes (core/v1).
     pub nodes: Vec<Node>,
+}
+
+pub mod config;
+pub mod ip;
+pub mod load;
+pub mod node;
+
+/// Something kube-proxy would ignore (or log) rather than fail on: the object it concerns and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    /// What the warning is about: `Service ns/name`, `EndpointSlice ns/name`, `file:field`, …
+    pub object: String,
+    /// What is wrong and what was done about it.
+    pub message: String,
+}
+
+impl Warning {
+    /// A warning about `object`.
+    pub fn new(object: impl Into<String>, message: impl Into<String>) -> Warning {
+        Warning {
+            object: object.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.object, self.message)
+    }
 }

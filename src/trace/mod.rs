@@ -1,1 +1,5 @@
 //! Path view of a service and the packet simulator (one matching engine, two walk models).
+
+pub mod ipvs;
+pub mod path;
+pub mod sim;

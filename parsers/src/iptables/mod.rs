@@ -1,1 +1,15 @@
-//! iptables text: `iptables-save`, restore input, `iptables -S`.
+//! iptables text: `iptables-save` output, `iptables-restore` input, `iptables -S [-v]` listings.
+//!
+//! Entry points: [`parse_dump`] for a whole input (form auto-detected, [`ParseOptions`] for
+//! lenient reading and the table of `-S` input) and [`parse_rule_line`] for one `-A CHAIN …` line.
+
+pub mod ast;
+mod dump;
+mod lexer;
+mod matches;
+mod rule;
+mod targets;
+mod values;
+
+pub use ast::*;
+pub use dump::{NameHash, NameHasher, ParseOptions, parse_dump, parse_rule_line};

@@ -1,0 +1,240 @@
+//! Words of an iptables rule line, split the way `iptables-restore` splits them.
+//!
+//! Syntax (iptables-restore's `add_param_to_argv`, as far as real dumps use it):
+//!
+//! ```text
+//! line   = { blank } [ word { blank+ word } ] { blank }
+//! word   = quoted | bare
+//! quoted = '"' { char-except-quote-or-backslash | '\' any-char } '"'
+//! bare   = 1*( any char except blank )
+//! blank  = ' ' | '\t'
+//! ```
+//!
+//! A quoted word without backslashes stays a borrowed slice; only escapes (`\"`, `\\`, `\'`)
+//! allocate. Runs of blanks are one separator, so iptables' `--nfacct-name  NAME` (two spaces)
+//! yields no empty word.
+
+use std::borrow::Cow;
+
+use nom::character::complete::{anychar, char};
+use nom::{IResult, Parser};
+
+/// A failure inside one line: byte offset in the line, what was expected, what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fail {
+    /// 0-based byte offset in the line.
+    pub at: usize,
+    /// What the grammar expected.
+    pub expected: Cow<'static, str>,
+    /// What was found (already formatted: `` `word` `` or `end of line`).
+    pub found: String,
+}
+
+impl Fail {
+    /// A failure at byte `at` where the word `found` stood (empty = end of line).
+    pub(crate) fn new(at: usize, expected: impl Into<Cow<'static, str>>, found: &str) -> Self {
+        Fail {
+            at,
+            expected: expected.into(),
+            found: describe(found),
+        }
+    }
+}
+
+/// How a found word is shown in an error: `` `word` ``, or `end of line`.
+pub(crate) fn describe(found: &str) -> String {
+    if found.is_empty() {
+        "end of line".to_string()
+    } else {
+        let short: String = found.chars().take(40).collect();
+        if short.len() < found.len() {
+            format!("`{short}…`")
+        } else {
+            format!("`{short}`")
+        }
+    }
+}
+
+/// One word of a rule line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tok<'a> {
+    /// The word's text, unquoted and unescaped.
+    pub text: Cow<'a, str>,
+    /// 0-based byte offset of the word in the line.
+    pub start: usize,
+    /// 0-based byte offset just past the word.
+    pub end: usize,
+    /// True when the word was written in double quotes.
+    pub quoted: bool,
+}
+
+impl<'a> Tok<'a> {
+    /// True for an option name (`-s`, `--dport`): unquoted, starts with `-` and a letter or `-`.
+    pub(crate) fn is_option(&self) -> bool {
+        if self.quoted {
+            return false;
+        }
+        let b = self.text.as_bytes();
+        b.len() >= 2 && b[0] == b'-' && (b[1] == b'-' || b[1].is_ascii_alphabetic())
+    }
+
+    /// True for the negation word `!`.
+    pub(crate) fn is_bang(&self) -> bool {
+        !self.quoted && self.text == "!"
+    }
+
+    /// The word as a slice of the input; quoted words with escapes cannot be borrowed.
+    pub(crate) fn borrowed(&self) -> Result<&'a str, Fail> {
+        match &self.text {
+            Cow::Borrowed(s) => Ok(s),
+            Cow::Owned(s) => Err(Fail::new(self.start, "a name without escapes", s)),
+        }
+    }
+}
+
+fn is_blank(c: char) -> bool {
+    c == ' ' || c == '\t'
+}
+
+/// `bare = 1*( any char except blank )` — the word up to the next blank (memchr-fast).
+fn bare(i: &str) -> IResult<&str, &str> {
+    let n = memchr::memchr2(b' ', b'\t', i.as_bytes()).unwrap_or(i.len());
+    if n == 0 {
+        return Err(nom::Err::Error(nom::error::Error::new(
+            i,
+            nom::error::ErrorKind::TakeTill1,
+        )));
+    }
+    Ok((&i[n..], &i[..n]))
+}
+
+/// `quoted = '"' { char-except-quote-or-backslash | '\' any-char } '"'`
+///
+/// Returns the unescaped content, borrowed when there is no backslash.
+fn quoted(i: &str) -> IResult<&str, Cow<'_, str>> {
+    let (body, _) = char('"').parse(i)?;
+    let bytes = body.as_bytes();
+    let mut owned: Option<String> = None;
+    let mut pos = 0;
+    loop {
+        let Some(n) = memchr::memchr2(b'"', b'\\', &bytes[pos..]) else {
+            return Err(nom::Err::Error(nom::error::Error::new(
+                &body[pos..],
+                nom::error::ErrorKind::Char,
+            )));
+        };
+        let stop = pos + n;
+        if let Some(o) = owned.as_mut() {
+            o.push_str(&body[pos..stop]);
+        }
+        if bytes[stop] == b'"' {
+            let text = match owned {
+                Some(o) => Cow::Owned(o),
+                None => Cow::Borrowed(&body[..stop]),
+            };
+            return Ok((&body[stop + 1..], text));
+        }
+        // A backslash: keep the next character literally.
+        let (rest, c) = anychar(&body[stop + 1..])?;
+        owned
+            .get_or_insert_with(|| body[..stop].to_string())
+            .push(c);
+        pos = body.len() - rest.len();
+    }
+}
+
+/// Splits `line[from..]` into words (see the module doc for the grammar), appending to `out`.
+pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -> Result<(), Fail> {
+    let bytes = line.as_bytes();
+    let mut pos = from.min(line.len());
+    loop {
+        while pos < bytes.len() && (bytes[pos] == b' ' || bytes[pos] == b'\t') {
+            pos += 1;
+        }
+        if pos >= bytes.len() {
+            return Ok(());
+        }
+        let rest = &line[pos..];
+        let (r, text, was_quoted) = if bytes[pos] == b'"' {
+            match quoted(rest) {
+                Ok((r, t)) => (r, t, true),
+                Err(_) => return Err(Fail::new(line.len(), "a closing `\"`", "")),
+            }
+        } else {
+            match bare(rest) {
+                Ok((r, t)) => (r, Cow::Borrowed(t), false),
+                Err(_) => return Err(Fail::new(pos, "a word", rest)),
+            }
+        };
+        let end = line.len() - r.len();
+        if !r.is_empty() && !r.starts_with(is_blank) {
+            return Err(Fail::new(end, "a blank after the quoted word", r));
+        }
+        out.push(Tok {
+            text,
+            start: pos,
+            end,
+            quoted: was_quoted,
+        });
+        pos = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        tokenize(line, 0, &mut v).unwrap();
+        v.into_iter().map(|t| t.text.into_owned()).collect()
+    }
+
+    #[test]
+    fn bare_words_and_runs_of_blanks() {
+        assert_eq!(
+            words("  -m nfacct --nfacct-name  x\t"),
+            ["-m", "nfacct", "--nfacct-name", "x"]
+        );
+        assert!(words("   ").is_empty());
+    }
+
+    #[test]
+    fn quoted_words_borrow_without_escapes() {
+        let mut v = Vec::new();
+        tokenize(r#"--comment "a b" x"#, 0, &mut v).unwrap();
+        assert!(matches!(v[1].text, Cow::Borrowed("a b")));
+        assert!(v[1].quoted);
+        assert_eq!((v[1].start, v[1].end), (10, 15));
+    }
+
+    #[test]
+    fn escapes_are_unescaped() {
+        assert_eq!(words(r#""pod\'s \"x\" \\""#), [r#"pod's "x" \"#]);
+        assert_eq!(words(r#""""#), [""]);
+    }
+
+    #[test]
+    fn unterminated_quote_is_an_error() {
+        let mut v = Vec::new();
+        let e = tokenize(r#"--comment "abc"#, 0, &mut v).unwrap_err();
+        assert_eq!(e.at, 14);
+        assert!(e.expected.contains('"'));
+    }
+
+    #[test]
+    fn quote_glued_to_a_word_is_an_error() {
+        let mut v = Vec::new();
+        let e = tokenize(r#""a"b"#, 0, &mut v).unwrap_err();
+        assert_eq!(e.at, 3);
+    }
+
+    #[test]
+    fn option_detection() {
+        let mut v = Vec::new();
+        tokenize(r#"-s --dport ! -1 "-x" 80"#, 0, &mut v).unwrap();
+        let f: Vec<bool> = v.iter().map(Tok::is_option).collect();
+        assert_eq!(f, [true, true, false, false, false, false]);
+        assert!(v[2].is_bang());
+    }
+}

@@ -1,0 +1,643 @@
+//! The rule specification: everything after `-A CHAIN`.
+//!
+//! Syntax (iptables(8) "PARAMETERS", plus `-c` of `iptables -S -v`):
+//!
+//! ```text
+//! spec    = { item }
+//! item    = [ "!" ] basic | "-m" MODULE | [ "!" ] "--" OPTION { VALUE }
+//!         | ( "-j" | "-g" ) TARGET | "-c" PACKETS BYTES
+//! basic   = ( "-s" | "-d" ) ADDR[/MASK] | "-p" PROTO | ( "-i" | "-o" ) IFACE | "-f"
+//! ```
+//!
+//! Long forms (`--source`, `--destination`, `--src`, `--dst`, `--protocol`, `--in-interface`,
+//! `--out-interface`, `--match`, `--jump`, `--goto`, `--fragment`, `--set-counters`) are accepted.
+//! A `--option` belongs to the target when it follows `-j NAME` and the target accepts it;
+//! otherwise to the most recently loaded module that accepts it; otherwise, for `--dport` and the
+//! like, to the protocol module that `-p tcp|udp|sctp|icmp` loads implicitly (kube-proxy writes
+//! `-m tcp -p tcp -d X --dport 80`, and `-p tcp --dport 80` without `-m tcp` is legal).
+
+use std::ops::Range;
+
+use super::ast::{Counters, Match, Neg, Target};
+use super::lexer::{Fail, Tok, tokenize};
+use super::matches::{OptView, accepts, build_module, implicit_module};
+use super::targets::{build_target, target_accepts};
+use super::values;
+
+/// Who an option belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Owner {
+    /// The n-th loaded module.
+    Module(usize),
+    /// The target.
+    Target,
+}
+
+/// An option gathered while walking the words, by word indices.
+#[derive(Debug, Clone)]
+struct PendingOpt<'a> {
+    owner: Owner,
+    negated: bool,
+    name: &'a str,
+    at: usize,
+    values: Range<usize>,
+}
+
+/// The target as written: `-j`/`-g`, its name, the stray words that followed the name.
+#[derive(Debug, Clone)]
+struct TargetSpec<'a> {
+    goto: bool,
+    name: &'a str,
+    name_start: usize,
+    stray: Range<usize>,
+}
+
+/// Reusable buffers, so that parsing a line allocates only what the AST keeps.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch<'a> {
+    toks: Vec<Tok<'a>>,
+    opts: Vec<PendingOpt<'a>>,
+    module_names: Vec<&'a str>,
+    module_slots: Vec<usize>,
+    matches: Vec<Match<'a>>,
+}
+
+/// What a rule specification holds.
+#[derive(Debug)]
+pub(crate) struct Spec<'a> {
+    pub matches: Vec<Match<'a>>,
+    pub target: Option<Target<'a>>,
+    pub counters: Option<Counters>,
+}
+
+/// The value word of a single-valued option at word `i` (the option itself).
+fn value_of<'t, 'a>(
+    toks: &'t [Tok<'a>],
+    i: usize,
+    what: &'static str,
+) -> Result<&'t Tok<'a>, Fail> {
+    let opt = &toks[i];
+    match toks.get(i + 1) {
+        Some(v) if !v.is_option() && !v.is_bang() => Ok(v),
+        Some(v) => Err(Fail::new(v.start, what, &v.text)),
+        None => Err(Fail::new(opt.end, what, "")),
+    }
+}
+
+/// `counter = 1*DIGIT`
+fn counter(t: &Tok<'_>) -> Result<u64, Fail> {
+    t.text
+        .parse()
+        .map_err(|_| Fail::new(t.start, "a counter", &t.text))
+}
+
+/// Parses the specification `line[from..]` (see the module doc for the grammar).
+/// `first_addr` reports the first `-s`/`-d` address seen, for family detection.
+pub(crate) fn parse_spec<'a>(
+    line: &'a str,
+    from: usize,
+    scratch: &mut Scratch<'a>,
+    first_addr: &mut Option<bool>,
+) -> Result<Spec<'a>, Fail> {
+    let Scratch {
+        toks,
+        opts,
+        module_names,
+        module_slots,
+        matches,
+    } = scratch;
+    toks.clear();
+    opts.clear();
+    module_names.clear();
+    module_slots.clear();
+    // Matches in written order; a module's slot holds a placeholder until its options are typed.
+    matches.clear();
+    tokenize(line, from, toks)?;
+
+    let mut target: Option<TargetSpec<'a>> = None;
+    let mut after_target = false;
+    let mut counters = None;
+    let mut protocol: Option<&'a str> = None;
+    let mut neg: Option<usize> = None;
+    let mut i = 0;
+    while let Some(tok) = toks.get(i) {
+        if tok.is_bang() {
+            if neg.is_some() {
+                return Err(Fail::new(tok.start, "an option after `!`", "!"));
+            }
+            neg = Some(tok.start);
+            i += 1;
+            continue;
+        }
+        if !tok.is_option() {
+            if let Some(t) = target.as_mut().filter(|t| after_target && t.stray.end == i) {
+                t.stray.end = i + 1;
+                i += 1;
+                continue;
+            }
+            return Err(Fail::new(tok.start, "an option", &tok.text));
+        }
+        let negated = neg.take().is_some();
+        let opt = tok.borrowed()?;
+        let negatable = |what: &'static str| -> Result<(), Fail> {
+            if negated {
+                Err(Fail::new(tok.start, what, opt))
+            } else {
+                Ok(())
+            }
+        };
+        match opt {
+            "-s" | "--source" | "--src" | "-d" | "--destination" | "--dst" => {
+                let v = value_of(toks, i, "an address[/mask]")?;
+                let spec = values::addr_spec(v.borrowed()?)
+                    .ok_or_else(|| Fail::new(v.start, "an address[/mask]", &v.text))?;
+                first_addr.get_or_insert(spec.addr.is_ipv6());
+                let n = Neg {
+                    negated,
+                    value: spec,
+                };
+                matches.push(if matches!(opt, "-s" | "--source" | "--src") {
+                    Match::Source(n)
+                } else {
+                    Match::Destination(n)
+                });
+                after_target = false;
+                i += 2;
+            }
+            "-p" | "--protocol" | "-i" | "--in-interface" | "-o" | "--out-interface" => {
+                let what = if matches!(opt, "-p" | "--protocol") {
+                    "a protocol"
+                } else {
+                    "an interface"
+                };
+                let value = value_of(toks, i, what)?.borrowed()?;
+                let n = Neg { negated, value };
+                matches.push(match opt {
+                    "-p" | "--protocol" => {
+                        if !negated {
+                            protocol = Some(value);
+                        }
+                        Match::Protocol(n)
+                    }
+                    "-i" | "--in-interface" => Match::InInterface(n),
+                    _ => Match::OutInterface(n),
+                });
+                after_target = false;
+                i += 2;
+            }
+            "-f" | "--fragment" => {
+                matches.push(Match::Fragment(negated));
+                after_target = false;
+                i += 1;
+            }
+            "-m" | "--match" => {
+                negatable("an option that can be negated (not `-m`)")?;
+                let name = value_of(toks, i, "a match module name")?.borrowed()?;
+                module_names.push(name);
+                module_slots.push(matches.len());
+                matches.push(Match::Fragment(false));
+                after_target = false;
+                i += 2;
+            }
+            "-j" | "--jump" | "-g" | "--goto" => {
+                negatable("an option that can be negated (not a target)")?;
+                if let Some(prev) = &target {
+                    return Err(Fail::new(tok.start, "a single target per rule", prev.name));
+                }
+                let v = value_of(toks, i, "a target name")?;
+                target = Some(TargetSpec {
+                    goto: opt.starts_with("-g") || opt == "--goto",
+                    name: v.borrowed()?,
+                    name_start: v.start,
+                    stray: i + 2..i + 2,
+                });
+                after_target = true;
+                i += 2;
+            }
+            "-c" | "--set-counters" => {
+                negatable("an option that can be negated (not `-c`)")?;
+                let p = value_of(toks, i, "a packet counter")?;
+                let b = value_of(toks, i + 1, "a byte counter")?;
+                counters = Some(Counters {
+                    packets: counter(p)?,
+                    bytes: counter(b)?,
+                });
+                i += 3;
+            }
+            long if long.starts_with("--") => {
+                let name = &long[2..];
+                let mut end = i + 1;
+                while toks
+                    .get(end)
+                    .is_some_and(|t| !t.is_option() && !t.is_bang())
+                {
+                    end += 1;
+                }
+                let owner = match &target {
+                    Some(t) if after_target && target_accepts(t.name, name) => Owner::Target,
+                    _ => match module_names.iter().rposition(|m| accepts(m, name)) {
+                        Some(m) => Owner::Module(m),
+                        None => match protocol.filter(|p| implicit_module(p, name)) {
+                            Some(p) => {
+                                module_names.push(p);
+                                module_slots.push(matches.len());
+                                matches.push(Match::Fragment(false));
+                                Owner::Module(module_names.len() - 1)
+                            }
+                            None if !module_names.is_empty() => {
+                                Owner::Module(module_names.len() - 1)
+                            }
+                            None => {
+                                return Err(Fail::new(
+                                    tok.start,
+                                    "a match module (`-m NAME`) before this option",
+                                    long,
+                                ));
+                            }
+                        },
+                    },
+                };
+                opts.push(PendingOpt {
+                    owner,
+                    negated,
+                    name,
+                    at: tok.start,
+                    values: i + 1..end,
+                });
+                i = end;
+            }
+            other => return Err(Fail::new(tok.start, "an option", other)),
+        }
+    }
+    if let Some(at) = neg {
+        return Err(Fail::new(at, "an option after `!`", ""));
+    }
+
+    // Type the modules and the target from their gathered options.
+    opts.sort_by_key(|o| o.owner);
+    let views: Vec<OptView<'_, 'a>> = opts
+        .iter()
+        .map(|o| OptView {
+            negated: o.negated,
+            name: o.name,
+            at: o.at,
+            values: &toks[o.values.clone()],
+            span: match (
+                toks.get(o.values.start),
+                o.values.end.checked_sub(1).and_then(|e| toks.get(e)),
+            ) {
+                (Some(first), Some(last)) if !o.values.is_empty() => {
+                    line.get(first.start..last.end).unwrap_or("")
+                }
+                _ => "",
+            },
+        })
+        .collect();
+    let owners = |owner: Owner| {
+        let lo = opts.partition_point(|o| o.owner < owner);
+        let hi = opts.partition_point(|o| o.owner <= owner);
+        &views[lo..hi]
+    };
+    for (n, (&name, &slot)) in module_names.iter().zip(module_slots.iter()).enumerate() {
+        let module = build_module(name, owners(Owner::Module(n)))?;
+        if let Some(m) = matches.get_mut(slot) {
+            *m = Match::Module(module);
+        }
+    }
+    let target = match target {
+        None => None,
+        Some(t) => {
+            let raw = line[t.name_start..].trim_end();
+            Some(build_target(
+                t.goto,
+                t.name,
+                &toks[t.stray.clone()],
+                owners(Owner::Target),
+                raw,
+            )?)
+        }
+    };
+    // Collecting from the drain allocates exactly the length and keeps the scratch buffer for the
+    // next line (`mem::take` would hand out the over-sized buffer instead).
+    #[allow(clippy::drain_collect)]
+    let matches = matches.drain(..).collect();
+    Ok(Spec {
+        matches,
+        target,
+        counters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::ast::{MarkOp, MarkValue, Module, PortRange, RecentAction, Statistic};
+
+    fn spec(line: &str) -> Result<Spec<'_>, Fail> {
+        let mut s = Scratch::default();
+        parse_spec(line, 0, &mut s, &mut None)
+    }
+
+    fn modules<'a>(s: &'a Spec<'a>) -> Vec<&'a Module<'a>> {
+        s.matches
+            .iter()
+            .filter_map(|m| match m {
+                Match::Module(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kube_proxy_order_attaches_dport_to_the_tcp_module() {
+        let s =
+            spec(r#"-m comment --comment "x" -m tcp -p tcp -d 10.0.0.1 --dport 80 -j KUBE-SVC-A"#)
+                .unwrap();
+        assert_eq!(s.matches.len(), 4);
+        let m = modules(&s);
+        assert!(matches!(
+            m[1],
+            Module::Ports {
+                proto: "tcp",
+                dport: Some(Neg {
+                    negated: false,
+                    value: PortRange {
+                        first: 80,
+                        last: 80
+                    }
+                }),
+                ..
+            }
+        ));
+        assert_eq!(s.target, Some(Target::Jump("KUBE-SVC-A")));
+    }
+
+    #[test]
+    fn dport_with_only_p_loads_the_protocol_module() {
+        let s = spec("-p udp ! --dport 53 -m comment --comment c -j ACCEPT").unwrap();
+        let m = modules(&s);
+        assert!(matches!(
+            m[0],
+            Module::Ports {
+                proto: "udp",
+                dport: Some(Neg { negated: true, .. }),
+                ..
+            }
+        ));
+        assert!(matches!(m[1], Module::Comment(c) if c == "c"));
+        // Without -p and without a module the option has no owner.
+        let e = spec("--dport 53 -j ACCEPT").unwrap_err();
+        assert_eq!(e.at, 0);
+        // `! -p tcp` does not load tcp.
+        assert!(spec("! -p tcp --dport 53").is_err());
+    }
+
+    #[test]
+    fn negation_applies_to_the_next_option_only() {
+        let s = spec("! -s 10.0.0.0/8 -d 10.96.0.1/32 -m mark ! --mark 0x4000/0x4000 -j RETURN")
+            .unwrap();
+        assert!(matches!(&s.matches[0], Match::Source(n) if n.negated && n.value.prefix == 8));
+        assert!(matches!(&s.matches[1], Match::Destination(n) if !n.negated));
+        assert!(matches!(
+            modules(&s)[0],
+            Module::Mark(Neg {
+                negated: true,
+                value: MarkValue {
+                    value: 0x4000,
+                    mask: Some(0x4000)
+                }
+            })
+        ));
+        assert!(spec("! ! -s 1.2.3.4").is_err());
+        assert!(spec("-s 1.2.3.4 !").is_err());
+        assert!(spec("! -m tcp").is_err());
+        assert!(spec("! -j ACCEPT").is_err());
+    }
+
+    #[test]
+    fn statistic_recent_addrtype_conntrack_set() {
+        let s = spec("-m statistic --mode random --probability 0.33333333349 -m statistic --mode nth --every 3 --packet 1").unwrap();
+        let m = modules(&s);
+        assert!(matches!(
+            m[0],
+            Module::Statistic(Statistic::Random {
+                text: "0.33333333349",
+                ..
+            })
+        ));
+        assert!(matches!(
+            m[1],
+            Module::Statistic(Statistic::Nth {
+                every: 3,
+                packet: 1,
+                negated: false
+            })
+        ));
+        let s = spec("-m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-A --mask 255.255.255.255 --rsource -j KUBE-SEP-A").unwrap();
+        let Module::Recent(r) = modules(&s)[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (r.name, r.action, r.seconds, r.reap, r.mask, r.rdest),
+            (
+                "KUBE-SEP-A",
+                RecentAction::Rcheck,
+                Some(10800),
+                true,
+                Some("255.255.255.255"),
+                false
+            )
+        );
+        let s = spec("-m addrtype ! --dst-type LOCAL --limit-iface-in -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT --ctdir ORIGINAL").unwrap();
+        let m = modules(&s);
+        assert!(matches!(
+            m[0],
+            Module::Addrtype {
+                dst_type: Some(Neg {
+                    negated: true,
+                    value: "LOCAL"
+                }),
+                limit_iface_in: true,
+                ..
+            }
+        ));
+        assert!(
+            matches!(m[1], Module::Conntrack { ctstate: Some(Neg { negated: true, value }), other } if value.len() == 3 && other.len() == 1)
+        );
+        let s = spec("-m set ! --match-set KUBE-CLUSTER-IP dst,dst -m state --state NEW -m multiport --dports 80,443,1000:2000").unwrap();
+        let m = modules(&s);
+        assert!(matches!(
+            m[0],
+            Module::Set {
+                name: "KUBE-CLUSTER-IP",
+                flags: "dst,dst",
+                negated: true,
+                ..
+            }
+        ));
+        assert!(matches!(m[1], Module::State(n) if n.value == ["NEW"]));
+        assert!(
+            matches!(m[2], Module::Multiport { kind: "dports", ports } if ports.value.len() == 3)
+        );
+    }
+
+    #[test]
+    fn unknown_modules_and_options_stay_generic() {
+        let s = spec("-m physdev --physdev-is-bridged -m limit --limit 10/min --limit-burst 10 -m foo --bar a b -j NFLOG --nflog-group 100").unwrap();
+        let m = modules(&s);
+        assert!(
+            matches!(m[0], Module::Generic { name: "physdev", options } if options[0].name == "physdev-is-bridged" && options[0].values.is_empty())
+        );
+        assert!(matches!(m[1], Module::Generic { name: "limit", options } if options.len() == 2));
+        assert!(
+            matches!(m[2], Module::Generic { name: "foo", options } if options[0].values == ["a", "b"])
+        );
+        assert!(
+            matches!(&s.target, Some(Target::Generic { name: "NFLOG", options }) if options[0].values == ["100"])
+        );
+        // A typed module with an option it does not know degrades to generic.
+        let s = spec("-m comment --comment x --frobnicate").unwrap();
+        assert!(
+            matches!(modules(&s)[0], Module::Generic { name: "comment", options } if options.len() == 2)
+        );
+    }
+
+    #[test]
+    fn targets() {
+        fn t(l: &'static str) -> Target<'static> {
+            spec(l).unwrap().target.unwrap()
+        }
+        assert!(
+            matches!(t("-j DNAT --to-destination [fd00::1]:80"), Target::Dnat { to, random: false, .. } if to[0].ports == Some(PortRange { first: 80, last: 80 }))
+        );
+        assert!(matches!(
+            t("-j SNAT --to-source 192.168.0.174 --random-fully"),
+            Target::Snat {
+                random_fully: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            t("-j MASQUERADE --to-ports 1000-2000 --random-fully"),
+            Target::Masquerade {
+                to_ports: Some(PortRange {
+                    first: 1000,
+                    last: 2000
+                }),
+                random_fully: true,
+                random: false
+            }
+        ));
+        assert_eq!(
+            t("-j MARK --or-mark 0x00004000"),
+            Target::Mark(MarkOp::Or(0x4000))
+        );
+        assert_eq!(
+            t("-j MARK --set-xmark 0x4000/0x0"),
+            Target::Mark(MarkOp::SetXmark {
+                value: 0x4000,
+                mask: 0
+            })
+        );
+        assert_eq!(
+            t("-j MARK --set-mark 0x1"),
+            Target::Mark(MarkOp::SetMark {
+                value: 1,
+                mask: u32::MAX
+            })
+        );
+        assert_eq!(t("-j MARK --and-mark 0x1"), Target::Mark(MarkOp::And(1)));
+        assert_eq!(t("-j MARK --xor-mark 0x1"), Target::Mark(MarkOp::Xor(1)));
+        assert_eq!(t("-j REJECT"), Target::Reject { with: None });
+        assert_eq!(
+            t("-j REJECT --reject-with icmp-port-unreachable"),
+            Target::Reject {
+                with: Some("icmp-port-unreachable")
+            }
+        );
+        assert!(
+            matches!(t("-j CONNMARK --restore-mark --nfmask 0x80 --ctmask 0x80"), Target::Connmark(o) if o.len() == 3)
+        );
+        assert!(
+            matches!(t("-j LOG --log-prefix \"x y\""), Target::Log(o) if o[0].values == ["x y"])
+        );
+        assert!(matches!(t("-j CT --notrack"), Target::Ct(o) if o.len() == 1));
+        assert_eq!(t("-j NOTRACK"), Target::Notrack);
+        assert_eq!(t("-j TRACE"), Target::Trace);
+        assert_eq!(t("-g KUBE-SVC-A"), Target::Goto("KUBE-SVC-A"));
+        assert_eq!(t("-j cni-abc"), Target::Jump("cni-abc"));
+        assert!(spec("-j ACCEPT -j DROP").is_err());
+        assert!(spec("-j ACCEPT foo").is_ok());
+        assert!(spec("-g X --foo").is_err());
+        assert!(spec("-j MARK --or-mark zz").is_err());
+    }
+
+    #[test]
+    fn undecodable_targets_are_unreadable() {
+        fn t(l: &'static str) -> Target<'static> {
+            spec(l).unwrap().target.unwrap()
+        }
+        let reason = |l: &'static str| match t(l) {
+            Target::Unreadable { reason, raw } => (reason, raw.to_string()),
+            other => panic!("{l}: {other:?}"),
+        };
+        assert_eq!(
+            reason("-p tcp -m tcp -j DNAT [unsupported revision]"),
+            (
+                "unsupported revision",
+                "DNAT [unsupported revision]".to_string()
+            )
+        );
+        assert_eq!(
+            reason("-j DNAT --to-destination  --random --to-destination 10.0.0.1:80").0,
+            "empty NAT range"
+        );
+        assert_eq!(
+            reason("-j DNAT --to-destination :0 --persistent --to-destination :0 --persistent").0,
+            "NAT range without an address"
+        );
+        assert_eq!(
+            reason("-j DNAT --to-destination 0.0.0.0:0").0,
+            "NAT range 0.0.0.0:0"
+        );
+        assert_eq!(
+            reason("-j DNAT --to-destination 10.0.0.1:80 --to-destination 10.0.0.2:80").0,
+            "repeated NAT range"
+        );
+        assert_eq!(
+            reason("-j DNAT --to-destination garbage").0,
+            "undecodable NAT range"
+        );
+    }
+
+    #[test]
+    fn long_forms_fragment_and_interfaces() {
+        let s = spec("--source 1.2.3.4 --dst ::1/128 --protocol tcp --in-interface eth0 ! -o cni+ ! -f --match tcp --destination-port 1:2 --jump ACCEPT").unwrap();
+        assert!(matches!(&s.matches[0], Match::Source(_)));
+        assert!(matches!(&s.matches[1], Match::Destination(n) if n.value.addr.is_ipv6()));
+        assert!(matches!(&s.matches[3], Match::InInterface(n) if n.value == "eth0"));
+        assert!(matches!(&s.matches[4], Match::OutInterface(n) if n.negated && n.value == "cni+"));
+        assert!(matches!(&s.matches[5], Match::Fragment(true)));
+        assert_eq!(s.target, Some(Target::Accept));
+    }
+
+    #[test]
+    fn malformed_values_are_located() {
+        let e = spec("-p tcp -m tcp --dport http").unwrap_err();
+        assert_eq!((e.at, e.expected.as_ref()), (22, "a port or port range"));
+        let e = spec("-s").unwrap_err();
+        assert_eq!((e.at, e.found.as_str()), (2, "end of line"));
+        let e = spec("-m mark --mark").unwrap_err();
+        assert!(e.expected.contains("mark"));
+        let e = spec("-m statistic --mode random --probability 2").unwrap_err();
+        assert!(e.expected.contains("probability"));
+        let e = spec("-w 5").unwrap_err();
+        assert_eq!(e.expected, "an option");
+    }
+
+    #[test]
+    fn unquoted_multi_word_comment_is_one_comment() {
+        let s = spec("-m comment --comment kubernetes service portals -j KUBE-SERVICES").unwrap();
+        assert!(matches!(modules(&s)[0], Module::Comment(c) if c == "kubernetes service portals"));
+    }
+}

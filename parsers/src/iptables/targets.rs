@@ -1,0 +1,244 @@
+//! Targets: `-j NAME [options]` and `-g CHAIN`, typed.
+//!
+//! Syntax (iptables(8), iptables-extensions(8) "TARGET EXTENSIONS"):
+//!
+//! ```text
+//! target = "-g" CHAIN
+//!        | "-j" NAME { "--" OPTION { VALUE } }
+//! ```
+//!
+//! An extension whose options do not fit its typed shape is kept as [`Target::Generic`]. Text that
+//! a mismatched iptables binary prints for rules it cannot decode — `DNAT [unsupported revision]`,
+//! an empty or repeated `--to-destination`, `0.0.0.0:0` / `:0` — becomes [`Target::Unreadable`]
+//! (real-world-failures F02): it is never an error, and never read as a real destination.
+
+use super::ast::{MarkOp, NatRange, PortRange, Target};
+use super::lexer::{Fail, Tok};
+use super::matches::OptView;
+use super::values;
+
+/// Options a known target extension accepts (used to tell a target's options from a match's when a
+/// `-m` follows the target); `None` for an unknown target (accepts everything).
+pub(crate) fn target_accepts(target: &str, option: &str) -> bool {
+    let opts: &[&str] = match target {
+        "DNAT" => &["to-destination", "random", "persistent"],
+        "SNAT" => &["to-source", "random", "random-fully", "persistent"],
+        "MASQUERADE" => &["to-ports", "random", "random-fully"],
+        "MARK" => &["set-xmark", "set-mark", "or-mark", "xor-mark", "and-mark"],
+        "REJECT" => &["reject-with"],
+        "ACCEPT" | "DROP" | "RETURN" | "TRACE" | "NOTRACK" => &[],
+        _ => return true,
+    };
+    opts.contains(&option)
+}
+
+/// Whether the NAT range is one a mismatched iptables prints for an undecodable rule.
+fn garbled(r: &NatRange<'_>) -> Option<&'static str> {
+    let port_zero = r.ports == Some(PortRange { first: 0, last: 0 });
+    match r.addr {
+        None => Some("NAT range without an address"),
+        Some(a) if a.is_unspecified() && (port_zero || r.ports.is_none()) => {
+            Some("NAT range 0.0.0.0:0")
+        }
+        _ => None,
+    }
+}
+
+/// `--to-destination R` / `--to-source R` values; `Err(reason)` when the text is undecodable.
+fn nat_ranges<'a>(
+    opts: &[OptView<'_, 'a>],
+    option: &str,
+) -> Result<Vec<NatRange<'a>>, &'static str> {
+    let mut to = Vec::new();
+    for o in opts.iter().filter(|o| o.name == option) {
+        let [v] = o.values else {
+            return Err(if o.values.is_empty() {
+                "empty NAT range"
+            } else {
+                "extra words in NAT range"
+            });
+        };
+        let Ok(word) = v.borrowed() else {
+            return Err("undecodable NAT range");
+        };
+        let r = values::nat_range(word).ok_or("undecodable NAT range")?;
+        if let Some(why) = garbled(&r) {
+            return Err(why);
+        }
+        to.push(r);
+    }
+    match to.len() {
+        0 => Err("missing NAT range"),
+        1 => Ok(to),
+        _ => Err("repeated NAT range"),
+    }
+}
+
+/// Whether flag option `name` is present (and written without values).
+fn has_flag(opts: &[OptView<'_, '_>], name: &str) -> bool {
+    opts.iter().any(|o| o.name == name)
+}
+
+/// `MARK = --set-xmark V[/M] | --set-mark V[/M] | --or-mark V | --xor-mark V | --and-mark V`
+fn mark_op(opts: &[OptView<'_, '_>]) -> Result<Option<MarkOp>, Fail> {
+    let [o] = opts else { return Ok(None) };
+    if o.negated {
+        return Ok(None);
+    }
+    let v = o.one("a mark value")?;
+    let bad = || Fail::new(v.start, "a mark value", &v.text);
+    let op = match o.name {
+        "set-xmark" | "set-mark" => {
+            let m = values::mark_value(&v.text).ok_or_else(bad)?;
+            let mask = m.mask.unwrap_or(u32::MAX);
+            if o.name == "set-xmark" {
+                MarkOp::SetXmark {
+                    value: m.value,
+                    mask,
+                }
+            } else {
+                MarkOp::SetMark {
+                    value: m.value,
+                    mask,
+                }
+            }
+        }
+        "or-mark" => MarkOp::Or(values::number(&v.text).ok_or_else(bad)?),
+        "xor-mark" => MarkOp::Xor(values::number(&v.text).ok_or_else(bad)?),
+        "and-mark" => MarkOp::And(values::number(&v.text).ok_or_else(bad)?),
+        _ => return Ok(None),
+    };
+    Ok(Some(op))
+}
+
+/// Builds the target from `-j NAME` (or `-g NAME` when `goto`), the words that followed the name
+/// before any option (`stray`), its options, and its text (`raw`, from the name to the line end).
+pub(crate) fn build_target<'a>(
+    goto: bool,
+    name: &'a str,
+    stray: &[Tok<'a>],
+    opts: &[OptView<'_, 'a>],
+    raw: &'a str,
+) -> Result<Target<'a>, Fail> {
+    if goto {
+        return match (stray.first(), opts.first()) {
+            (Some(t), _) => Err(Fail::new(
+                t.start,
+                "an option or end of rule after `-g CHAIN`",
+                &t.text,
+            )),
+            (None, Some(o)) => Err(Fail::new(o.at, "end of rule after `-g CHAIN`", o.name)),
+            (None, None) => Ok(Target::Goto(name)),
+        };
+    }
+    if !stray.is_empty() {
+        let reason = if stray.iter().any(|t| t.text.starts_with("[unsupported")) {
+            "unsupported revision"
+        } else {
+            "unexpected words after the target name"
+        };
+        return Ok(Target::Unreadable { raw, reason });
+    }
+    let generic = || Target::Generic {
+        name,
+        options: opts.iter().map(OptView::generic).collect(),
+    };
+    let no_opts = opts.is_empty();
+    let typed = match name {
+        "ACCEPT" if no_opts => Target::Accept,
+        "DROP" if no_opts => Target::Drop,
+        "RETURN" if no_opts => Target::Return,
+        "TRACE" if no_opts => Target::Trace,
+        "NOTRACK" if no_opts => Target::Notrack,
+        "DNAT" | "SNAT" => {
+            let option = if name == "DNAT" {
+                "to-destination"
+            } else {
+                "to-source"
+            };
+            let known = ["random", "random-fully", "persistent", option];
+            if opts.iter().any(|o| !known.contains(&o.name) || o.negated) {
+                return Ok(generic());
+            }
+            let to = match nat_ranges(opts, option) {
+                Ok(to) => to,
+                Err(reason) => return Ok(Target::Unreadable { raw, reason }),
+            };
+            let (random, persistent) = (has_flag(opts, "random"), has_flag(opts, "persistent"));
+            if name == "DNAT" {
+                if has_flag(opts, "random-fully") {
+                    return Ok(generic());
+                }
+                Target::Dnat {
+                    to,
+                    random,
+                    persistent,
+                }
+            } else {
+                Target::Snat {
+                    to,
+                    random,
+                    random_fully: has_flag(opts, "random-fully"),
+                    persistent,
+                }
+            }
+        }
+        // MASQUERADE = [--to-ports P[-Q]] [--random] [--random-fully]
+        "MASQUERADE" => {
+            let mut to_ports = None;
+            for o in opts {
+                match o.name {
+                    "to-ports" => {
+                        let v = o.one("a port or port range")?;
+                        let r = values::nat_range(&format!(":{}", v.text))
+                            .and_then(|r| r.ports)
+                            .ok_or_else(|| Fail::new(v.start, "a port or port range", &v.text))?;
+                        to_ports = Some(r);
+                    }
+                    "random" | "random-fully" => {}
+                    _ => return Ok(generic()),
+                }
+            }
+            Target::Masquerade {
+                to_ports,
+                random: has_flag(opts, "random"),
+                random_fully: has_flag(opts, "random-fully"),
+            }
+        }
+        "MARK" => match mark_op(opts)? {
+            Some(op) => Target::Mark(op),
+            None => generic(),
+        },
+        // REJECT = [--reject-with TYPE]
+        "REJECT" => match opts {
+            [] => Target::Reject { with: None },
+            [o] if o.name == "reject-with" && !o.negated => Target::Reject {
+                with: Some(o.one("an ICMP reject type")?.borrowed()?),
+            },
+            _ => generic(),
+        },
+        "CONNMARK" => Target::Connmark(opts.iter().map(OptView::generic).collect()),
+        "LOG" => Target::Log(opts.iter().map(OptView::generic).collect()),
+        "CT" => Target::Ct(opts.iter().map(OptView::generic).collect()),
+        _ if no_opts && !is_extension_name(name) => Target::Jump(name),
+        _ => generic(),
+    };
+    Ok(typed)
+}
+
+/// Built-in verdicts and common target extensions that take no options (never a user chain).
+fn is_extension_name(name: &str) -> bool {
+    matches!(
+        name,
+        "ACCEPT"
+            | "DROP"
+            | "RETURN"
+            | "QUEUE"
+            | "TRACE"
+            | "NOTRACK"
+            | "REJECT"
+            | "MASQUERADE"
+            | "NFLOG"
+            | "ULOG"
+    )
+}

@@ -1,0 +1,306 @@
+//! Option values: addresses, ports, marks, numbers, NAT ranges.
+//!
+//! Each function takes one whole word and returns `None` when the word is not of that form; the
+//! caller turns that into a located error naming what was expected.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use nom::branch::alt;
+use nom::bytes::complete::{tag, tag_no_case, take_while1};
+use nom::character::complete::{char, digit1, hex_digit1};
+use nom::combinator::{all_consuming, map_res, opt};
+use nom::{IResult, Parser};
+
+use super::ast::{AddrSpec, MarkValue, NatRange, PortRange};
+
+/// `u32 = "0x" hex | decimal` (iptables' `strtoul(…, 0)` forms used in dumps).
+fn u32_num(i: &str) -> IResult<&str, u32> {
+    alt((
+        (tag_no_case("0x"), hex_digit1).map_res(|(_, h): (&str, &str)| u32::from_str_radix(h, 16)),
+        map_res(digit1, str::parse::<u32>),
+    ))
+    .parse(i)
+}
+
+/// A 32-bit number written in hex (`0x4000`, `0x00004000`) or decimal.
+pub(crate) fn number(word: &str) -> Option<u32> {
+    all_consuming(u32_num).parse(word).ok().map(|(_, v)| v)
+}
+
+/// `mark = u32 [ "/" u32 ]` — `--mark 0x4000/0x4000`, `--set-xmark 0x4000/0x0`.
+pub(crate) fn mark_value(word: &str) -> Option<MarkValue> {
+    all_consuming((u32_num, opt((char('/'), u32_num))))
+        .parse(word)
+        .ok()
+        .map(|(_, (value, mask))| MarkValue {
+            value,
+            mask: mask.map(|(_, m)| m),
+        })
+}
+
+/// `port = 1*DIGIT` (0–65535).
+fn port(i: &str) -> IResult<&str, u16> {
+    map_res(digit1, str::parse::<u16>).parse(i)
+}
+
+/// `portrange = port [ sep [ port ] ] | sep port` with `sep` = `:` for matches (`1000:2000`) and `-`
+/// for NAT targets (`80-90`). An omitted bound is 0 or 65535, as iptables reads it.
+fn port_range_sep(sep: char) -> impl FnMut(&str) -> IResult<&str, PortRange> {
+    move |i: &str| {
+        let (i, first) = opt(port).parse(i)?;
+        let (i, last) = opt((char(sep), opt(port))).parse(i)?;
+        match (first, last) {
+            (Some(f), None) => Ok((i, PortRange { first: f, last: f })),
+            (f, Some((_, l))) if f.is_some() || l.is_some() => Ok((
+                i,
+                PortRange {
+                    first: f.unwrap_or(0),
+                    last: l.unwrap_or(u16::MAX),
+                },
+            )),
+            _ => Err(nom::Err::Error(nom::error::Error::new(
+                i,
+                nom::error::ErrorKind::Digit,
+            ))),
+        }
+    }
+}
+
+/// A match port or range: `80`, `1000:2000`.
+pub(crate) fn port_range(word: &str) -> Option<PortRange> {
+    all_consuming(port_range_sep(':'))
+        .parse(word)
+        .ok()
+        .map(|(_, p)| p)
+}
+
+/// A port list of `multiport`: `portrange { "," portrange }`.
+pub(crate) fn port_list(word: &str) -> Option<Vec<PortRange>> {
+    word.split(',').map(port_range).collect()
+}
+
+/// Whether a dotted mask is a prefix; returns its length.
+fn prefix_of_mask(mask: IpAddr) -> Option<u8> {
+    let (bits, width) = match mask {
+        IpAddr::V4(m) => (u128::from(u32::from(m)) << 96, 32u32),
+        IpAddr::V6(m) => (u128::from(m), 128),
+    };
+    let ones = bits.leading_ones();
+    (bits.checked_shl(ones).unwrap_or(0) == 0 && ones <= width).then_some(ones as u8)
+}
+
+/// `addr = ip [ "/" ( prefixlen | dotted-mask ) ]` — `-s`/`-d` values: `10.0.0.1`, `10.0.0.0/8`,
+/// `10.0.0.0/255.0.0.0`, `fd00::/64`.
+pub(crate) fn addr_spec(word: &str) -> Option<AddrSpec<'_>> {
+    let (ip, mask) = match word.split_once('/') {
+        Some((a, m)) => (a, Some(m)),
+        None => (word, None),
+    };
+    let addr: IpAddr = ip.parse().ok()?;
+    let width: u8 = if addr.is_ipv4() { 32 } else { 128 };
+    let (prefix, odd_mask) = match mask {
+        None => (width, None),
+        Some(m) if !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()) => {
+            let p: u8 = m.parse().ok()?;
+            if p > width {
+                return None;
+            }
+            (p, None)
+        }
+        Some(m) => {
+            let mask_addr: IpAddr = m.parse().ok()?;
+            if mask_addr.is_ipv4() != addr.is_ipv4() {
+                return None;
+            }
+            match prefix_of_mask(mask_addr) {
+                Some(p) => (p, None),
+                None => (width, Some(m)),
+            }
+        }
+    };
+    Some(AddrSpec {
+        raw: word,
+        addr,
+        prefix,
+        mask: odd_mask,
+    })
+}
+
+/// `ipv6-in-brackets = "[" ipv6 "]"`
+fn bracketed_v6(i: &str) -> IResult<&str, IpAddr> {
+    let (i, _) = char('[').parse(i)?;
+    let (i, a) = map_res(take_while1(|c: char| c != ']'), str::parse::<Ipv6Addr>).parse(i)?;
+    let (i, _) = char(']').parse(i)?;
+    Ok((i, IpAddr::V6(a)))
+}
+
+/// `ipv4 = 1*( DIGIT | "." )`
+fn v4(i: &str) -> IResult<&str, IpAddr> {
+    map_res(
+        take_while1(|c: char| c.is_ascii_digit() || c == '.'),
+        |s: &str| s.parse::<Ipv4Addr>().map(IpAddr::V4),
+    )
+    .parse(i)
+}
+
+/// `nat-range = [ addr [ "-" addr ] ] [ ":" portrange-with-dash ]` where `addr` is IPv4 or a
+/// bracketed IPv6 address; an unbracketed IPv6 address (or range) has no port.
+/// Examples: `10.0.0.1:80`, `[fd00::1]:80`, `10.0.0.1-10.0.0.9:80-90`, `fd00::1`.
+pub(crate) fn nat_range(word: &str) -> Option<NatRange<'_>> {
+    // Unbracketed IPv6: `fd00::1` or `fd00::1-fd00::9`.
+    if !word.starts_with('[') && word.bytes().filter(|&b| b == b':').count() > 1 {
+        let (a, b) = match word.split_once('-') {
+            Some((a, b)) => (a, Some(b)),
+            None => (word, None),
+        };
+        let addr: Ipv6Addr = a.parse().ok()?;
+        let last = match b {
+            Some(b) => Some(IpAddr::V6(b.parse::<Ipv6Addr>().ok()?)),
+            None => None,
+        };
+        return Some(NatRange {
+            raw: word,
+            addr: Some(IpAddr::V6(addr)),
+            addr_last: last,
+            ports: None,
+        });
+    }
+    let parsed: IResult<&str, _> = all_consuming((
+        opt((
+            alt((bracketed_v6, v4)),
+            opt((tag("-"), alt((bracketed_v6, v4)))),
+        )),
+        opt((char(':'), port_range_sep('-'))),
+    ))
+    .parse(word);
+    let (_, (addrs, ports)) = parsed.ok()?;
+    let (addr, addr_last) = match addrs {
+        Some((a, last)) => (Some(a), last.map(|(_, l)| l)),
+        None => (None, None),
+    };
+    if addr.is_none() && ports.is_none() {
+        return None;
+    }
+    Some(NatRange {
+        raw: word,
+        addr,
+        addr_last,
+        ports: ports.map(|(_, p)| p),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(number("0x00004000"), Some(0x4000));
+        assert_eq!(number("0X4000"), Some(0x4000));
+        assert_eq!(number("16384"), Some(16384));
+        assert_eq!(number("0x"), None);
+        assert_eq!(number("0x1ffffffff"), None);
+    }
+
+    #[test]
+    fn marks() {
+        assert_eq!(
+            mark_value("0x4000/0x4000"),
+            Some(MarkValue {
+                value: 0x4000,
+                mask: Some(0x4000)
+            })
+        );
+        assert_eq!(
+            mark_value("0x8000"),
+            Some(MarkValue {
+                value: 0x8000,
+                mask: None
+            })
+        );
+        assert_eq!(mark_value("0x4000/"), None);
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!(
+            port_range("80"),
+            Some(PortRange {
+                first: 80,
+                last: 80
+            })
+        );
+        assert_eq!(
+            port_range("30000:32767"),
+            Some(PortRange {
+                first: 30000,
+                last: 32767
+            })
+        );
+        assert_eq!(
+            port_range(":1024"),
+            Some(PortRange {
+                first: 0,
+                last: 1024
+            })
+        );
+        assert_eq!(
+            port_range("1024:"),
+            Some(PortRange {
+                first: 1024,
+                last: 65535
+            })
+        );
+        assert_eq!(port_range("70000"), None);
+        assert_eq!(port_range(":"), None);
+        assert_eq!(port_list("80,443,1000:2000").map(|v| v.len()), Some(3));
+        assert_eq!(port_list("80,,443"), None);
+    }
+
+    #[test]
+    fn addresses() {
+        let a = addr_spec("10.0.0.1").unwrap();
+        assert_eq!((a.prefix, a.mask), (32, None));
+        assert_eq!(addr_spec("10.0.0.0/255.0.0.0").unwrap().prefix, 8);
+        let odd = addr_spec("10.0.0.0/255.0.255.0").unwrap();
+        assert_eq!(odd.mask, Some("255.0.255.0"));
+        assert_eq!(addr_spec("fd00::/64").unwrap().prefix, 64);
+        assert_eq!(addr_spec("::1").unwrap().prefix, 128);
+        assert!(addr_spec("10.0.0.0/33").is_none());
+        assert!(addr_spec("10.0.0.0/").is_none());
+        assert!(addr_spec("host.example").is_none());
+    }
+
+    #[test]
+    fn nat_ranges() {
+        let r = nat_range("10.0.0.1:80").unwrap();
+        assert_eq!(r.addr, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            r.ports,
+            Some(PortRange {
+                first: 80,
+                last: 80
+            })
+        );
+        let r = nat_range("[fd00::1]:8080").unwrap();
+        assert_eq!(r.addr, Some("fd00::1".parse().unwrap()));
+        let r = nat_range("10.0.0.1-10.0.0.9:80-90").unwrap();
+        assert_eq!(r.addr_last, Some("10.0.0.9".parse().unwrap()));
+        assert_eq!(
+            r.ports,
+            Some(PortRange {
+                first: 80,
+                last: 90
+            })
+        );
+        assert_eq!(nat_range("fd00::1").unwrap().ports, None);
+        let r = nat_range(":0").unwrap();
+        assert_eq!(
+            (r.addr, r.ports),
+            (None, Some(PortRange { first: 0, last: 0 }))
+        );
+        assert!(nat_range("").is_none());
+        assert!(nat_range("[unsupported").is_none());
+        assert!(nat_range("10.0.0.1:").is_none());
+    }
+}

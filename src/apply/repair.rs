@@ -1,0 +1,184 @@
+//! The repair transaction: read the node's rules, plan, back up, apply table by table with
+//! `iptables-restore --noflush`, read back and re-plan; on any failure restore the backup.
+
+use super::backup::write_backup;
+use super::host::{HostError, IptablesHost};
+use super::plan::{Plan, plan};
+use crate::model::Ruleset;
+use kproxy_parsers::ParseError;
+use kproxy_parsers::iptables::ParseOptions;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Errors of a repair. Every variant says whether the node was restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    /// Reading the node's rules failed; nothing was changed.
+    #[error("reading the node's rules: {0}")]
+    Read(#[source] HostError),
+    /// The node's rules could not be parsed; nothing was changed.
+    #[error("parsing the node's rules: {0}")]
+    Parse(#[source] ParseError),
+    /// The expected rules could not be parsed (a bug in render); nothing was changed.
+    #[error("parsing the expected rules: {0}")]
+    Expected(#[source] ParseError),
+    /// The backup could not be written; nothing was changed.
+    #[error("writing the backup to {dir}: {source}")]
+    Backup {
+        /// Backup directory.
+        dir: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Applying failed; the backup was restored (or restoring it failed too, see `rollback`).
+    #[error("applying table {table} failed ({})", rollback_text(rollback, backup))]
+    Apply {
+        /// The table whose restore failed.
+        table: String,
+        /// The restore error.
+        #[source]
+        source: Box<HostError>,
+        /// The backup file.
+        backup: PathBuf,
+        /// `None` if the backup was restored, else why restoring it failed.
+        rollback: Option<String>,
+    },
+    /// The rules read back after applying still differ from the expected ones; the backup was restored.
+    #[error(
+        "after applying, {remaining} chain(s) still differ from the expected rules; {}",
+        rollback_text(rollback, backup)
+    )]
+    Verify {
+        /// Chains that still differ.
+        remaining: usize,
+        /// The backup file.
+        backup: PathBuf,
+        /// `None` if the backup was restored, else why restoring it failed.
+        rollback: Option<String>,
+    },
+}
+
+fn rollback_text(rollback: &Option<String>, backup: &Path) -> String {
+    match rollback {
+        None => format!(
+            "the node's rules were restored from the backup {}",
+            backup.display()
+        ),
+        Some(e) => format!(
+            "RESTORING THE BACKUP FAILED TOO ({e}); restore it by hand: iptables-restore < {}",
+            backup.display()
+        ),
+    }
+}
+
+/// What to do.
+#[derive(Debug, Clone)]
+pub struct RepairOptions {
+    /// Rewrite every expected chain (a kube-proxy full sync) instead of only the differing ones.
+    pub full: bool,
+    /// Change the node (otherwise only plan).
+    pub apply: bool,
+    /// Where backups go.
+    pub backup_dir: PathBuf,
+    /// Node name (for the backup file name).
+    pub node: String,
+    /// Test only: append an invalid rule to the last table's restore input, so that restore fails
+    /// after earlier tables were applied (proves the rollback).
+    pub inject_fault: bool,
+}
+
+/// The result of a repair.
+#[derive(Debug)]
+pub struct RepairReport {
+    /// The plan computed from the node's rules before any change.
+    pub plan: Plan,
+    /// The backup file, when something was applied.
+    pub backup: Option<PathBuf>,
+    /// Whether the plan was applied (and verified).
+    pub applied: bool,
+    /// Size of the restore input sent.
+    pub restore_bytes: usize,
+    /// Time spent applying (restore calls and the read-back).
+    pub apply_time: Duration,
+}
+
+/// Plans (and with `opts.apply`, applies) the change from the host's current rules to `expected_text`
+/// (a render with base jumps). `before_apply` sees the parsed current rules and the plan and may
+/// veto by returning refusals (the safety guard); a veto returns the report unapplied.
+pub fn repair(
+    host: &IptablesHost,
+    expected_text: &str,
+    opts: &RepairOptions,
+    before_apply: impl FnOnce(&Ruleset<'_>, &Plan) -> Vec<String>,
+) -> Result<(RepairReport, Vec<String>), RepairError> {
+    let expected =
+        Ruleset::parse(expected_text, &ParseOptions::default()).map_err(RepairError::Expected)?;
+    let saved = host.save(true).map_err(RepairError::Read)?;
+    let current = Ruleset::parse(&saved, &ParseOptions::default()).map_err(RepairError::Parse)?;
+    let the_plan = plan(&expected, &current, opts.full);
+    let refusals = before_apply(&current, &the_plan);
+    let mut report = RepairReport {
+        restore_bytes: the_plan.restore_input().len(),
+        plan: the_plan,
+        backup: None,
+        applied: false,
+        apply_time: Duration::ZERO,
+    };
+    if !opts.apply || report.plan.is_empty() || !refusals.is_empty() {
+        return Ok((report, refusals));
+    }
+    let backup =
+        write_backup(&opts.backup_dir, &opts.node, host.ipv6, &saved).map_err(|source| {
+            RepairError::Backup {
+                dir: opts.backup_dir.clone(),
+                source,
+            }
+        })?;
+    report.backup = Some(backup.clone());
+    let started = Instant::now();
+    let tables: Vec<_> = report
+        .plan
+        .tables
+        .iter()
+        .filter(|t| !t.is_empty())
+        .collect();
+    let last = tables.len().saturating_sub(1);
+    for (i, t) in tables.iter().enumerate() {
+        let mut input = t.restore_input();
+        if opts.inject_fault && i == last {
+            inject_invalid_rule(&mut input);
+        }
+        if let Err(source) = host.restore_noflush(&input) {
+            let rollback = host.restore_exact(&saved).err().map(|e| e.to_string());
+            return Err(RepairError::Apply {
+                table: t.table.clone(),
+                source: Box::new(source),
+                backup,
+                rollback,
+            });
+        }
+    }
+    let after = host.save(false).map_err(RepairError::Read)?;
+    let after_rs = Ruleset::parse(&after, &ParseOptions::default()).map_err(RepairError::Parse)?;
+    let again = plan(&expected, &after_rs, false);
+    report.apply_time = started.elapsed();
+    if !again.is_empty() {
+        let remaining = again.tables.iter().map(|t| t.changes.len()).sum();
+        let rollback = host.restore_exact(&saved).err().map(|e| e.to_string());
+        return Err(RepairError::Verify {
+            remaining,
+            backup,
+            rollback,
+        });
+    }
+    report.applied = true;
+    Ok((report, refusals))
+}
+
+/// Appends a rule iptables-restore rejects just before the final `COMMIT`.
+fn inject_invalid_rule(input: &mut String) {
+    if let Some(pos) = input.rfind("COMMIT\n") {
+        input.insert_str(pos, "-A KUBE-SERVICES -m kproxy-injected-fault -j ACCEPT\n");
+    }
+}

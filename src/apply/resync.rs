@@ -1,0 +1,202 @@
+//! The resync loop: an emergency stand-in for a dead kube-proxy on one node. It watches Services,
+//! EndpointSlices and Nodes (kube runtime watchers feeding reflector stores), coalesces changes,
+//! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
+//! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+
+use super::host::IptablesHost;
+use super::plan::{ChainAction, plan};
+use crate::model::Ruleset;
+use crate::proxier::iptables::{RenderOptions, render};
+use crate::state::ClusterState;
+use crate::state::config::ProxyConfig;
+use crate::state::node::NodeFacts;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kproxy_parsers::iptables::ParseOptions;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Errors that stop the loop.
+#[derive(Debug, thiserror::Error)]
+pub enum ResyncError {
+    /// A kube-proxy process runs on this host.
+    #[error("a kube-proxy process is running on this host (pid {0}); two writers of the same chains fight each other — stop it first or pass --force")]
+    KubeProxyRunning(u32),
+    /// The watches never delivered an initial state.
+    #[error("the API watches did not deliver an initial state within {0:?}")]
+    NotReady(Duration),
+}
+
+/// Builds the node facts from the current state (node IPs may change while the loop runs).
+pub type FactsBuilder = Arc<dyn Fn(&ClusterState) -> anyhow::Result<NodeFacts> + Send + Sync>;
+
+/// How the loop syncs.
+#[derive(Clone)]
+pub struct ResyncOptions {
+    /// Where the rules go.
+    pub host: IptablesHost,
+    /// kube-proxy's configuration.
+    pub config: ProxyConfig,
+    /// Builds the node facts from the current state (node IPs may change).
+    pub facts: FactsBuilder,
+    /// Minimum time between two syncs (coalescing window).
+    pub min_sync_period: Duration,
+    /// Time between full rewrites.
+    pub sync_period: Duration,
+    /// Receives one line per sync (and per failure); the CLI prints them on stderr.
+    pub log: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Whether every chain was rewritten.
+    pub full: bool,
+    /// Chains created, rewritten or deleted.
+    pub chains_written: usize,
+    /// Rules written.
+    pub rules_written: usize,
+}
+
+/// The pid of a running kube-proxy process, if any (`/proc/*/comm`).
+pub fn kube_proxy_pid() -> Option<u32> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.filter_map(Result::ok).find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "kube-proxy").then_some(pid)
+    })
+}
+
+/// One sync: render, read the node, plan, restore. Returns what was written.
+pub fn sync_once(state: &ClusterState, opts: &ResyncOptions, full: bool) -> anyhow::Result<SyncStats> {
+    let facts = (opts.facts)(state)?;
+    let expected_text = render(state, &opts.config, &facts, RenderOptions { with_base_jumps: true }).to_restore_text();
+    let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;
+    let saved = opts.host.save(false)?;
+    let current = Ruleset::parse(&saved, &ParseOptions::default())?;
+    let p = plan(&expected, &current, full);
+    let changes = p.tables.iter().flat_map(|t| &t.changes);
+    let chains_written = changes
+        .clone()
+        .filter(|c| !matches!(c.action, ChainAction::KeepReferenced))
+        .count();
+    let rules_written = changes.map(|c| if c.action == ChainAction::Delete { 0 } else { c.rules_after }).sum();
+    for t in &p.tables {
+        let input = t.restore_input();
+        if !input.is_empty() {
+            opts.host.restore_noflush(&input)?;
+        }
+    }
+    Ok(SyncStats {
+        full,
+        chains_written,
+        rules_written,
+    })
+}
+
+fn snapshot<K: kube::Resource + Clone>(store: &Store<K>) -> Vec<K>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    store.state().iter().map(|o| (**o).clone()).collect()
+}
+
+/// Spawns a reflector for `api` and returns its store; every change pokes `notify`.
+fn spawn_reflector<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::warn!("watch error: {e}");
+            }
+            notify.notify_one();
+        }
+    });
+    reader
+}
+
+/// Runs the loop until `shutdown` completes. Deletions are seen because the reflector stores drop
+/// deleted objects; every watch event (add, update, delete, re-list) triggers a sync.
+pub async fn run(client: Client, opts: ResyncOptions, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    let notify = Arc::new(Notify::new());
+    let services = spawn_reflector(Api::<Service>::all(client.clone()), notify.clone());
+    let slices = spawn_reflector(Api::<EndpointSlice>::all(client.clone()), notify.clone());
+    let nodes = spawn_reflector(Api::<Node>::all(client), notify.clone());
+    let ready_timeout = Duration::from_secs(60);
+    let ready = async {
+        let _ = services.wait_until_ready().await;
+        let _ = slices.wait_until_ready().await;
+        let _ = nodes.wait_until_ready().await;
+    };
+    tokio::time::timeout(ready_timeout, ready)
+        .await
+        .map_err(|_| ResyncError::NotReady(ready_timeout))?;
+    tokio::pin!(shutdown);
+    let mut last_full = Instant::now();
+    let mut full = true;
+    loop {
+        let state = ClusterState {
+            services: snapshot(&services),
+            endpoint_slices: snapshot(&slices),
+            nodes: snapshot(&nodes),
+        };
+        let started = Instant::now();
+        let sync_opts = opts.clone();
+        let result = tokio::task::spawn_blocking(move || sync_once(&state, &sync_opts, full)).await?;
+        match result {
+            Ok(s) => {
+                (opts.log)(&format!(
+                    "sync: {} in {:.1} ms, {} chains written, {} rules",
+                    if s.full { "full" } else { "partial" },
+                    started.elapsed().as_secs_f64() * 1000.0,
+                    s.chains_written,
+                    s.rules_written
+                ));
+                if s.full {
+                    last_full = Instant::now();
+                }
+                full = false;
+            }
+            Err(e) => {
+                // As kube-proxy: a failed sync makes the next one full.
+                (opts.log)(&format!("sync failed: {e:#}"));
+                full = true;
+            }
+        }
+        let next_allowed = started + opts.min_sync_period;
+        let next_full = last_full + opts.sync_period;
+        tokio::select! {
+            _ = &mut shutdown => {
+                (opts.log)("shutting down");
+                return Ok(());
+            }
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep_until(next_full.into()) => { full = true; }
+        }
+        // Coalesce: wait out the rest of the minimum period, absorbing further events.
+        let now = Instant::now();
+        if next_allowed > now {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tokio::time::sleep(next_allowed - now) => {}
+            }
+        }
+        if Instant::now() >= next_full {
+            full = true;
+        }
+    }
+}

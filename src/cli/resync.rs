@@ -1,0 +1,122 @@
+//! `resync` command: stand in for a dead kube-proxy on this node — watch the API and keep the
+//! node's kube-proxy chains in sync until SIGTERM/SIGINT.
+
+use super::common::{GlobalArgs, NodeFactArgs, read_input};
+use crate::apply::host::{Backend, IptablesHost};
+use crate::apply::resync::{ResyncError, ResyncOptions, kube_proxy_pid, run as run_loop};
+use crate::exit::Outcome;
+use crate::kube_client;
+use anyhow::{Context, bail};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `resync`.
+#[derive(Debug, Args)]
+pub struct ResyncArgs {
+    /// Work on this host's rules (required: resync runs on the node).
+    #[arg(long)]
+    pub local: bool,
+    /// Keep running, following the API's watch events (required; a one-shot sync is `repair --local --apply`).
+    #[arg(long)]
+    pub watch: bool,
+    /// Minimum time between two syncs; changes arriving meanwhile are coalesced (e.g. 1s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub min_sync_period: String,
+    /// Time between full rewrites of every chain.
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub sync_period: String,
+    /// KubeProxyConfiguration YAML (or the kube-proxy ConfigMap), e.g. from `kubectl -n kube-system get cm kube-proxy -o yaml`.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Start even though a kube-proxy process is running on this host.
+    #[arg(long)]
+    pub force: bool,
+    /// Which iptables userspace to use on this host.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Node facts, as for render.
+    #[command(flatten)]
+    pub facts: NodeFactArgs,
+}
+
+/// Parses `500ms`, `1s`, `2m`, `1h`.
+fn duration(text: &str) -> anyhow::Result<Duration> {
+    let t = text.trim();
+    if let Some(ms) = t.strip_suffix("ms") {
+        return Ok(Duration::from_millis(ms.parse().with_context(|| format!("bad duration {text:?}"))?));
+    }
+    Ok(kube_client::parse_duration(t)
+        .with_context(|| format!("bad duration {text:?}"))?
+        .unwrap_or(Duration::ZERO))
+}
+
+/// Runs `resync`.
+pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if !args.local || !args.watch {
+        bail!("resync runs on the node and follows the API: use `kubectl-kproxy resync --local --watch` (one-shot: `repair --local --apply`)");
+    }
+    if !args.force
+        && let Some(pid) = kube_proxy_pid()
+    {
+        return Err(ResyncError::KubeProxyRunning(pid).into());
+    }
+    let config = match &args.config {
+        Some(p) => {
+            let text = read_input(p)?;
+            let (c, warnings) = crate::state::config::parse(&text, &p.display().to_string())?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            c
+        }
+        None => crate::state::config::ProxyConfig::default(),
+    };
+    let host = IptablesHost {
+        ipv6: args.facts.ip_family == "6",
+        backend: args.backend,
+        netns: args.netns.clone(),
+        wait: Duration::from_secs(5),
+    };
+    let fact_args = args.facts.clone();
+    let fact_config = config.clone();
+    let opts = ResyncOptions {
+        host,
+        config,
+        facts: Arc::new(move |state| {
+            let (facts, _) = crate::state::node::build(&fact_args, state, &fact_config)?;
+            Ok(facts)
+        }),
+        min_sync_period: duration(&args.min_sync_period)?,
+        sync_period: duration(&args.sync_period)?.max(Duration::from_secs(1)),
+        log: Arc::new(|line| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            eprintln!("{}.{:03} {line}", now.as_secs(), now.subsec_millis());
+        }),
+    };
+    let rt = super::live::runtime()?;
+    rt.block_on(async {
+        let conn = kube_client::connect(global).await?;
+        let shutdown = async {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        run_loop(conn.client, opts, shutdown).await
+    })?;
+    Ok(Outcome::Clean)
+}

@@ -1,0 +1,214 @@
+//! Support bundles: one node's dumps, the API state and kube-proxy's configuration in one
+//! `.tar.gz`, written by `kubectl kproxy collect NODE -o FILE.tar.gz` and read back by every
+//! command with `--bundle FILE`.
+//!
+//! Layout (all under `kproxy-bundle/`):
+//!
+//! | entry | content |
+//! |-------|---------|
+//! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…}` |
+//! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`) |
+//! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
+//! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt` | the dumps that were collected |
+//!
+//! The format is plain so that a bundle can be unpacked and fed to the offline flags by hand.
+
+use super::{CollectError, DumpKind, NodeSnapshot};
+use crate::state::ClusterState;
+use std::io::Read;
+use std::path::Path;
+
+/// Directory inside the archive.
+pub const ROOT: &str = "kproxy-bundle";
+/// Current format number.
+pub const FORMAT: u32 = 1;
+/// Upper bound on one entry, against decompression bombs (1 GiB).
+const MAX_ENTRY: u64 = 1 << 30;
+
+/// A bundle's content.
+#[derive(Debug, Clone, Default)]
+pub struct Bundle {
+    /// The node the dumps come from.
+    pub node: String,
+    /// API state.
+    pub state: ClusterState,
+    /// KubeProxyConfiguration text and where it came from (`configmap kube-system/kube-proxy`).
+    pub config: Option<(String, String)>,
+    /// The dumps.
+    pub snapshot: NodeSnapshot,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    format: u32,
+    node: String,
+    collector: String,
+    #[serde(default)]
+    config_source: Option<String>,
+    #[serde(default)]
+    warnings: Vec<String>,
+    #[serde(default)]
+    created_unix: u64,
+}
+
+/// Writes `bundle` to `path` as a gzip-compressed tar.
+pub fn write(path: &Path, bundle: &Bundle) -> Result<(), CollectError> {
+    let io = |source| CollectError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(io)?;
+    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let manifest = Manifest {
+        format: FORMAT,
+        node: bundle.node.clone(),
+        collector: bundle.snapshot.collector.clone(),
+        config_source: bundle.config.as_ref().map(|(_, s)| s.clone()),
+        warnings: bundle.snapshot.warnings.clone(),
+        created_unix: now,
+    };
+    let bad = |detail: String| CollectError::Bundle {
+        path: path.display().to_string(),
+        detail,
+    };
+    let manifest = serde_json::to_vec_pretty(&manifest).map_err(|e| bad(e.to_string()))?;
+    append(&mut tar, "manifest.json", &manifest, now).map_err(io)?;
+    let state = state_to_list_json(&bundle.state).map_err(|e| bad(e.to_string()))?;
+    append(&mut tar, "state.json", &state, now).map_err(io)?;
+    if let Some((text, _)) = &bundle.config {
+        append(&mut tar, "config.conf", text.as_bytes(), now).map_err(io)?;
+    }
+    for kind in DumpKind::ALL {
+        if let Some(text) = kind.get(&bundle.snapshot) {
+            append(&mut tar, kind.file_name(), text.as_bytes(), now).map_err(io)?;
+        }
+    }
+    let gz = tar.into_inner().map_err(io)?;
+    let file = gz.finish().map_err(io)?;
+    file.sync_all().map_err(io)?;
+    Ok(())
+}
+
+fn append<W: std::io::Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+    mtime: u64,
+) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(mtime);
+    header.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(&mut header, format!("{ROOT}/{name}"), data)
+}
+
+/// Serialises API state as a `v1 List` (the shape of `kubectl get … -o json`).
+pub fn state_to_list_json(state: &ClusterState) -> Result<Vec<u8>, serde_json::Error> {
+    let mut items = Vec::new();
+    for s in &state.services {
+        items.push(serde_json::to_value(s)?);
+    }
+    for s in &state.endpoint_slices {
+        items.push(serde_json::to_value(s)?);
+    }
+    for n in &state.nodes {
+        items.push(serde_json::to_value(n)?);
+    }
+    serde_json::to_vec_pretty(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {},
+        "items": items,
+    }))
+}
+
+/// Reads a bundle written by [`write`].
+pub fn read(path: &Path) -> Result<Bundle, CollectError> {
+    let shown = path.display().to_string();
+    let io = |source| CollectError::Io {
+        path: shown.clone(),
+        source,
+    };
+    let bad = |detail: String| CollectError::Bundle {
+        path: shown.clone(),
+        detail,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut manifest: Option<Manifest> = None;
+    let mut state_text: Option<String> = None;
+    let mut config_text: Option<String> = None;
+    let mut snapshot = NodeSnapshot::default();
+    let entries = archive
+        .entries()
+        .map_err(|e| bad(format!("not a tar.gz archive: {e}")))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| bad(format!("not a tar.gz archive: {e}")))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry
+            .path()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string_lossy()
+            .into_owned();
+        let Some(file_name) = name.strip_prefix(&format!("{ROOT}/")) else {
+            continue;
+        };
+        if entry.header().size().unwrap_or(0) > MAX_ENTRY {
+            return Err(bad(format!("{name} is larger than 1 GiB")));
+        }
+        let mut text = String::new();
+        entry
+            .take(MAX_ENTRY)
+            .read_to_string(&mut text)
+            .map_err(|e| bad(format!("{name}: {e}")))?;
+        match file_name {
+            "manifest.json" => {
+                manifest =
+                    Some(serde_json::from_str(&text).map_err(|e| bad(format!("{name}: {e}")))?)
+            }
+            "state.json" => state_text = Some(text),
+            "config.conf" => config_text = Some(text),
+            other => {
+                if let Some(kind) = DumpKind::ALL.into_iter().find(|k| k.file_name() == other) {
+                    *kind.slot(&mut snapshot) = Some(text);
+                }
+            }
+        }
+    }
+    let manifest =
+        manifest.ok_or_else(|| bad(format!("no {ROOT}/manifest.json (not a kproxy bundle)")))?;
+    if manifest.format != FORMAT {
+        return Err(bad(format!(
+            "format {} is not supported (this build reads format {FORMAT})",
+            manifest.format
+        )));
+    }
+    let state = match state_text {
+        Some(t) => crate::state::load::from_str(&t, &format!("{shown}:{ROOT}/state.json"))
+            .map_err(|e| bad(e.to_string()))?,
+        None => ClusterState::default(),
+    };
+    snapshot.collector = format!("bundle ({}, collected by {})", shown, manifest.collector);
+    snapshot.warnings = manifest.warnings;
+    let config = config_text.map(|t| {
+        let source = manifest
+            .config_source
+            .clone()
+            .unwrap_or_else(|| "bundle".to_string());
+        (t, format!("{source} (from bundle {shown})"))
+    });
+    Ok(Bundle {
+        node: manifest.node,
+        state,
+        config,
+        snapshot,
+    })
+}

@@ -1,0 +1,268 @@
+//! `verify` end to end for one node, offline: parse the dumps, compute what kube-proxy would write,
+//! and run the node-wide, graph-level and rule-level comparisons into one [`Report`].
+
+use super::catalogue as cat;
+use super::expected::{self, ExpectedPort};
+use super::finding::Finding;
+use super::graph_level::{self, GraphContext};
+use super::nodewide::{self, NodeContext, ServiceAddresses};
+use super::report::Report;
+use super::rule_level;
+use crate::graph::{self, GraphOptions, NameResolver};
+use crate::model::Ruleset;
+use crate::proxier::iptables::{self as ipt, RenderOptions};
+use crate::state::ClusterState;
+use crate::state::config::ProxyConfig;
+use crate::state::ip::IpFamily;
+use crate::state::node::NodeFacts;
+use kproxy_parsers::ParseError;
+use kproxy_parsers::iptables::{ParseOptions, parse_dump};
+
+/// One dump to verify.
+#[derive(Debug, Clone, Copy)]
+pub struct DumpText<'a> {
+    /// Where it came from (`iptables-save`, a path), for messages.
+    pub label: &'a str,
+    /// The text.
+    pub text: &'a str,
+    /// The IP family its rules are for.
+    pub family: IpFamily,
+}
+
+/// Everything `verify` needs for one node.
+#[derive(Debug, Clone)]
+pub struct VerifyInput<'a> {
+    /// The node name shown in the report.
+    pub node: &'a str,
+    /// API objects.
+    pub state: &'a ClusterState,
+    /// kube-proxy's configuration.
+    pub config: &'a ProxyConfig,
+    /// Node facts (their `family` is replaced per dump).
+    pub facts: &'a NodeFacts,
+    /// `iptables-save` / `ip6tables-save` output, one per family.
+    pub dumps: Vec<DumpText<'a>>,
+    /// `iptables-legacy-save` output (the other backend), if collected.
+    pub legacy: Option<DumpText<'a>>,
+    /// `nft list ruleset` output, if collected.
+    pub nft_ruleset: Option<&'a str>,
+    /// Parser options (lenient or strict).
+    pub parse: ParseOptions,
+}
+
+/// Why verify could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A dump did not parse.
+    #[error("{label}: {source}")]
+    Parse {
+        /// Which dump.
+        label: String,
+        /// The parse error (with line:col).
+        source: ParseError,
+    },
+}
+
+/// The masquerade mark bit value from the facts' mark text (`0x00004000`), else `1 << masqueradeBit`.
+pub fn mark_value(facts: &NodeFacts, config: &ProxyConfig) -> u32 {
+    let t = facts.masquerade_mark.trim();
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"));
+    match hex.map(|h| u32::from_str_radix(h, 16)) {
+        Some(Ok(v)) => v,
+        _ => match t.parse::<u32>() {
+            Ok(v) => v,
+            Err(_) => 1u32 << config.masquerade_bit.min(31),
+        },
+    }
+}
+
+fn service_addresses(expected: &[ExpectedPort]) -> ServiceAddresses {
+    let mut a = ServiceAddresses::default();
+    for e in expected {
+        for ip in std::iter::once(&e.cluster_ip)
+            .chain(&e.external_ips)
+            .chain(&e.lb_ips)
+        {
+            a.ips.entry(*ip).or_insert_with(|| e.name.clone());
+        }
+        a.ports
+            .entry((e.protocol.to_string(), e.port))
+            .or_insert_with(|| e.name.clone());
+        if let Some(np) = e.node_port {
+            a.ports
+                .entry((e.protocol.to_string(), np))
+                .or_insert_with(|| e.name.clone());
+        }
+    }
+    a
+}
+
+fn parse<'t>(
+    d: &DumpText<'t>,
+    opts: &ParseOptions,
+) -> Result<kproxy_parsers::iptables::Dump<'t>, VerifyError> {
+    parse_dump(d.text, opts).map_err(|source| VerifyError::Parse {
+        label: d.label.to_string(),
+        source,
+    })
+}
+
+/// Runs every check for one node.
+pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
+    let mode = if input.config.mode.is_empty() {
+        "iptables"
+    } else {
+        input.config.mode.as_str()
+    };
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut service_ports = 0usize;
+    let mut main_has_rules = false;
+    let mut legacy_present_warning = false;
+    for d in &input.dumps {
+        let t0 = std::time::Instant::now();
+        let stage = |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
+        let dump = parse(d, &input.parse)?;
+        stage("parsed");
+        let mut facts = input.facts.clone();
+        facts.family = d.family;
+        let plan = ipt::expected_service_ports(input.state, input.config, &facts);
+        let expected = expected::expected_ports(&plan);
+        service_ports += expected.len();
+        stage("expected service ports computed");
+        let addresses = service_addresses(&expected);
+        let mark = mark_value(&facts, input.config);
+        let cx = NodeContext {
+            mark,
+            mode,
+            services: &addresses,
+            large_cluster: plan.large_cluster_mode,
+            label: d.label,
+        };
+        findings.extend(nodewide::check(&dump, &cx));
+        stage("node-wide checks done");
+        main_has_rules |= nodewide::has_kube_proxy_rules(&dump);
+        legacy_present_warning |= dump.legacy_tables_present;
+        let unreadable = nodewide::is_unreadable(&dump);
+
+        let resolver =
+            NameResolver::from_ports(expected.iter().map(|e| (e.name.as_str(), e.protocol)));
+        let graph = graph::build(
+            &dump,
+            &GraphOptions {
+                resolver: resolver.clone(),
+                source: Some(d.label.to_string()),
+            },
+        );
+        let gx = GraphContext {
+            masquerade_all: input.config.masquerade_all,
+            local_detector: expected::detector_text(&plan),
+            large_cluster: plan.large_cluster_mode,
+            unreadable,
+        };
+        stage("graph built");
+        let (graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
+        stage("graph level compared");
+        let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
+        findings.extend(graph_findings);
+        drop(graph);
+
+        if !unreadable && !skeleton {
+            let rendered =
+                ipt::render_plan(&plan, &facts, RenderOptions::default()).to_restore_text();
+            let expected_rules = match Ruleset::parse(&rendered, &ParseOptions::strict()) {
+                Ok(r) => r,
+                Err(source) => {
+                    return Err(VerifyError::Parse {
+                        label: format!("render for {}", d.label),
+                        source,
+                    });
+                }
+            };
+            stage("rendered and indexed");
+            let actual_rules = Ruleset::from_dump(dump);
+            stage("dump indexed");
+            findings.extend(rule_level::compare(
+                &expected_rules,
+                &actual_rules,
+                &resolver,
+                &explained,
+            ));
+            stage("rule level compared");
+        }
+    }
+    // Families whose dump was not given.
+    for fam in [IpFamily::V4, IpFamily::V6] {
+        if input.dumps.iter().any(|d| d.family == fam) || input.dumps.is_empty() {
+            continue;
+        }
+        let mut facts = input.facts.clone();
+        facts.family = fam;
+        let n = ipt::expected_service_ports(input.state, input.config, &facts)
+            .ports
+            .len();
+        if n > 0 {
+            findings.push(
+                cat::FAMILY_NOT_COLLECTED
+                    .finding(format!(
+                        "{n} {fam} service port(s) not checked: no {fam} dump given"
+                    ))
+                    .expected(format!(
+                        "{} output",
+                        if fam == IpFamily::V6 {
+                            "ip6tables-save"
+                        } else {
+                            "iptables-save"
+                        }
+                    ))
+                    .actual("not given"),
+            );
+        }
+    }
+    match &input.legacy {
+        Some(l) => {
+            let legacy = parse(l, &input.parse)?;
+            if nodewide::has_kube_proxy_rules(&legacy) && main_has_rules {
+                findings.push(backend_split(&legacy, l.label));
+            }
+        }
+        None if legacy_present_warning && main_has_rules => findings.push(
+            cat::LEGACY_NOT_COLLECTED
+                .finding("the dump says iptables-legacy tables are present; kube-proxy rules there were not checked")
+                .expected("--iptables-legacy-save given")
+                .actual("# Warning: iptables-legacy tables present"),
+        ),
+        None => {}
+    }
+    if let Some(nft) = input.nft_ruleset {
+        findings.extend(nodewide::foreign_nft_tables(nft, mode));
+    }
+    Ok(Report::new(input.node, mode, service_ports, findings))
+}
+
+/// KP002: what the other backend holds.
+fn backend_split(legacy: &kproxy_parsers::iptables::Dump<'_>, label: &str) -> Finding {
+    let mut chains = 0usize;
+    let mut rules = 0usize;
+    let mut entries = 0usize;
+    for t in &legacy.tables {
+        let mut seen = std::collections::HashSet::new();
+        for r in &t.rules {
+            if crate::graph::ownership::is_kube_proxy_chain(t.name, r.chain) {
+                rules += 1;
+                if seen.insert(r.chain) {
+                    chains += 1;
+                }
+                if t.name == "nat" && r.chain == "KUBE-SERVICES" {
+                    entries += 1;
+                }
+            }
+        }
+    }
+    cat::BACKEND_SPLIT
+        .finding(format!(
+            "{label} also holds kube-proxy rules ({chains} chains, {rules} rules, {entries} service entries): both backends are evaluated, stale copies DNAT to old endpoints"
+        ))
+        .chain("nat KUBE-SERVICES")
+        .expected("kube-proxy rules in one backend only")
+        .actual(format!("{chains} kube-proxy chains with rules in the legacy backend"))
+}

@@ -1,0 +1,486 @@
+//! EndpointSlices → endpoints per service port (kube-proxy `endpointslicecache.go`) and their
+//! categorisation into cluster/local/reachable sets with terminating fallback and topology hints
+//! (`topology.go` `CategorizeEndpoints`). Mode-independent: the iptables and IPVS proxiers use it.
+
+use super::service_port::{Protocol, ServicePortName, ignored_by_labels};
+use crate::state::Warning;
+use crate::state::ip::{IpFamily, join_host_port, parse_ip_sloppy};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+fn serialize_arc_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v)
+}
+
+/// The label naming an EndpointSlice's Service.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+/// The object an endpoint stands for (usually a Pod).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetRef {
+    /// `kind` (e.g. `Pod`).
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// One endpoint of one service port, as kube-proxy stores it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Endpoint {
+    /// `addresses[0]`, normalised.
+    pub ip: IpAddr,
+    /// The slice port's number (the resolved target port).
+    pub port: i32,
+    /// `ip:port` / `[ip]:port`: the sort key and the SEP hash input.
+    pub endpoint: String,
+    /// `conditions.ready` (nil → true).
+    pub ready: bool,
+    /// `conditions.serving` (nil → true).
+    pub serving: bool,
+    /// `conditions.terminating` (nil → false).
+    pub terminating: bool,
+    /// `nodeName` equals the proxier's node name.
+    pub is_local: bool,
+    /// `hints.forZones[].name`.
+    pub zone_hints: Vec<String>,
+    /// `hints.forNodes[].name`.
+    pub node_hints: Vec<String>,
+    /// `zone` (informational).
+    pub zone: Option<String>,
+    /// `nodeName` (informational).
+    pub node_name: Option<String>,
+    /// `targetRef` (informational).
+    pub target_ref: Option<TargetRef>,
+    /// The EndpointSlice it came from (`name`).
+    #[serde(serialize_with = "serialize_arc_str")]
+    pub slice: Arc<str>,
+}
+
+/// Endpoints per service port, each list sorted by endpoint string.
+pub type EndpointsMap = HashMap<ServicePortName, Vec<Endpoint>>;
+
+fn slice_label(s: &EndpointSlice) -> String {
+    format!(
+        "EndpointSlice {}/{}",
+        s.metadata.namespace.as_deref().unwrap_or(""),
+        s.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// How much of each endpoint's informational data (`nodeName`, `zone`, `targetRef`, hints are
+/// always kept) to copy: rule generation needs none of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointDetail {
+    /// Everything (for explaining rules: verify, trace).
+    Full,
+    /// Only what rule generation needs (`node_name`, `zone`, `target_ref` left empty).
+    Lean,
+}
+
+/// Builds the endpoints map of one proxier (IP family) from all slices, as kube-proxy's cache does:
+/// slices of other address types are ignored, only `addresses[0]` is used, duplicates keep the
+/// first copy unless a later one is not terminating, each list is sorted by `ip:port`.
+pub fn endpoints_map(
+    slices: &[EndpointSlice],
+    family: IpFamily,
+    node_name: &str,
+    warnings: &mut Vec<Warning>,
+) -> EndpointsMap {
+    endpoints_map_with(slices, family, node_name, EndpointDetail::Full, warnings)
+}
+
+/// [`endpoints_map`] with a choice of how much informational data to copy.
+pub fn endpoints_map_with(
+    slices: &[EndpointSlice],
+    family: IpFamily,
+    node_name: &str,
+    detail: EndpointDetail,
+    warnings: &mut Vec<Warning>,
+) -> EndpointsMap {
+    // Deterministic stand-in for Go's map order: by namespace, service, slice name.
+    let mut order: Vec<(&str, &str, &str, &EndpointSlice)> = Vec::with_capacity(slices.len());
+    for s in slices {
+        if ignored_by_labels(&s.metadata) || s.address_type != family.as_k8s() {
+            continue;
+        }
+        let svc = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SERVICE_NAME))
+            .map(String::as_str)
+            .unwrap_or("");
+        let ns = s.metadata.namespace.as_deref().unwrap_or("");
+        let name = s.metadata.name.as_deref().unwrap_or("");
+        if svc.is_empty() {
+            warnings.push(Warning::new(
+                slice_label(s),
+                format!("no {LABEL_SERVICE_NAME} label; slice ignored"),
+            ));
+            continue;
+        }
+        order.push((ns, svc, name, s));
+    }
+    order.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+
+    let full = detail == EndpointDetail::Full;
+    let mut map: EndpointsMap = HashMap::new();
+    let mut parsed: Vec<(IpAddr, &k8s_openapi::api::discovery::v1::Endpoint)> = Vec::new();
+    for (ns, svc, slice_name, s) in order {
+        // Parse the endpoints once per slice, then attach them to each port.
+        parsed.clear();
+        for (i, ep) in s.endpoints.iter().enumerate() {
+            let Some(addr) = ep.addresses.first() else {
+                continue;
+            };
+            let Some(ip) = parse_ip_sloppy(addr) else {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!("endpoints[{i}] address {addr:?} is not an IP; endpoint ignored"),
+                ));
+                continue;
+            };
+            if IpFamily::of(&ip) != family {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!(
+                        "endpoints[{i}] address {addr:?} is not {family} but the slice's addressType is; endpoint ignored"
+                    ),
+                ));
+                continue;
+            }
+            parsed.push((ip, ep));
+        }
+        let slice_arc: Arc<str> = Arc::from(slice_name);
+        for (pi, port) in s.ports.as_deref().unwrap_or(&[]).iter().enumerate() {
+            let Some(port_name) = port.name.as_ref() else {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!("ports[{pi}] has no name (not even \"\"); port ignored"),
+                ));
+                continue;
+            };
+            let Some(port_num) = port.port.filter(|p| *p != 0) else {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!("ports[{pi}] ({port_name:?}) has no port number; port ignored"),
+                ));
+                continue;
+            };
+            let proto_text = port.protocol.as_deref().unwrap_or("TCP");
+            let Some(protocol) = Protocol::parse(proto_text) else {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!("ports[{pi}] protocol {proto_text:?} is not TCP, UDP or SCTP; port ignored"),
+                ));
+                continue;
+            };
+            let spn = ServicePortName {
+                namespace: ns.to_string(),
+                name: svc.to_string(),
+                port: port_name.clone(),
+                protocol,
+            };
+            let list = map.entry(spn).or_default();
+            list.reserve(parsed.len());
+            for (ip, ep) in &parsed {
+                let cond = ep.conditions.as_ref();
+                let hints = ep.hints.as_ref();
+                let node = ep.node_name.as_deref();
+                list.push(Endpoint {
+                    ip: *ip,
+                    port: port_num,
+                    endpoint: join_host_port(ip, port_num),
+                    ready: cond.and_then(|c| c.ready).unwrap_or(true),
+                    serving: cond.and_then(|c| c.serving).unwrap_or(true),
+                    terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
+                    is_local: !node_name.is_empty() && node == Some(node_name),
+                    zone_hints: hints
+                        .and_then(|h| h.for_zones.as_ref())
+                        .map(|z| z.iter().map(|z| z.name.clone()).collect())
+                        .unwrap_or_default(),
+                    node_hints: hints
+                        .and_then(|h| h.for_nodes.as_ref())
+                        .map(|z| z.iter().map(|z| z.name.clone()).collect())
+                        .unwrap_or_default(),
+                    zone: if full { ep.zone.clone() } else { None },
+                    node_name: if full { node.map(str::to_string) } else { None },
+                    target_ref: if full {
+                        ep.target_ref.as_ref().map(|t| TargetRef {
+                            kind: t.kind.clone().unwrap_or_default(),
+                            namespace: t.namespace.clone().unwrap_or_default(),
+                            name: t.name.clone().unwrap_or_default(),
+                        })
+                    } else {
+                        None
+                    },
+                    slice: slice_arc.clone(),
+                });
+            }
+        }
+    }
+    map.retain(|_, v| !v.is_empty());
+    for v in map.values_mut() {
+        dedup_sorted(v);
+    }
+    map
+}
+
+/// Sorts by endpoint string and resolves duplicates as kube-proxy's cache does when it meets
+/// them in list order: the first copy stays unless a later copy is not terminating (then the
+/// last such copy wins).
+fn dedup_sorted(v: &mut Vec<Endpoint>) {
+    v.sort_by(|a, b| a.endpoint.cmp(&b.endpoint)); // stable: keeps list order among duplicates
+    if v.windows(2).all(|w| w.first().map(|a| &a.endpoint) != w.get(1).map(|b| &b.endpoint)) {
+        return;
+    }
+    let old = std::mem::take(v);
+    let mut group: Vec<Endpoint> = Vec::new();
+    let flush = |group: &mut Vec<Endpoint>, out: &mut Vec<Endpoint>| {
+        let pick = group.iter().rposition(|e| !e.terminating).unwrap_or(0);
+        if let Some(e) = group.drain(..).nth(pick) {
+            out.push(e);
+        }
+    };
+    for e in old {
+        if group.first().is_some_and(|g| g.endpoint != e.endpoint) {
+            flush(&mut group, v);
+        }
+        group.push(e);
+    }
+    flush(&mut group, v);
+}
+
+/// Which topology filtering applies to a service port's cluster endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum TopologyMode {
+    /// No filtering.
+    #[default]
+    None,
+    /// Only endpoints hinted for this node's zone.
+    PreferSameZone,
+    /// Only endpoints hinted for this node.
+    PreferSameNode,
+}
+
+/// The result of kube-proxy's `CategorizeEndpoints`, as indexes into the endpoint list.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Categorized {
+    /// Endpoints used with Cluster policy (ready and topology-available, else serving+terminating).
+    pub cluster: Vec<usize>,
+    /// Endpoints used with Local policy (local ready, else local serving+terminating).
+    pub local: Vec<usize>,
+    /// Union of both: every endpoint reachable from this node (sorted by endpoint string).
+    pub reachable: Vec<usize>,
+    /// Whether the service has usable endpoints anywhere in the cluster.
+    pub has_any: bool,
+    /// The topology mode chosen for the cluster endpoints.
+    pub topology: TopologyMode,
+}
+
+/// What the categorisation needs to know about the node and the service port.
+#[derive(Debug, Clone, Copy)]
+pub struct CategorizeInput<'a> {
+    /// `ServicePortInfo::uses_cluster_endpoints`.
+    pub uses_cluster: bool,
+    /// `ServicePortInfo::uses_local_endpoints`.
+    pub uses_local: bool,
+    /// This node's name.
+    pub node_name: &'a str,
+    /// This node's zone ("" if unknown).
+    pub zone: &'a str,
+    /// Feature gate `PreferSameTrafficDistribution` (node hints).
+    pub node_hints_enabled: bool,
+}
+
+fn topology_mode(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> TopologyMode {
+    let mut has_ready = false;
+    let (mut all_node_hints, mut for_node) = (true, false);
+    let (mut all_zone_hints, mut for_zone) = (true, false);
+    for e in eps.iter().filter(|e| e.ready) {
+        has_ready = true;
+        if e.node_hints.is_empty() {
+            all_node_hints = false;
+        } else if e.node_hints.iter().any(|n| n == inp.node_name) {
+            for_node = true;
+        }
+        if e.zone_hints.is_empty() {
+            all_zone_hints = false;
+        } else if e.zone_hints.iter().any(|z| z == inp.zone) {
+            for_zone = true;
+        }
+    }
+    if !has_ready {
+        return TopologyMode::None;
+    }
+    if inp.node_hints_enabled && all_node_hints && for_node {
+        return TopologyMode::PreferSameNode;
+    }
+    if all_zone_hints && for_zone {
+        return TopologyMode::PreferSameZone;
+    }
+    TopologyMode::None
+}
+
+fn available(e: &Endpoint, mode: TopologyMode, inp: &CategorizeInput<'_>) -> bool {
+    match mode {
+        TopologyMode::None => true,
+        TopologyMode::PreferSameNode => e.node_hints.iter().any(|n| n == inp.node_name),
+        TopologyMode::PreferSameZone => e.zone_hints.iter().any(|z| z == inp.zone),
+    }
+}
+
+/// kube-proxy's `CategorizeEndpoints` over `eps` (sorted by endpoint string).
+pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
+    let mut c = Categorized::default();
+    if eps.is_empty() {
+        return c;
+    }
+    let idx = |pred: &dyn Fn(&Endpoint) -> bool| -> Vec<usize> {
+        eps.iter()
+            .enumerate()
+            .filter(|(_, e)| pred(e))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    if inp.uses_cluster {
+        c.topology = topology_mode(eps, inp);
+        let mode = c.topology;
+        c.cluster = idx(&|e| e.ready && available(e, mode, inp));
+        if c.cluster.is_empty() {
+            c.cluster = idx(&|e| e.serving && e.terminating);
+        }
+        c.has_any = !c.cluster.is_empty();
+    }
+    if !inp.uses_local {
+        c.reachable = c.cluster.clone();
+        return c;
+    }
+    let (mut local_ready, mut local_serving_terminating) = (false, false);
+    for e in eps {
+        if e.ready {
+            c.has_any = true;
+            local_ready |= e.is_local;
+        } else if e.serving && e.terminating {
+            c.has_any = true;
+            local_serving_terminating |= e.is_local;
+        }
+    }
+    let mut use_serving_terminating = false;
+    if local_ready {
+        c.local = idx(&|e| e.is_local && e.ready);
+    } else if local_serving_terminating {
+        use_serving_terminating = true;
+        c.local = idx(&|e| e.is_local && e.serving && e.terminating);
+    }
+    if !inp.uses_cluster {
+        c.reachable = c.local.clone();
+        return c;
+    }
+    if c.topology == TopologyMode::None && !use_serving_terminating {
+        c.reachable = c.cluster.clone();
+        return c;
+    }
+    let mut all: Vec<usize> = c.cluster.iter().chain(c.local.iter()).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    c.reachable = all;
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(ip: &str, ready: bool, serving: bool, terminating: bool, local: bool) -> Endpoint {
+        let ip: IpAddr = ip.parse().unwrap_or_else(|_| panic!("ip"));
+        Endpoint {
+            ip,
+            port: 80,
+            endpoint: join_host_port(&ip, 80),
+            ready,
+            serving,
+            terminating,
+            is_local: local,
+            zone_hints: vec![],
+            node_hints: vec![],
+            zone: None,
+            node_name: None,
+            target_ref: None,
+            slice: Arc::from(""),
+        }
+    }
+
+    fn input(uses_cluster: bool, uses_local: bool) -> CategorizeInput<'static> {
+        CategorizeInput {
+            uses_cluster,
+            uses_local,
+            node_name: "n1",
+            zone: "z1",
+            node_hints_enabled: true,
+        }
+    }
+
+    #[test]
+    fn terminating_fallback_cluster() {
+        let eps = vec![
+            ep("10.0.0.1", false, true, true, false),
+            ep("10.0.0.2", false, false, true, false),
+        ];
+        let c = categorize(&eps, &input(true, false));
+        assert_eq!(c.cluster, vec![0]);
+        assert!(c.has_any);
+    }
+
+    #[test]
+    fn local_policy_prefers_ready_local() {
+        let eps = vec![
+            ep("10.0.0.1", true, true, false, false),
+            ep("10.0.0.2", false, true, true, true),
+            ep("10.0.0.3", true, true, false, true),
+        ];
+        let c = categorize(&eps, &input(true, true));
+        assert_eq!(c.local, vec![2]);
+        assert_eq!(c.reachable, vec![0, 2]);
+        let c = categorize(&eps[..2], &input(false, true));
+        assert_eq!(c.local, vec![1]);
+        assert_eq!(c.reachable, vec![1]);
+        assert!(c.has_any);
+    }
+
+    #[test]
+    fn duplicates_keep_first_unless_a_later_copy_is_not_terminating() {
+        let mut a = ep("10.0.0.1", false, true, true, false);
+        a.slice = Arc::from("s1");
+        let mut b = ep("10.0.0.1", true, true, false, false);
+        b.slice = Arc::from("s2");
+        let mut c = ep("10.0.0.1", false, true, true, false);
+        c.slice = Arc::from("s3");
+        let mut v = vec![a.clone(), b, c, ep("10.0.0.0", true, true, false, false)];
+        dedup_sorted(&mut v);
+        assert_eq!(v.len(), 2);
+        assert_eq!(&*v[1].slice, "s2");
+        let mut c2 = a.clone();
+        c2.slice = Arc::from("s9");
+        let mut v = vec![a, c2];
+        dedup_sorted(&mut v);
+        assert_eq!((v.len(), &*v[0].slice), (1, "s1"));
+    }
+
+    #[test]
+    fn zone_hints_filter_cluster_endpoints() {
+        let mut a = ep("10.0.0.1", true, true, false, false);
+        a.zone_hints = vec!["z1".into()];
+        let mut b = ep("10.0.0.2", true, true, false, false);
+        b.zone_hints = vec!["z2".into()];
+        let eps = vec![a, b];
+        let c = categorize(&eps, &input(true, false));
+        assert_eq!(c.topology, TopologyMode::PreferSameZone);
+        assert_eq!(c.cluster, vec![0]);
+    }
+}

@@ -1,0 +1,570 @@
+//! `KubeProxyConfiguration` (`kubeproxy.config.k8s.io/v1alpha1`), read from YAML/JSON or from the
+//! kube-proxy ConfigMap whose `config.conf` key holds it. Defaults are kube-proxy's (v1alpha1
+//! `defaults.go`). Unknown fields give a warning; a field of the wrong type is an error naming the
+//! field and the file.
+
+use super::Warning;
+use super::load::{StateError, parse_documents};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// How kube-proxy tells pod traffic from other traffic (`detectLocalMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum DetectLocalMode {
+    /// `clusterCIDR` (the default).
+    #[default]
+    ClusterCIDR,
+    /// The Node's `spec.podCIDRs`.
+    NodeCIDR,
+    /// `detectLocal.bridgeInterface`.
+    BridgeInterface,
+    /// `detectLocal.interfaceNamePrefix`.
+    InterfaceNamePrefix,
+}
+
+/// The IPVS section (used by the IPVS proxier).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct IpvsConfig {
+    /// `ipvs.scheduler` ("" = rr).
+    pub scheduler: String,
+    /// `ipvs.excludeCIDRs`.
+    pub exclude_cidrs: Vec<String>,
+    /// `ipvs.strictARP`.
+    pub strict_arp: bool,
+    /// `ipvs.tcpTimeout` (duration text, "" = unset).
+    pub tcp_timeout: String,
+    /// `ipvs.tcpFinTimeout`.
+    pub tcp_fin_timeout: String,
+    /// `ipvs.udpTimeout`.
+    pub udp_timeout: String,
+    /// `ipvs.syncPeriod`.
+    pub sync_period: String,
+}
+
+/// The parts of KubeProxyConfiguration that shape the rules, with kube-proxy's defaults applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProxyConfig {
+    /// `mode` ("" means iptables on Linux).
+    pub mode: String,
+    /// `hostnameOverride` (trimmed, lower-cased; "" = unset).
+    pub hostname_override: String,
+    /// `bindAddress` (default `0.0.0.0`).
+    pub bind_address: String,
+    /// `clusterCIDR`, split on commas (dual-stack).
+    pub cluster_cidrs: Vec<String>,
+    /// `detectLocalMode`.
+    pub detect_local_mode: DetectLocalMode,
+    /// `detectLocal.bridgeInterface`.
+    pub bridge_interface: String,
+    /// `detectLocal.interfaceNamePrefix`.
+    pub interface_name_prefix: String,
+    /// `nodePortAddresses` (empty = all; `primary` keyword allowed).
+    pub node_port_addresses: Vec<String>,
+    /// `iptables.masqueradeAll`.
+    pub masquerade_all: bool,
+    /// `iptables.masqueradeBit` (default 14).
+    pub masquerade_bit: u32,
+    /// `iptables.localhostNodePorts` (default true).
+    pub localhost_node_ports: bool,
+    /// `iptables.syncPeriod` (duration text, default `30s`).
+    pub sync_period: String,
+    /// `conntrack.tcpBeLiberal`.
+    pub tcp_be_liberal: bool,
+    /// `featureGates`.
+    pub feature_gates: BTreeMap<String, bool>,
+    /// The `ipvs` section.
+    pub ipvs: IpvsConfig,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            mode: String::new(),
+            hostname_override: String::new(),
+            bind_address: "0.0.0.0".into(),
+            cluster_cidrs: Vec::new(),
+            detect_local_mode: DetectLocalMode::ClusterCIDR,
+            bridge_interface: String::new(),
+            interface_name_prefix: String::new(),
+            node_port_addresses: Vec::new(),
+            masquerade_all: false,
+            masquerade_bit: 14,
+            localhost_node_ports: true,
+            sync_period: "30s".into(),
+            tcp_be_liberal: false,
+            feature_gates: BTreeMap::new(),
+            ipvs: IpvsConfig::default(),
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// Whether a feature gate is on (explicit setting, else kube-proxy's default for the gates
+    /// that matter to rule generation: `PreferSameTrafficDistribution` is on by default).
+    pub fn feature_enabled(&self, gate: &str) -> bool {
+        match self.feature_gates.get(gate) {
+            Some(v) => *v,
+            None => gate == "PreferSameTrafficDistribution",
+        }
+    }
+
+    /// The masquerade mark as kube-proxy formats `1 << masqueradeBit` (`%#08x` → `0x00004000`).
+    pub fn masquerade_mark(&self) -> String {
+        let value: u64 = 1u64 << self.masquerade_bit.min(31);
+        format!("{value:#010x}")
+    }
+}
+
+/// Why a configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not valid YAML/JSON, or unreadable.
+    #[error(transparent)]
+    Parse(#[from] StateError),
+    /// A field has the wrong type or an invalid value.
+    #[error("{source_name}: field `{field}`: {message}")]
+    Field {
+        /// File name.
+        source_name: String,
+        /// Dotted field path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The document is not a KubeProxyConfiguration.
+    #[error("{source_name}: {message}")]
+    Document {
+        /// File name.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+struct Reader<'a> {
+    source: &'a str,
+    warnings: Vec<Warning>,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+impl Reader<'_> {
+    fn err(&self, field: &str, message: String) -> ConfigError {
+        ConfigError::Field {
+            source_name: self.source.into(),
+            field: field.into(),
+            message,
+        }
+    }
+
+    fn wrong(&self, field: &str, want: &str, v: &Value) -> ConfigError {
+        self.err(field, format!("expected {want}, found {}", type_name(v)))
+    }
+
+    fn check_known(&mut self, map: &Map<String, Value>, prefix: &str, known: &[&str]) {
+        for key in map.keys() {
+            if !known.contains(&key.as_str()) {
+                self.warnings.push(Warning::new(
+                    format!("{}: field `{prefix}{key}`", self.source),
+                    "unknown field, ignored",
+                ));
+            }
+        }
+    }
+
+    fn string(
+        &self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.wrong(path, "a string", v)),
+        }
+    }
+
+    fn boolean(
+        &self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<bool>, ConfigError> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong(path, "a boolean", v)),
+        }
+    }
+
+    fn integer(
+        &self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<i64>, ConfigError> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| self.err(path, format!("expected an integer, found {n}"))),
+            Some(v) => Err(self.wrong(path, "an integer", v)),
+        }
+    }
+
+    fn strings(
+        &self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<Vec<String>>, ConfigError> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    _ => Err(self.wrong(&format!("{path}[{i}]"), "a string", v)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(v) => Err(self.wrong(path, "a list of strings", v)),
+        }
+    }
+
+    fn section<'m>(
+        &self,
+        map: &'m Map<String, Value>,
+        key: &str,
+    ) -> Result<Option<&'m Map<String, Value>>, ConfigError> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(v) => Err(self.wrong(key, "a map", v)),
+        }
+    }
+}
+
+const TOP_LEVEL: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "featureGates",
+    "clientConnection",
+    "logging",
+    "hostnameOverride",
+    "bindAddress",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "bindAddressHardFail",
+    "enableProfiling",
+    "showHiddenMetricsForVersion",
+    "mode",
+    "iptables",
+    "ipvs",
+    "nftables",
+    "winkernel",
+    "detectLocalMode",
+    "detectLocal",
+    "clusterCIDR",
+    "nodePortAddresses",
+    "oomScoreAdj",
+    "conntrack",
+    "configSyncPeriod",
+    "portRange",
+    "windowsRunAsService",
+    "linux",
+    "syncPeriod",
+    "minSyncPeriod",
+];
+const IPTABLES: &[&str] = &[
+    "masqueradeAll",
+    "masqueradeBit",
+    "localhostNodePorts",
+    "syncPeriod",
+    "minSyncPeriod",
+];
+const IPVS: &[&str] = &[
+    "syncPeriod",
+    "minSyncPeriod",
+    "scheduler",
+    "excludeCIDRs",
+    "strictARP",
+    "tcpTimeout",
+    "tcpFinTimeout",
+    "udpTimeout",
+];
+const NFTABLES: &[&str] = &[
+    "masqueradeAll",
+    "masqueradeBit",
+    "syncPeriod",
+    "minSyncPeriod",
+];
+const CONNTRACK: &[&str] = &[
+    "maxPerCore",
+    "min",
+    "tcpEstablishedTimeout",
+    "tcpCloseWaitTimeout",
+    "tcpBeLiberal",
+    "udpTimeout",
+    "udpStreamTimeout",
+];
+const DETECT_LOCAL: &[&str] = &["bridgeInterface", "interfaceNamePrefix", "clusterCIDRs"];
+const LINUX: &[&str] = &["masqueradeAll", "conntrack", "oomScoreAdj"];
+
+/// Parses a KubeProxyConfiguration (YAML or JSON), or a ConfigMap holding one in `config.conf`.
+pub fn parse(text: &str, source_name: &str) -> Result<(ProxyConfig, Vec<Warning>), ConfigError> {
+    let docs = parse_documents(text, source_name)?;
+    let mut docs = docs.into_iter();
+    let doc = match docs.next() {
+        Some(d) => d,
+        None => return Ok((ProxyConfig::default(), Vec::new())),
+    };
+    let map = match doc {
+        Value::Object(m) => m,
+        other => {
+            return Err(ConfigError::Document {
+                source_name: source_name.into(),
+                message: format!(
+                    "expected a KubeProxyConfiguration map, found {}",
+                    type_name(&other)
+                ),
+            });
+        }
+    };
+    let mut extra = Vec::new();
+    if docs.next().is_some() {
+        extra.push(Warning::new(
+            source_name,
+            "more than one document; only the first is used",
+        ));
+    }
+    if map.get("kind").and_then(Value::as_str) == Some("ConfigMap") {
+        let inner = map
+            .get("data")
+            .and_then(|d| d.get("config.conf"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| ConfigError::Document {
+                source_name: source_name.into(),
+                message: "ConfigMap has no string key data.\"config.conf\"".into(),
+            })?;
+        let name = format!("{source_name} (data.config.conf)");
+        let (cfg, mut w) = parse(inner, &name)?;
+        extra.append(&mut w);
+        return Ok((cfg, extra));
+    }
+    let mut r = Reader {
+        source: source_name,
+        warnings: extra,
+    };
+    let cfg = read_config(&mut r, &map)?;
+    Ok((cfg, r.warnings))
+}
+
+fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConfig, ConfigError> {
+    let mut cfg = ProxyConfig::default();
+    if let Some(kind) = r.string(map, "kind", "kind")?
+        && kind != "KubeProxyConfiguration"
+    {
+        return Err(ConfigError::Document {
+            source_name: r.source.into(),
+            message: format!("kind is {kind:?}, expected KubeProxyConfiguration or a ConfigMap"),
+        });
+    }
+    if let Some(v) = r.string(map, "apiVersion", "apiVersion")?
+        && v != "kubeproxy.config.k8s.io/v1alpha1"
+    {
+        r.warnings.push(Warning::new(
+            format!("{}: field `apiVersion`", r.source),
+            format!("{v:?} is not kubeproxy.config.k8s.io/v1alpha1; reading it as v1alpha1"),
+        ));
+    }
+    r.check_known(map, "", TOP_LEVEL);
+    if let Some(v) = r.string(map, "mode", "mode")? {
+        cfg.mode = v;
+    }
+    if let Some(v) = r.string(map, "hostnameOverride", "hostnameOverride")? {
+        cfg.hostname_override = v.trim().to_lowercase();
+    }
+    if let Some(v) = r.string(map, "bindAddress", "bindAddress")?
+        && !v.is_empty()
+    {
+        cfg.bind_address = v;
+    }
+    if let Some(v) = r.string(map, "clusterCIDR", "clusterCIDR")? {
+        cfg.cluster_cidrs = v
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+    if let Some(v) = r.string(map, "detectLocalMode", "detectLocalMode")? {
+        cfg.detect_local_mode = match v.as_str() {
+            "" | "ClusterCIDR" => DetectLocalMode::ClusterCIDR,
+            "NodeCIDR" => DetectLocalMode::NodeCIDR,
+            "BridgeInterface" => DetectLocalMode::BridgeInterface,
+            "InterfaceNamePrefix" => DetectLocalMode::InterfaceNamePrefix,
+            other => {
+                return Err(r.err(
+                    "detectLocalMode",
+                    format!("unknown mode {other:?} (ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix)"),
+                ));
+            }
+        };
+    }
+    if let Some(d) = r.section(map, "detectLocal")? {
+        r.check_known(d, "detectLocal.", DETECT_LOCAL);
+        if let Some(v) = r.string(d, "bridgeInterface", "detectLocal.bridgeInterface")? {
+            cfg.bridge_interface = v;
+        }
+        if let Some(v) = r.string(d, "interfaceNamePrefix", "detectLocal.interfaceNamePrefix")? {
+            cfg.interface_name_prefix = v;
+        }
+        if let Some(v) = r.strings(d, "clusterCIDRs", "detectLocal.clusterCIDRs")?
+            && cfg.cluster_cidrs.is_empty()
+        {
+            cfg.cluster_cidrs = v;
+        }
+    }
+    if let Some(v) = r.strings(map, "nodePortAddresses", "nodePortAddresses")? {
+        cfg.node_port_addresses = v;
+    }
+    if let Some(v) = r.string(map, "syncPeriod", "syncPeriod")? {
+        cfg.sync_period = v;
+    }
+    if let Some(l) = r.section(map, "linux")? {
+        r.check_known(l, "linux.", LINUX);
+        if let Some(v) = r.boolean(l, "masqueradeAll", "linux.masqueradeAll")? {
+            cfg.masquerade_all = v;
+        }
+    }
+    if let Some(ipt) = r.section(map, "iptables")? {
+        r.check_known(ipt, "iptables.", IPTABLES);
+        if let Some(v) = r.boolean(ipt, "masqueradeAll", "iptables.masqueradeAll")? {
+            cfg.masquerade_all = cfg.masquerade_all || v;
+        }
+        if let Some(v) = r.integer(ipt, "masqueradeBit", "iptables.masqueradeBit")? {
+            if !(0..=31).contains(&v) {
+                return Err(r.err("iptables.masqueradeBit", format!("{v} is not in 0..31")));
+            }
+            cfg.masquerade_bit = v as u32;
+        }
+        if let Some(v) = r.boolean(ipt, "localhostNodePorts", "iptables.localhostNodePorts")? {
+            cfg.localhost_node_ports = v;
+        }
+        if let Some(v) = r.string(ipt, "syncPeriod", "iptables.syncPeriod")? {
+            cfg.sync_period = v;
+        }
+        r.string(ipt, "minSyncPeriod", "iptables.minSyncPeriod")?;
+    }
+    if let Some(ipvs) = r.section(map, "ipvs")? {
+        r.check_known(ipvs, "ipvs.", IPVS);
+        let p = |k: &str| format!("ipvs.{k}");
+        cfg.ipvs.scheduler = r
+            .string(ipvs, "scheduler", &p("scheduler"))?
+            .unwrap_or_default();
+        cfg.ipvs.exclude_cidrs = r
+            .strings(ipvs, "excludeCIDRs", &p("excludeCIDRs"))?
+            .unwrap_or_default();
+        cfg.ipvs.strict_arp = r
+            .boolean(ipvs, "strictARP", &p("strictARP"))?
+            .unwrap_or(false);
+        cfg.ipvs.tcp_timeout = r
+            .string(ipvs, "tcpTimeout", &p("tcpTimeout"))?
+            .unwrap_or_default();
+        cfg.ipvs.tcp_fin_timeout = r
+            .string(ipvs, "tcpFinTimeout", &p("tcpFinTimeout"))?
+            .unwrap_or_default();
+        cfg.ipvs.udp_timeout = r
+            .string(ipvs, "udpTimeout", &p("udpTimeout"))?
+            .unwrap_or_default();
+        cfg.ipvs.sync_period = r
+            .string(ipvs, "syncPeriod", &p("syncPeriod"))?
+            .unwrap_or_default();
+    }
+    if let Some(nft) = r.section(map, "nftables")? {
+        r.check_known(nft, "nftables.", NFTABLES);
+    }
+    if let Some(ct) = r.section(map, "conntrack")? {
+        r.check_known(ct, "conntrack.", CONNTRACK);
+        if let Some(v) = r.boolean(ct, "tcpBeLiberal", "conntrack.tcpBeLiberal")? {
+            cfg.tcp_be_liberal = v;
+        }
+    }
+    if let Some(fg) = r.section(map, "featureGates")? {
+        for (k, v) in fg {
+            match v {
+                Value::Bool(b) => {
+                    cfg.feature_gates.insert(k.clone(), *b);
+                }
+                other => return Err(r.wrong(&format!("featureGates.{k}"), "a boolean", other)),
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let (c, w) = parse(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n",
+            "c.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.is_empty());
+        assert_eq!(c.masquerade_mark(), "0x00004000");
+        assert!(c.localhost_node_ports);
+        assert_eq!(c.detect_local_mode, DetectLocalMode::ClusterCIDR);
+    }
+
+    #[test]
+    fn configmap_form() {
+        let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kube-proxy, namespace: kube-system}\ndata:\n  config.conf: |\n    apiVersion: kubeproxy.config.k8s.io/v1alpha1\n    kind: KubeProxyConfiguration\n    clusterCIDR: 10.244.0.0/16,fd00::/48\n    iptables:\n      masqueradeAll: true\n";
+        let (c, _) = parse(cm, "cm.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.masquerade_all);
+        assert_eq!(c.cluster_cidrs, vec!["10.244.0.0/16", "fd00::/48"]);
+    }
+
+    #[test]
+    fn unknown_field_warns() {
+        let (_, w) = parse(
+            "kind: KubeProxyConfiguration\nbogus: 1\niptables:\n  nope: true\n",
+            "c.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].object.contains("bogus"));
+        assert!(w[1].object.contains("iptables.nope"));
+    }
+
+    #[test]
+    fn wrong_type_is_error_naming_field_and_file() {
+        let e = parse(
+            "kind: KubeProxyConfiguration\niptables:\n  masqueradeBit: fourteen\n",
+            "c.yaml",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.contains("c.yaml") && e.contains("iptables.masqueradeBit"),
+            "{e}"
+        );
+    }
+}

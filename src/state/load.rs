@@ -1,0 +1,317 @@
+//! Loading API objects from files: `kubectl get … -o json|yaml` output (a `List`), single objects,
+//! JSON streams and multi-document YAML. `-` reads stdin.
+//!
+//! Only `Service`, `EndpointSlice` and `Node` objects are kept; other kinds are skipped (logged at
+//! debug level). Malformed input is an error with `file:line:col`; an object whose fields have the
+//! wrong type is an error naming the file, the object and the field path.
+
+use super::ClusterState;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Why state could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid JSON/YAML.
+    #[error("{source_name}:{line}:{column}: {message}")]
+    Syntax {
+        /// File name (or `<stdin>`).
+        source_name: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// An object could not be decoded as its kind.
+    #[error("{source_name}: {object}: field `{field}`: {message}")]
+    Object {
+        /// File name (or `<stdin>`).
+        source_name: String,
+        /// Where the object is (`items[3] Service ns1/svc1`).
+        object: String,
+        /// The field path inside the object (`spec.ports[0].port`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Loads and merges every file (`-` = stdin) into one [`ClusterState`], in the given order.
+pub fn from_files(paths: &[PathBuf]) -> Result<ClusterState, StateError> {
+    let mut state = ClusterState::default();
+    for path in paths {
+        let (text, name) = read_source(path)?;
+        let part = from_str(&text, &name)?;
+        state.services.extend(part.services);
+        state.endpoint_slices.extend(part.endpoint_slices);
+        state.nodes.extend(part.nodes);
+    }
+    Ok(state)
+}
+
+/// Reads a file, or stdin for `-`; returns the text and the name to use in messages.
+pub fn read_source(path: &Path) -> Result<(String, String), StateError> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| {
+            StateError::Io {
+                path: "<stdin>".into(),
+                source: e,
+            }
+        })?;
+        Ok((s, "<stdin>".into()))
+    } else {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| StateError::Io {
+            path: name.clone(),
+            source: e,
+        })?;
+        Ok((text, name))
+    }
+}
+
+/// Parses JSON (one value or a stream of values) or YAML (one or more documents) into values.
+pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Value>, StateError> {
+    let body = text.trim_start_matches('\u{feff}');
+    let first = body.trim_start().chars().next();
+    if matches!(first, Some('{') | Some('[')) {
+        let mut docs = Vec::new();
+        for doc in serde_json::Deserializer::from_str(body).into_iter::<Value>() {
+            docs.push(doc.map_err(|e| StateError::Syntax {
+                source_name: source_name.into(),
+                line: e.line(),
+                column: e.column(),
+                message: strip_json_position(&e.to_string()),
+            })?);
+        }
+        Ok(docs)
+    } else {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(body).map_err(|e| yaml_error(&e, source_name))?;
+        Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+    }
+}
+
+fn strip_json_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+fn yaml_error(e: &serde_saphyr::Error, source_name: &str) -> StateError {
+    let (line, column) = e
+        .location()
+        .map(|l| (l.line() as usize, l.column() as usize))
+        .unwrap_or((0, 0));
+    StateError::Syntax {
+        source_name: source_name.into(),
+        line,
+        column,
+        message: e.to_string().lines().next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Parses one text (JSON or YAML) into a [`ClusterState`]; `source_name` is used in errors.
+pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
+    let mut state = ClusterState::default();
+    for (i, doc) in parse_documents(text, source_name)?.into_iter().enumerate() {
+        let path = format!("document[{i}]");
+        add_value(&mut state, doc, &path, source_name)?;
+    }
+    Ok(state)
+}
+
+fn object_label(v: &Value, kind: &str, path: &str) -> String {
+    let meta = v.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let ns = meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if ns.is_empty() {
+        format!("{path} {kind} {name}")
+    } else {
+        format!("{path} {kind} {ns}/{name}")
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    v: Value,
+    kind: &str,
+    path: &str,
+    source_name: &str,
+) -> Result<T, StateError> {
+    let label = object_label(&v, kind, path);
+    serde_path_to_error::deserialize::<_, T>(v).map_err(|e| StateError::Object {
+        source_name: source_name.into(),
+        object: label,
+        field: e.path().to_string(),
+        message: e.inner().to_string(),
+    })
+}
+
+fn add_value(
+    state: &mut ClusterState,
+    v: Value,
+    path: &str,
+    source_name: &str,
+) -> Result<(), StateError> {
+    match v {
+        Value::Array(items) => {
+            for (i, item) in items.into_iter().enumerate() {
+                add_value(state, item, &format!("{path}[{i}]"), source_name)?;
+            }
+            Ok(())
+        }
+        Value::Object(mut map) => {
+            let kind = map
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let is_list = kind == "List" || kind.ends_with("List") || kind.is_empty();
+            if is_list && let Some(items) = map.remove("items") {
+                let base = if path.starts_with("document[0]") && path.len() == 11 {
+                    String::new()
+                } else {
+                    format!("{path}.")
+                };
+                return match items {
+                    Value::Array(items) => {
+                        for (i, item) in items.into_iter().enumerate() {
+                            add_value(state, item, &format!("{base}items[{i}]"), source_name)?;
+                        }
+                        Ok(())
+                    }
+                    Value::Null => Ok(()),
+                    _ => Err(StateError::Object {
+                        source_name: source_name.into(),
+                        object: format!("{path} {kind}"),
+                        field: "items".into(),
+                        message: "expected a list of objects".into(),
+                    }),
+                };
+            }
+            let v = Value::Object(map);
+            match kind.as_str() {
+                "Service" => state.services.push(decode(v, &kind, path, source_name)?),
+                "EndpointSlice" => state
+                    .endpoint_slices
+                    .push(decode(v, &kind, path, source_name)?),
+                "Node" => state.nodes.push(decode(v, &kind, path, source_name)?),
+                _ => tracing::debug!("{source_name}: {path}: skipping object of kind {kind:?}"),
+            }
+            Ok(())
+        }
+        Value::Null => Ok(()),
+        _ => Err(StateError::Object {
+            source_name: source_name.into(),
+            object: path.into(),
+            field: String::new(),
+            message: "expected an object or a list of objects".into(),
+        }),
+    }
+}
+
+/// The objects of one kind, handy for tests: services by `ns/name`.
+pub fn service_key(svc: &Service) -> String {
+    format!(
+        "{}/{}",
+        svc.metadata.namespace.as_deref().unwrap_or(""),
+        svc.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// `ns/name` of an EndpointSlice.
+pub fn slice_key(slice: &EndpointSlice) -> String {
+    format!(
+        "{}/{}",
+        slice.metadata.namespace.as_deref().unwrap_or(""),
+        slice.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The name of a Node.
+pub fn node_key(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = r#"{"apiVersion":"v1","kind":"List","items":[
+ {"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"ns"},"spec":{"clusterIP":"10.0.0.1","ports":[{"port":80}]}},
+ {"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"a-1","namespace":"ns"},"addressType":"IPv4","endpoints":[]},
+ {"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}},
+ {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}
+]}"#;
+
+    #[test]
+    fn json_list() {
+        let s = from_str(LIST, "f.json").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (s.services.len(), s.endpoint_slices.len(), s.nodes.len()),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn yaml_multi_document() {
+        let y = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: ns}\nspec:\n  clusterIP: 10.0.0.1\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n";
+        let s = from_str(y, "f.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.services.len(), s.nodes.len()), (1, 1));
+    }
+
+    #[test]
+    fn malformed_json_has_line_and_column() {
+        let e = from_str("{\n  \"kind\": \"List\",\n  \"items\": [,]\n}", "bad.json")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("bad.json:3:"), "{e}");
+    }
+
+    #[test]
+    fn malformed_yaml_has_line_and_column() {
+        let e = from_str("kind: Service\nmetadata:\n  name: [a\n", "bad.yaml")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("bad.yaml:"), "{e}");
+        let pos: Vec<&str> = e.split(':').take(3).collect();
+        assert!(
+            pos.len() == 3 && pos[1].parse::<usize>().map(|l| l > 0).unwrap_or(false),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_object_and_field() {
+        let j = r#"{"kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"ns"},"spec":{"ports":[{"port":"eighty"}]}}]}"#;
+        let e = from_str(j, "s.json")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("s.json"), "{e}");
+        assert!(e.contains("items[0] Service ns/a"), "{e}");
+        assert!(e.contains("spec.ports[0].port"), "{e}");
+    }
+}

@@ -1,0 +1,56 @@
+//! The packet simulator behind `trace --packet`: one rule-matching engine, two walk models.
+//!
+//! * [`engine`] — `matches(rule, packet, ctx)`, the only place match criteria are evaluated, with
+//!   a [`engine::MatchPolicy`] saying what a model may know. Reusable by graph/verify.
+//! * [`kernel`] — `--model kernel`: the hooks netfilter runs for the first packet of a new
+//!   connection; `statistic` rules split the walk, giving a distribution of outcomes.
+//! * [`kptest`] — `--model kube-proxy-test`: kube-proxy's unit-test tracer, formatted as its
+//!   tests compare it (`{"output": "10.180.0.1:80, 10.180.2.1:80", "masq": true}`).
+//! * [`packet`] — the `--packet 'SRC[:SPORT]->DST:PORT/PROTO'` syntax.
+//! * [`report`] — text and JSON renderings of both results.
+//!
+//! ```text
+//! model::Ruleset ──kernel::simulate──▶ Distribution ──report──▶ text/JSON
+//!                └─kptest::trace────▶ TestTrace ──report──▶ {"output", "masq"}
+//! ```
+
+pub mod engine;
+pub mod kernel;
+pub mod kptest;
+pub mod packet;
+pub mod report;
+
+pub use engine::{LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches};
+pub use kernel::{Distribution, KernelInput, Origin, Outcome, Verdict};
+pub use kptest::TestTrace;
+pub use packet::{PacketSpec, PacketSyntaxError, Protocol};
+
+/// Why a simulation could not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// Chains nest deeper than any sane ruleset (probably a loop of jumps).
+    #[error("jumps nest deeper than {depth} chains at {chain} (a loop in the rules?)")]
+    TooDeep {
+        /// `table/chain` where the limit was hit.
+        chain: String,
+        /// The limit.
+        depth: usize,
+    },
+    /// The packet has too many possible outcomes to list.
+    #[error("more than {limit} possible outcomes; refusing to enumerate them")]
+    TooManyOutcomes {
+        /// The limit.
+        limit: usize,
+    },
+    /// The kube-proxy test tracer would abort the test here: after an IPv6 DNAT its destination
+    /// is the text before the first `:` of the DNAT output, which is not an IP address.
+    #[error(
+        "kube-proxy-test model: {rule} matches on -d but the tracer's destination is `{dst}` (an IPv6 DNAT output cut at its first ':'); kube-proxy's tracer aborts here"
+    )]
+    TracerAbort {
+        /// `table/chain#n` of the rule.
+        rule: String,
+        /// The unparsable destination text.
+        dst: String,
+    },
+}

@@ -1,0 +1,28 @@
+-P PREROUTING ACCEPT -c 0 0
+-P INPUT ACCEPT -c 0 0
+-P OUTPUT ACCEPT -c 0 0
+-P POSTROUTING ACCEPT -c 0 0
+-N KUBE-MARK-MASQ
+-N KUBE-NODEPORTS
+-N KUBE-POSTROUTING
+-N KUBE-PROXY-CANARY
+-N KUBE-SEP-2O7WCKZO7XPHPLXZ
+-N KUBE-SEP-J4MXSSAS7HDTH7XV
+-N KUBE-SERVICES
+-N KUBE-SVC-GTJZQLNV22BQ36AO
+-A PREROUTING -m comment --comment "kubernetes service portals" -c 0 0 -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -c 1 80 -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -c 1 80 -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -c 1 80 -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -c 0 0 -j RETURN
+-A KUBE-POSTROUTING -c 1 80 -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -c 1 80 -j MASQUERADE --random-fully
+-A KUBE-SEP-2O7WCKZO7XPHPLXZ -s fd00:10:244:1::60/128 -m comment --comment "shop/search:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-2O7WCKZO7XPHPLXZ -p tcp -m comment --comment "shop/search:http" -m tcp -c 0 0 -j DNAT --to-destination [fd00:10:244:1::60]:9200
+-A KUBE-SEP-J4MXSSAS7HDTH7XV -s fd00:10:244:2::60/128 -m comment --comment "shop/search:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-J4MXSSAS7HDTH7XV -p tcp -m comment --comment "shop/search:http" -m tcp -c 1 80 -j DNAT --to-destination [fd00:10:244:2::60]:9200
+-A KUBE-SERVICES -d fd00:96::60/128 -p tcp -m comment --comment "shop/search:http cluster IP" -m tcp --dport 80 -c 1 80 -j KUBE-SVC-GTJZQLNV22BQ36AO
+-A KUBE-SERVICES ! -d ::1/128 -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -c 0 0 -j KUBE-NODEPORTS
+-A KUBE-SVC-GTJZQLNV22BQ36AO ! -s fd00:10:244::/56 -d fd00:96::60/128 -p tcp -m comment --comment "shop/search:http cluster IP" -m tcp --dport 80 -c 1 80 -j KUBE-MARK-MASQ
+-A KUBE-SVC-GTJZQLNV22BQ36AO -m comment --comment "shop/search:http -> [fd00:10:244:1::60]:9200" -m statistic --mode random --probability 0.50000000000 -c 0 0 -j KUBE-SEP-2O7WCKZO7XPHPLXZ
+-A KUBE-SVC-GTJZQLNV22BQ36AO -m comment --comment "shop/search:http -> [fd00:10:244:2::60]:9200" -c 1 80 -j KUBE-SEP-J4MXSSAS7HDTH7XV

@@ -1,0 +1,31 @@
+-P INPUT ACCEPT
+-P FORWARD ACCEPT
+-P OUTPUT ACCEPT
+-N KUBE-EXTERNAL-SERVICES
+-N KUBE-FIREWALL
+-N KUBE-FORWARD
+-N KUBE-NODEPORTS
+-N KUBE-PROXY-CANARY
+-N KUBE-PROXY-FIREWALL
+-N KUBE-SERVICES
+-A INPUT -j KUBE-FIREWALL
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A OUTPUT -j KUBE-FIREWALL
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-EXTERNAL-SERVICES -d 192.168.77.101/32 -p tcp -m comment --comment "shop/checkout:http has no local endpoints" -m tcp --dport 80 -j DROP
+-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment "shop/checkout:http has no local endpoints" -m addrtype --dst-type LOCAL -m tcp --dport 30081 -j DROP
+-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/checkout:http health check node port" -m tcp --dport 32001 -j ACCEPT
+-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/frontend:https health check node port" -m tcp --dport 32000 -j ACCEPT
+-A KUBE-PROXY-FIREWALL -d 192.168.77.100/32 -p tcp -m comment --comment "shop/frontend:https traffic not accepted by KUBE-FW-D4LVFIRJ4ZSSG6YW" -m tcp --dport 443 -j DROP
+-A KUBE-SERVICES -d 10.96.100.50/32 -p tcp -m comment --comment "shop/reports:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable

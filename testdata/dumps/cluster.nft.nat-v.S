@@ -1,0 +1,185 @@
+-P PREROUTING ACCEPT -c 0 0
+-P INPUT ACCEPT -c 0 0
+-P OUTPUT ACCEPT -c 3 180
+-P POSTROUTING ACCEPT -c 1 60
+-N KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-N KUBE-EXT-E7LOJCV5T5E4IPM4
+-N KUBE-EXT-FAXFPGMJVQWLKPGL
+-N KUBE-EXT-FFNRHJJFV2V5GBHP
+-N KUBE-FW-D4LVFIRJ4ZSSG6YW
+-N KUBE-MARK-MASQ
+-N KUBE-NODEPORTS
+-N KUBE-POSTROUTING
+-N KUBE-PROXY-CANARY
+-N KUBE-SEP-2CODL3X3ZJIORU7U
+-N KUBE-SEP-4MSQ5TQNL3KHY34A
+-N KUBE-SEP-6WLMZ7VXYI57KTN2
+-N KUBE-SEP-D25YV2VPDUNK26VQ
+-N KUBE-SEP-DAB5SPO3RMVXN3CI
+-N KUBE-SEP-DLP2S2N3HX5UKLVP
+-N KUBE-SEP-EJJ3L23ZA35VLW6X
+-N KUBE-SEP-EPVTA2RHFPHQF37H
+-N KUBE-SEP-F45V6TZZSXLO3WFM
+-N KUBE-SEP-FZQ6KZLGXRSKN2AD
+-N KUBE-SEP-ICWLPOWAH6AEC6S3
+-N KUBE-SEP-IE5HKBTJKOV7JOU6
+-N KUBE-SEP-KB3EAP5PPMYIPLQZ
+-N KUBE-SEP-NARQEG4ZHNL3KTMJ
+-N KUBE-SEP-O2EFWKVYSIH3NXSC
+-N KUBE-SEP-P6ZV3VC6PB5OMAHT
+-N KUBE-SEP-R75T7LXI5PWKQPQA
+-N KUBE-SEP-REMNJM74BPC7T4L2
+-N KUBE-SEP-TFTZVOJFQDTMM5AB
+-N KUBE-SEP-UXOM45YG6ZZGVXXV
+-N KUBE-SEP-WDRD65ECJQ3LT4AC
+-N KUBE-SEP-YQZSKLSP26G2T6RI
+-N KUBE-SEP-ZETKKCTNZSBVWUTR
+-N KUBE-SEP-ZHICQ2ODADGCY7DS
+-N KUBE-SERVICES
+-N KUBE-SVC-67NZLRHBNDSAWJRO
+-N KUBE-SVC-D4LVFIRJ4ZSSG6YW
+-N KUBE-SVC-E7LOJCV5T5E4IPM4
+-N KUBE-SVC-ERIFXISQEP7F7OF4
+-N KUBE-SVC-FAXFPGMJVQWLKPGL
+-N KUBE-SVC-FFNRHJJFV2V5GBHP
+-N KUBE-SVC-GTJZQLNV22BQ36AO
+-N KUBE-SVC-I5LIAMPLWKMBJ54B
+-N KUBE-SVC-JD5MR3NA4I4DYORP
+-N KUBE-SVC-NPX46M4PTMTKRN6Y
+-N KUBE-SVC-TCOU7JCQXEZGVUNU
+-N KUBE-SVC-UB7LXFC7TRMUABOP
+-N KUBE-SVL-D4LVFIRJ4ZSSG6YW
+-N KUBE-SVL-JGOHNQ6BWG6DERWI
+-A PREROUTING -m comment --comment "kubernetes service portals" -c 0 0 -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -c 16 960 -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -c 14 840 -j KUBE-POSTROUTING
+-A KUBE-EXT-D4LVFIRJ4ZSSG6YW -s 10.244.0.0/16 -m comment --comment "pod traffic for shop/frontend:https external destinations" -c 0 0 -j KUBE-SVC-D4LVFIRJ4ZSSG6YW
+-A KUBE-EXT-D4LVFIRJ4ZSSG6YW -m comment --comment "masquerade LOCAL traffic for shop/frontend:https external destinations" -m addrtype --src-type LOCAL -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-EXT-D4LVFIRJ4ZSSG6YW -m comment --comment "route LOCAL traffic for shop/frontend:https external destinations" -m addrtype --src-type LOCAL -c 0 0 -j KUBE-SVC-D4LVFIRJ4ZSSG6YW
+-A KUBE-EXT-D4LVFIRJ4ZSSG6YW -c 0 0 -j KUBE-SVL-D4LVFIRJ4ZSSG6YW
+-A KUBE-EXT-E7LOJCV5T5E4IPM4 -m comment --comment "masquerade traffic for shop/legacy-gateway:http external destinations" -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-EXT-E7LOJCV5T5E4IPM4 -c 1 60 -j KUBE-SVC-E7LOJCV5T5E4IPM4
+-A KUBE-EXT-FAXFPGMJVQWLKPGL -s 10.244.0.0/16 -m comment --comment "pod traffic for shop/checkout:http external destinations" -c 0 0 -j KUBE-SVC-FAXFPGMJVQWLKPGL
+-A KUBE-EXT-FAXFPGMJVQWLKPGL -m comment --comment "masquerade LOCAL traffic for shop/checkout:http external destinations" -m addrtype --src-type LOCAL -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-EXT-FAXFPGMJVQWLKPGL -m comment --comment "route LOCAL traffic for shop/checkout:http external destinations" -m addrtype --src-type LOCAL -c 0 0 -j KUBE-SVC-FAXFPGMJVQWLKPGL
+-A KUBE-EXT-FFNRHJJFV2V5GBHP -m comment --comment "masquerade traffic for shop/web-nodeport:http external destinations" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-EXT-FFNRHJJFV2V5GBHP -c 0 0 -j KUBE-SVC-FFNRHJJFV2V5GBHP
+-A KUBE-FW-D4LVFIRJ4ZSSG6YW -s 192.168.77.0/28 -m comment --comment "shop/frontend:https loadbalancer IP" -c 0 0 -j KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-A KUBE-FW-D4LVFIRJ4ZSSG6YW -s 203.0.113.0/24 -m comment --comment "shop/frontend:https loadbalancer IP" -c 0 0 -j KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-A KUBE-FW-D4LVFIRJ4ZSSG6YW -s 192.168.77.100/32 -m comment --comment "shop/frontend:https loadbalancer IP" -c 0 0 -j KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-A KUBE-FW-D4LVFIRJ4ZSSG6YW -m comment --comment "other traffic to shop/frontend:https will be dropped by KUBE-PROXY-FIREWALL" -c 1 60
+-A KUBE-MARK-MASQ -c 13 780 -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment "shop/checkout:http" -m tcp --dport 30081 -m nfacct --nfacct-name  localhost_nps_accepted_pkts -c 0 0 -j KUBE-EXT-FAXFPGMJVQWLKPGL
+-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/checkout:http" -m tcp --dport 30081 -c 0 0 -j KUBE-EXT-FAXFPGMJVQWLKPGL
+-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment "shop/frontend:https" -m tcp --dport 30443 -m nfacct --nfacct-name  localhost_nps_accepted_pkts -c 0 0 -j KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/frontend:https" -m tcp --dport 30443 -c 0 0 -j KUBE-EXT-D4LVFIRJ4ZSSG6YW
+-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment "shop/web-nodeport:http" -m tcp --dport 30080 -m nfacct --nfacct-name  localhost_nps_accepted_pkts -c 0 0 -j KUBE-EXT-FFNRHJJFV2V5GBHP
+-A KUBE-NODEPORTS -p tcp -m comment --comment "shop/web-nodeport:http" -m tcp --dport 30080 -c 0 0 -j KUBE-EXT-FFNRHJJFV2V5GBHP
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -c 1 60 -j RETURN
+-A KUBE-POSTROUTING -c 13 780 -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -c 13 780 -j MASQUERADE --random-fully
+-A KUBE-SEP-2CODL3X3ZJIORU7U -s 10.244.2.50/32 -m comment --comment "shop/cart:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-2CODL3X3ZJIORU7U -p tcp -m comment --comment "shop/cart:http" -m recent --set --name KUBE-SEP-2CODL3X3ZJIORU7U --mask 255.255.255.255 --rsource -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.50:8080
+-A KUBE-SEP-4MSQ5TQNL3KHY34A -s 192.168.77.2/32 -m comment --comment "default/kubernetes:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-4MSQ5TQNL3KHY34A -p tcp -m comment --comment "default/kubernetes:https" -m tcp -c 1 60 -j DNAT --to-destination 192.168.77.2:6443
+-A KUBE-SEP-6WLMZ7VXYI57KTN2 -s 10.244.2.60/32 -m comment --comment "shop/search:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-6WLMZ7VXYI57KTN2 -p tcp -m comment --comment "shop/search:http" -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.60:9200
+-A KUBE-SEP-D25YV2VPDUNK26VQ -s 192.168.77.2/32 -m comment --comment "monitoring/node-exporter:metrics" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-D25YV2VPDUNK26VQ -p tcp -m comment --comment "monitoring/node-exporter:metrics" -m tcp -c 1 60 -j DNAT --to-destination 192.168.77.2:9100
+-A KUBE-SEP-DAB5SPO3RMVXN3CI -s 10.244.1.20/32 -m comment --comment "shop/frontend:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-DAB5SPO3RMVXN3CI -p tcp -m comment --comment "shop/frontend:https" -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.20:8443
+-A KUBE-SEP-DLP2S2N3HX5UKLVP -s 10.244.2.3/32 -m comment --comment "kube-system/kube-dns:dns-tcp" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-DLP2S2N3HX5UKLVP -p tcp -m comment --comment "kube-system/kube-dns:dns-tcp" -m tcp -c 1 60 -j DNAT --to-destination 10.244.2.3:53
+-A KUBE-SEP-EJJ3L23ZA35VLW6X -s 10.244.1.3/32 -m comment --comment "kube-system/kube-dns:dns" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-EJJ3L23ZA35VLW6X -p udp -m comment --comment "kube-system/kube-dns:dns" -m udp -c 0 0 -j DNAT --to-destination 10.244.1.3:53
+-A KUBE-SEP-EPVTA2RHFPHQF37H -s 10.244.1.11/32 -m comment --comment "shop/web:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-EPVTA2RHFPHQF37H -p tcp -m comment --comment "shop/web:http" -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.11:8080
+-A KUBE-SEP-F45V6TZZSXLO3WFM -s 10.244.2.10/32 -m comment --comment "shop/web:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-F45V6TZZSXLO3WFM -p tcp -m comment --comment "shop/web:http" -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.10:8080
+-A KUBE-SEP-FZQ6KZLGXRSKN2AD -s 10.244.1.10/32 -m comment --comment "shop/web:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-FZQ6KZLGXRSKN2AD -p tcp -m comment --comment "shop/web:http" -m tcp -c 0 0 -j DNAT --to-destination 10.244.1.10:8080
+-A KUBE-SEP-ICWLPOWAH6AEC6S3 -s 10.244.2.20/32 -m comment --comment "shop/frontend:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-ICWLPOWAH6AEC6S3 -p tcp -m comment --comment "shop/frontend:https" -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.20:8443
+-A KUBE-SEP-IE5HKBTJKOV7JOU6 -s 10.244.2.30/32 -m comment --comment "shop/checkout:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-IE5HKBTJKOV7JOU6 -p tcp -m comment --comment "shop/checkout:http" -m tcp -c 1 60 -j DNAT --to-destination 10.244.2.30:8080
+-A KUBE-SEP-KB3EAP5PPMYIPLQZ -s 10.244.2.10/32 -m comment --comment "shop/web:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-KB3EAP5PPMYIPLQZ -p tcp -m comment --comment "shop/web:https" -m tcp -c 1 60 -j DNAT --to-destination 10.244.2.10:8443
+-A KUBE-SEP-NARQEG4ZHNL3KTMJ -s 10.244.1.50/32 -m comment --comment "shop/cart:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-NARQEG4ZHNL3KTMJ -p tcp -m comment --comment "shop/cart:http" -m recent --set --name KUBE-SEP-NARQEG4ZHNL3KTMJ --mask 255.255.255.255 --rsource -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.50:8080
+-A KUBE-SEP-O2EFWKVYSIH3NXSC -s 10.244.1.40/32 -m comment --comment "shop/legacy-gateway:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-O2EFWKVYSIH3NXSC -p tcp -m comment --comment "shop/legacy-gateway:http" -m tcp -c 2 120 -j DNAT --to-destination 10.244.1.40:8080
+-A KUBE-SEP-P6ZV3VC6PB5OMAHT -s 10.244.1.3/32 -m comment --comment "kube-system/kube-dns:metrics" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-P6ZV3VC6PB5OMAHT -p tcp -m comment --comment "kube-system/kube-dns:metrics" -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.3:9153
+-A KUBE-SEP-R75T7LXI5PWKQPQA -s 10.244.1.3/32 -m comment --comment "kube-system/kube-dns:dns-tcp" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-R75T7LXI5PWKQPQA -p tcp -m comment --comment "kube-system/kube-dns:dns-tcp" -m tcp -c 0 0 -j DNAT --to-destination 10.244.1.3:53
+-A KUBE-SEP-REMNJM74BPC7T4L2 -s 10.244.1.60/32 -m comment --comment "shop/search:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-REMNJM74BPC7T4L2 -p tcp -m comment --comment "shop/search:http" -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.60:9200
+-A KUBE-SEP-TFTZVOJFQDTMM5AB -s 10.244.2.3/32 -m comment --comment "kube-system/kube-dns:metrics" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-TFTZVOJFQDTMM5AB -p tcp -m comment --comment "kube-system/kube-dns:metrics" -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.3:9153
+-A KUBE-SEP-UXOM45YG6ZZGVXXV -s 10.244.1.11/32 -m comment --comment "shop/web:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-UXOM45YG6ZZGVXXV -p tcp -m comment --comment "shop/web:https" -m tcp -c 0 0 -j DNAT --to-destination 10.244.1.11:8443
+-A KUBE-SEP-WDRD65ECJQ3LT4AC -s 10.244.1.10/32 -m comment --comment "shop/web-nodeport:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-WDRD65ECJQ3LT4AC -p tcp -m comment --comment "shop/web-nodeport:http" -m tcp -c 1 60 -j DNAT --to-destination 10.244.1.10:8080
+-A KUBE-SEP-YQZSKLSP26G2T6RI -s 10.244.2.10/32 -m comment --comment "shop/web-nodeport:http" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-YQZSKLSP26G2T6RI -p tcp -m comment --comment "shop/web-nodeport:http" -m tcp -c 0 0 -j DNAT --to-destination 10.244.2.10:8080
+-A KUBE-SEP-ZETKKCTNZSBVWUTR -s 10.244.1.10/32 -m comment --comment "shop/web:https" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-ZETKKCTNZSBVWUTR -p tcp -m comment --comment "shop/web:https" -m tcp -c 0 0 -j DNAT --to-destination 10.244.1.10:8443
+-A KUBE-SEP-ZHICQ2ODADGCY7DS -s 10.244.2.3/32 -m comment --comment "kube-system/kube-dns:dns" -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SEP-ZHICQ2ODADGCY7DS -p udp -m comment --comment "kube-system/kube-dns:dns" -m udp -c 0 0 -j DNAT --to-destination 10.244.2.3:53
+-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-SVC-NPX46M4PTMTKRN6Y
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment "kube-system/kube-dns:dns cluster IP" -m udp --dport 53 -c 0 0 -j KUBE-SVC-TCOU7JCQXEZGVUNU
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "kube-system/kube-dns:dns-tcp cluster IP" -m tcp --dport 53 -c 1 60 -j KUBE-SVC-ERIFXISQEP7F7OF4
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "kube-system/kube-dns:metrics cluster IP" -m tcp --dport 9153 -c 1 60 -j KUBE-SVC-JD5MR3NA4I4DYORP
+-A KUBE-SERVICES -d 10.96.200.10/32 -p tcp -m comment --comment "monitoring/node-exporter:metrics cluster IP" -m tcp --dport 9100 -c 1 60 -j KUBE-SVL-JGOHNQ6BWG6DERWI
+-A KUBE-SERVICES -d 10.96.100.40/32 -p tcp -m comment --comment "shop/cart:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-SVC-I5LIAMPLWKMBJ54B
+-A KUBE-SERVICES -d 10.96.100.21/32 -p tcp -m comment --comment "shop/checkout:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-SVC-FAXFPGMJVQWLKPGL
+-A KUBE-SERVICES -d 192.168.77.101/32 -p tcp -m comment --comment "shop/checkout:http loadbalancer IP" -m tcp --dport 80 -c 1 60 -j KUBE-EXT-FAXFPGMJVQWLKPGL
+-A KUBE-SERVICES -d 10.96.100.20/32 -p tcp -m comment --comment "shop/frontend:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-SVC-D4LVFIRJ4ZSSG6YW
+-A KUBE-SERVICES -d 192.168.77.100/32 -p tcp -m comment --comment "shop/frontend:https loadbalancer IP" -m tcp --dport 443 -c 1 60 -j KUBE-FW-D4LVFIRJ4ZSSG6YW
+-A KUBE-SERVICES -d 10.96.100.30/32 -p tcp -m comment --comment "shop/legacy-gateway:http cluster IP" -m tcp --dport 8080 -c 1 60 -j KUBE-SVC-E7LOJCV5T5E4IPM4
+-A KUBE-SERVICES -d 192.168.77.50/32 -p tcp -m comment --comment "shop/legacy-gateway:http external IP" -m tcp --dport 8080 -c 1 60 -j KUBE-EXT-E7LOJCV5T5E4IPM4
+-A KUBE-SERVICES -d 10.96.100.60/32 -p tcp -m comment --comment "shop/search:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-SVC-GTJZQLNV22BQ36AO
+-A KUBE-SERVICES -d 10.96.100.10/32 -p tcp -m comment --comment "shop/web:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-SVC-67NZLRHBNDSAWJRO
+-A KUBE-SERVICES -d 10.96.100.10/32 -p tcp -m comment --comment "shop/web:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-SVC-UB7LXFC7TRMUABOP
+-A KUBE-SERVICES -d 10.96.100.11/32 -p tcp -m comment --comment "shop/web-nodeport:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-SVC-FFNRHJJFV2V5GBHP
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -c 0 0 -j KUBE-NODEPORTS
+-A KUBE-SVC-67NZLRHBNDSAWJRO ! -s 10.244.0.0/16 -d 10.96.100.10/32 -p tcp -m comment --comment "shop/web:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-67NZLRHBNDSAWJRO -m comment --comment "shop/web:http -> 10.244.1.10:8080" -m statistic --mode random --probability 0.33333333349 -c 0 0 -j KUBE-SEP-FZQ6KZLGXRSKN2AD
+-A KUBE-SVC-67NZLRHBNDSAWJRO -m comment --comment "shop/web:http -> 10.244.1.11:8080" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-EPVTA2RHFPHQF37H
+-A KUBE-SVC-67NZLRHBNDSAWJRO -m comment --comment "shop/web:http -> 10.244.2.10:8080" -c 0 0 -j KUBE-SEP-F45V6TZZSXLO3WFM
+-A KUBE-SVC-D4LVFIRJ4ZSSG6YW ! -s 10.244.0.0/16 -d 10.96.100.20/32 -p tcp -m comment --comment "shop/frontend:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-D4LVFIRJ4ZSSG6YW -m comment --comment "shop/frontend:https -> 10.244.1.20:8443" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-DAB5SPO3RMVXN3CI
+-A KUBE-SVC-D4LVFIRJ4ZSSG6YW -m comment --comment "shop/frontend:https -> 10.244.2.20:8443" -c 0 0 -j KUBE-SEP-ICWLPOWAH6AEC6S3
+-A KUBE-SVC-E7LOJCV5T5E4IPM4 ! -s 10.244.0.0/16 -d 10.96.100.30/32 -p tcp -m comment --comment "shop/legacy-gateway:http cluster IP" -m tcp --dport 8080 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-E7LOJCV5T5E4IPM4 -m comment --comment "shop/legacy-gateway:http -> 10.244.1.40:8080" -c 2 120 -j KUBE-SEP-O2EFWKVYSIH3NXSC
+-A KUBE-SVC-ERIFXISQEP7F7OF4 ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p tcp -m comment --comment "kube-system/kube-dns:dns-tcp cluster IP" -m tcp --dport 53 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-ERIFXISQEP7F7OF4 -m comment --comment "kube-system/kube-dns:dns-tcp -> 10.244.1.3:53" -m statistic --mode random --probability 0.50000000000 -c 0 0 -j KUBE-SEP-R75T7LXI5PWKQPQA
+-A KUBE-SVC-ERIFXISQEP7F7OF4 -m comment --comment "kube-system/kube-dns:dns-tcp -> 10.244.2.3:53" -c 1 60 -j KUBE-SEP-DLP2S2N3HX5UKLVP
+-A KUBE-SVC-FAXFPGMJVQWLKPGL ! -s 10.244.0.0/16 -d 10.96.100.21/32 -p tcp -m comment --comment "shop/checkout:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-FAXFPGMJVQWLKPGL -m comment --comment "shop/checkout:http -> 10.244.2.30:8080" -c 1 60 -j KUBE-SEP-IE5HKBTJKOV7JOU6
+-A KUBE-SVC-FFNRHJJFV2V5GBHP ! -s 10.244.0.0/16 -d 10.96.100.11/32 -p tcp -m comment --comment "shop/web-nodeport:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-FFNRHJJFV2V5GBHP -m comment --comment "shop/web-nodeport:http -> 10.244.1.10:8080" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-WDRD65ECJQ3LT4AC
+-A KUBE-SVC-FFNRHJJFV2V5GBHP -m comment --comment "shop/web-nodeport:http -> 10.244.2.10:8080" -c 0 0 -j KUBE-SEP-YQZSKLSP26G2T6RI
+-A KUBE-SVC-GTJZQLNV22BQ36AO ! -s 10.244.0.0/16 -d 10.96.100.60/32 -p tcp -m comment --comment "shop/search:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-GTJZQLNV22BQ36AO -m comment --comment "shop/search:http -> 10.244.1.60:9200" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-REMNJM74BPC7T4L2
+-A KUBE-SVC-GTJZQLNV22BQ36AO -m comment --comment "shop/search:http -> 10.244.2.60:9200" -c 0 0 -j KUBE-SEP-6WLMZ7VXYI57KTN2
+-A KUBE-SVC-I5LIAMPLWKMBJ54B ! -s 10.244.0.0/16 -d 10.96.100.40/32 -p tcp -m comment --comment "shop/cart:http cluster IP" -m tcp --dport 80 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-I5LIAMPLWKMBJ54B -m comment --comment "shop/cart:http -> 10.244.1.50:8080" -m recent --rcheck --seconds 600 --reap --name KUBE-SEP-NARQEG4ZHNL3KTMJ --mask 255.255.255.255 --rsource -c 0 0 -j KUBE-SEP-NARQEG4ZHNL3KTMJ
+-A KUBE-SVC-I5LIAMPLWKMBJ54B -m comment --comment "shop/cart:http -> 10.244.2.50:8080" -m recent --rcheck --seconds 600 --reap --name KUBE-SEP-2CODL3X3ZJIORU7U --mask 255.255.255.255 --rsource -c 0 0 -j KUBE-SEP-2CODL3X3ZJIORU7U
+-A KUBE-SVC-I5LIAMPLWKMBJ54B -m comment --comment "shop/cart:http -> 10.244.1.50:8080" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-NARQEG4ZHNL3KTMJ
+-A KUBE-SVC-I5LIAMPLWKMBJ54B -m comment --comment "shop/cart:http -> 10.244.2.50:8080" -c 0 0 -j KUBE-SEP-2CODL3X3ZJIORU7U
+-A KUBE-SVC-JD5MR3NA4I4DYORP ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p tcp -m comment --comment "kube-system/kube-dns:metrics cluster IP" -m tcp --dport 9153 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-JD5MR3NA4I4DYORP -m comment --comment "kube-system/kube-dns:metrics -> 10.244.1.3:9153" -m statistic --mode random --probability 0.50000000000 -c 1 60 -j KUBE-SEP-P6ZV3VC6PB5OMAHT
+-A KUBE-SVC-JD5MR3NA4I4DYORP -m comment --comment "kube-system/kube-dns:metrics -> 10.244.2.3:9153" -c 0 0 -j KUBE-SEP-TFTZVOJFQDTMM5AB
+-A KUBE-SVC-NPX46M4PTMTKRN6Y ! -s 10.244.0.0/16 -d 10.96.0.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment "default/kubernetes:https -> 192.168.77.2:6443" -c 1 60 -j KUBE-SEP-4MSQ5TQNL3KHY34A
+-A KUBE-SVC-TCOU7JCQXEZGVUNU ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p udp -m comment --comment "kube-system/kube-dns:dns cluster IP" -m udp --dport 53 -c 0 0 -j KUBE-MARK-MASQ
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment "kube-system/kube-dns:dns -> 10.244.1.3:53" -m statistic --mode random --probability 0.50000000000 -c 0 0 -j KUBE-SEP-EJJ3L23ZA35VLW6X
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -m comment --comment "kube-system/kube-dns:dns -> 10.244.2.3:53" -c 0 0 -j KUBE-SEP-ZHICQ2ODADGCY7DS
+-A KUBE-SVC-UB7LXFC7TRMUABOP ! -s 10.244.0.0/16 -d 10.96.100.10/32 -p tcp -m comment --comment "shop/web:https cluster IP" -m tcp --dport 443 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVC-UB7LXFC7TRMUABOP -m comment --comment "shop/web:https -> 10.244.1.10:8443" -m statistic --mode random --probability 0.33333333349 -c 0 0 -j KUBE-SEP-ZETKKCTNZSBVWUTR
+-A KUBE-SVC-UB7LXFC7TRMUABOP -m comment --comment "shop/web:https -> 10.244.1.11:8443" -m statistic --mode random --probability 0.50000000000 -c 0 0 -j KUBE-SEP-UXOM45YG6ZZGVXXV
+-A KUBE-SVC-UB7LXFC7TRMUABOP -m comment --comment "shop/web:https -> 10.244.2.10:8443" -c 1 60 -j KUBE-SEP-KB3EAP5PPMYIPLQZ
+-A KUBE-SVL-D4LVFIRJ4ZSSG6YW -m comment --comment "shop/frontend:https -> 10.244.1.20:8443" -c 0 0 -j KUBE-SEP-DAB5SPO3RMVXN3CI
+-A KUBE-SVL-JGOHNQ6BWG6DERWI ! -s 10.244.0.0/16 -d 10.96.200.10/32 -p tcp -m comment --comment "monitoring/node-exporter:metrics cluster IP" -m tcp --dport 9100 -c 1 60 -j KUBE-MARK-MASQ
+-A KUBE-SVL-JGOHNQ6BWG6DERWI -m comment --comment "monitoring/node-exporter:metrics -> 192.168.77.2:9100" -c 1 60 -j KUBE-SEP-D25YV2VPDUNK26VQ

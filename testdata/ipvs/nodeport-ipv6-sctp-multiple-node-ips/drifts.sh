@@ -1,0 +1,8 @@
+drift rs-removed 'ipvsadm -d --sctp-service [2001:db8::1:1]:3001 -r [2001::1]:80' 'ipvsadm -a --sctp-service [2001:db8::1:1]:3001 -r [2001::1]:80 -m -w 1'
+drift rs-weight0 'ipvsadm -e --sctp-service [2001:db8::1:1]:3001 -r [2001::1]:80 -m -w 0' 'ipvsadm -e --sctp-service [2001:db8::1:1]:3001 -r [2001::1]:80 -m -w 1'
+drift ghost-weight0 'ipvsadm -a --sctp-service [2001:db8::1:1]:3001 -r [fd00:dead::1]:8080 -m -w 0' 'ipvsadm -d --sctp-service [2001:db8::1:1]:3001 -r [fd00:dead::1]:8080'
+drift scheduler 'ipvsadm -E --sctp-service [2001:db8::1:1]:3001 -s wrr' 'ipvsadm -E --sctp-service [2001:db8::1:1]:3001 -s rr'
+drift ipset-entry 'ipset del KUBE-6-CLUSTER-IP 2020::1,sctp:80' 'ipset add KUBE-6-CLUSTER-IP 2020::1,sctp:80'
+drift kube-ipvs0-addr 'ip addr del 2020::1/128 dev kube-ipvs0' 'ip addr add 2020::1/128 dev kube-ipvs0'
+drift iptables-rule 'ip6tables -t nat -D KUBE-MARK-MASQ 1' 'ip6tables-restore --noflush /data/nodeport-ipv6-sctp-multiple-node-ips.iptables'
+drift stale-vs 'ipvsadm -A --sctp-service [fd00:beef::9]:80 -s rr' 'ipvsadm -D --sctp-service [fd00:beef::9]:80'

@@ -1,0 +1,8 @@
+drift rs-removed 'ipvsadm -d -t 10.20.30.41:80 -r 10.180.0.1:80' 'ipvsadm -a -t 10.20.30.41:80 -r 10.180.0.1:80 -m -w 1'
+drift rs-weight0 'ipvsadm -e -t 10.20.30.41:80 -r 10.180.0.1:80 -m -w 0' 'ipvsadm -e -t 10.20.30.41:80 -r 10.180.0.1:80 -m -w 1'
+drift ghost-weight0 'ipvsadm -a -t 10.20.30.41:80 -r 10.255.255.254:8080 -m -w 0' 'ipvsadm -d -t 10.20.30.41:80 -r 10.255.255.254:8080'
+drift scheduler 'ipvsadm -E -t 10.20.30.41:80 -s wrr' 'ipvsadm -E -t 10.20.30.41:80 -s rr'
+drift ipset-entry 'ipset del KUBE-CLUSTER-IP 10.20.30.41,tcp:80' 'ipset add KUBE-CLUSTER-IP 10.20.30.41,tcp:80'
+drift kube-ipvs0-addr 'ip addr del 10.20.30.41/32 dev kube-ipvs0' 'ip addr add 10.20.30.41/32 dev kube-ipvs0'
+drift iptables-rule 'iptables -t nat -D KUBE-MARK-MASQ 1' 'iptables-restore --noflush /data/only-local-nodeports.iptables'
+drift stale-vs 'ipvsadm -A -t 10.99.99.99:80 -s rr' 'ipvsadm -D -t 10.99.99.99:80'

@@ -15,23 +15,29 @@ use kproxy::state::node::NodeFacts;
 use serde_json::{Value, json};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 /// Counts live heap bytes and their peak, to report render's working memory.
 struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 // SAFETY: delegates to the system allocator; only adds bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(now, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            let size = l.size() as isize;
+            let now = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        }
         // SAFETY: same contract as the caller's.
         unsafe { System.dealloc(p, l) }
     }
@@ -58,7 +64,12 @@ impl ValueFormatter for CpuFormatter {
         values.iter_mut().for_each(|v| *v /= 1e6);
         "ms(cpu)"
     }
-    fn scale_throughputs(&self, _typical: f64, _t: &Throughput, values: &mut [f64]) -> &'static str {
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        _t: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
         values.iter_mut().for_each(|v| *v /= 1e6);
         "ms(cpu)"
     }
@@ -156,11 +167,14 @@ fn benches(c: &mut Criterion) {
     let text = generate();
     let state = load::from_str(&text, "generated.json").unwrap_or_else(|e| panic!("{e}"));
     let (config, facts) = inputs();
+    phases(&state, &config, &facts);
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let rendered = render(&state, &config, &facts, RenderOptions::default());
     let mut sink = std::io::sink();
-    rendered.write_restore(&mut sink).unwrap_or_else(|e| panic!("{e}"));
+    rendered
+        .write_restore(&mut sink)
+        .unwrap_or_else(|e| panic!("{e}"));
     let peak = PEAK.load(Ordering::Relaxed) - base;
     let sample = rendered.to_restore_text();
     drop(rendered);
@@ -181,6 +195,44 @@ fn cpu_benches(c: &mut Criterion<CpuTime>) {
     let state = load::from_str(&text, "generated.json").unwrap_or_else(|e| panic!("{e}"));
     let (config, facts) = inputs();
     run_group(c, "_cpu", &state, &text, &config, &facts);
+}
+
+/// Prints the thread CPU time of render's phases (one run each, after a warm-up run).
+fn phases(state: &kproxy::state::ClusterState, config: &ProxyConfig, facts: &NodeFacts) {
+    use kproxy::proxier::endpoints::{EndpointDetail, endpoints_map_with};
+    use kproxy::proxier::iptables::{plan_with, render_plan};
+    drop(render(state, config, facts, RenderOptions::default()));
+    let t = thread_cpu_ns();
+    let m = endpoints_map_with(
+        &state.endpoint_slices,
+        IpFamily::V4,
+        "node0",
+        EndpointDetail::Lean,
+        &mut Vec::new(),
+    );
+    let t_map = thread_cpu_ns() - t;
+    drop(m);
+    let t = thread_cpu_ns();
+    let plan = plan_with(state, config, facts, EndpointDetail::Lean);
+    let t_plan = thread_cpu_ns() - t;
+    let t = thread_cpu_ns();
+    let r = render_plan(&plan, facts, RenderOptions::default());
+    let t_emit = thread_cpu_ns() - t;
+    let t = thread_cpu_ns();
+    drop(r);
+    drop(plan);
+    let t_drop = thread_cpu_ns() - t;
+    let t = thread_cpu_ns();
+    drop(render(state, config, facts, RenderOptions::default()));
+    let t_all = thread_cpu_ns() - t;
+    eprintln!(
+        "cpu ms: endpoints_map {:.1}, plan (incl. map) {:.1}, emit {:.1}, drop {:.1}; streaming render {:.1}",
+        t_map as f64 / 1e6,
+        t_plan as f64 / 1e6,
+        t_emit as f64 / 1e6,
+        t_drop as f64 / 1e6,
+        t_all as f64 / 1e6
+    );
 }
 
 fn inputs() -> (ProxyConfig, NodeFacts) {
@@ -217,7 +269,8 @@ fn run_group<M: Measurement>(
     g.sample_size(10);
     g.bench_function("10k_services_x10", |b| {
         b.iter(|| {
-            let s = load::from_str(black_box(text), "generated.json").unwrap_or_else(|e| panic!("{e}"));
+            let s =
+                load::from_str(black_box(text), "generated.json").unwrap_or_else(|e| panic!("{e}"));
             black_box(s.services.len())
         })
     });

@@ -31,31 +31,44 @@ fn benches(c: &mut Criterion) {
         );
         return;
     };
-    let state = kproxy::state::load::from_str(&state_text, "state.json").unwrap_or_else(|e| panic!("{e}"));
-    let (config, _) = kproxy::state::config::parse(&config_text, "config.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let state =
+        kproxy::state::load::from_str(&state_text, "state.json").unwrap_or_else(|e| panic!("{e}"));
+    let (config, _) =
+        kproxy::state::config::parse(&config_text, "config.yaml").unwrap_or_else(|e| panic!("{e}"));
     let args = kproxy::cli::common::NodeFactArgs {
         ip_family: "4".into(),
         random_fully: true,
         nfacct: Some("none".into()),
         ..Default::default()
     };
-    let (facts, _) = kproxy::state::node::build(&args, &state, &config).unwrap_or_else(|e| panic!("{e}"));
+    let (facts, _) =
+        kproxy::state::node::build(&args, &state, &config).unwrap_or_else(|e| panic!("{e}"));
     let input = VerifyInput {
         node: "node-1",
         state: &state,
         config: &config,
         facts: &facts,
-        dumps: vec![DumpText { label: "scale.nft.save", text: &dump, family: IpFamily::V4 }],
+        dumps: vec![DumpText {
+            label: "scale.nft.save",
+            text: &dump,
+            family: IpFamily::V4,
+        }],
         legacy: None,
         nft_ruleset: None,
         parse: ParseOptions::strict(),
     };
     // Sanity: the dump is what kube-proxy would write, so the report is clean.
     let report = verify(&input).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(report.summary.errors + report.summary.warnings, 0, "scale dump is not clean");
+    assert_eq!(
+        report.summary.errors + report.summary.warnings,
+        0,
+        "scale dump is not clean"
+    );
     let mut g = c.benchmark_group("verify_end_to_end");
     g.sample_size(10);
-    g.bench_function("10k_services_x10", |b| b.iter(|| black_box(verify(black_box(&input)))));
+    g.bench_function("10k_services_x10", |b| {
+        b.iter(|| black_box(verify(black_box(&input))))
+    });
     g.finish();
 }
 

@@ -12,7 +12,7 @@
 //! RBAC rule is missing.
 
 use crate::cli::common::GlobalArgs;
-use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::PathBuf;
 use std::sync::Once;
 use std::time::Duration;
@@ -24,22 +24,21 @@ pub enum ClientError {
     #[error("invalid --request-timeout {0:?}: expected a duration such as 500ms, 30s, 1m, 1h or 0")]
     Timeout(String),
     /// A kubeconfig file could not be read.
-    #[error("reading kubeconfig {}", path.display())]
+    #[error("cannot read kubeconfig {}: {detail}", path.display())]
     ReadKubeconfig {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: KubeconfigError,
+        /// Why (the innermost cause).
+        detail: String,
     },
     /// No kubeconfig and not in a cluster.
     #[error(
-        "no kubeconfig found (pass --kubeconfig, set KUBECONFIG or create ~/.kube/config) and not running inside a cluster"
+        "no kubeconfig found (pass --kubeconfig, set KUBECONFIG or create ~/.kube/config) and not running inside a cluster: {0}"
     )]
-    NoConfig(#[source] KubeconfigError),
+    NoConfig(String),
     /// The kubeconfig does not yield a usable configuration (context, cluster or user).
-    #[error("using the kubeconfig{}", selection_suffix(.0))]
-    Select(String, #[source] KubeconfigError),
+    #[error("cannot use the kubeconfig{}: {}", selection_suffix(.0), .1)]
+    Select(String, String),
     /// In-cluster configuration failed.
     #[error("loading the in-cluster configuration")]
     InCluster(#[source] kube::config::InClusterError),
@@ -150,17 +149,17 @@ pub async fn connect(global: &GlobalArgs) -> Result<Connection, ClientError> {
             let kubeconfig = read_kubeconfigs(paths)?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
-                .map_err(|e| ClientError::Select(selection, e))?
+                .map_err(|e| ClientError::Select(selection, innermost(&e)))?
         }
         None => match Kubeconfig::read() {
             Ok(kubeconfig) => kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
-                .map_err(|e| ClientError::Select(selection, e))?,
+                .map_err(|e| ClientError::Select(selection, innermost(&e)))?,
             Err(e) => {
                 if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
                     kube::Config::incluster().map_err(ClientError::InCluster)?
                 } else {
-                    return Err(ClientError::NoConfig(e));
+                    return Err(ClientError::NoConfig(innermost(&e)));
                 }
             }
         },
@@ -190,23 +189,21 @@ fn read_kubeconfigs(paths: &std::path::Path) -> Result<Kubeconfig, ClientError> 
         if several && !path.exists() {
             continue;
         }
-        let read = Kubeconfig::read_from(&path).map_err(|source| ClientError::ReadKubeconfig {
+        let read = Kubeconfig::read_from(&path).map_err(|e| ClientError::ReadKubeconfig {
             path: path.clone(),
-            source,
+            detail: innermost(&e),
         })?;
         merged = Some(match merged {
             None => read,
-            Some(m) => m
-                .merge(read)
-                .map_err(|source| ClientError::ReadKubeconfig {
-                    path: path.clone(),
-                    source,
-                })?,
+            Some(m) => m.merge(read).map_err(|e| ClientError::ReadKubeconfig {
+                path: path.clone(),
+                detail: innermost(&e),
+            })?,
         });
     }
     merged.ok_or_else(|| ClientError::ReadKubeconfig {
         path: paths.to_path_buf(),
-        source: KubeconfigError::FindPath,
+        detail: "no file in the list exists".into(),
     })
 }
 

@@ -549,6 +549,7 @@ fn cobra_completion_lists_nodes_namespaces_services() {
         "{ns}"
     );
     assert_eq!(run(&["trace", "-n", "ns2", "svc/"]), "svc/svc2\n:4\n");
+    assert_eq!(run(&["trace", "svc/svc1", "--node", ""]), "test-node\n:4\n");
     assert_eq!(run(&["--context", ""]), "fake\nfake-bad-token\n:4\n");
     assert!(run(&[""]).contains("verify\n"));
 }
@@ -921,15 +922,27 @@ fn kubeconfig_list_in_env_is_merged_and_missing_files_skipped() {
         .arg(c.bundle_path())
         .output()
         .expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn ctrl_c_deletes_the_debug_pod() {
     let c = Cluster::new();
     c.api.on_exec(|_| ExecReply::Hang);
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kubectl-kproxy"))
-        .args(["collect", "test-node", "--collector", "debug-pod", "--exec-timeout", "50s", "-o"])
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kubectl-kproxy"))
+        .args([
+            "collect",
+            "test-node",
+            "--collector",
+            "debug-pod",
+            "--exec-timeout",
+            "50s",
+            "-o",
+        ])
         .arg(c.bundle_path())
         .arg("--kubeconfig")
         .arg(&c.kubeconfig)
@@ -942,7 +955,11 @@ fn ctrl_c_deletes_the_debug_pod() {
     while c.api.execs().is_empty() && started.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(c.api.created_pods().len(), 1, "the pod was created and exec started");
+    assert_eq!(
+        c.api.created_pods().len(),
+        1,
+        "the pod was created and exec started"
+    );
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -952,7 +969,11 @@ fn ctrl_c_deletes_the_debug_pod() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert_eq!(c.api.deleted_pods(), c.api.created_pods(), "deleted after Ctrl-C");
+    assert_eq!(
+        c.api.deleted_pods(),
+        c.api.created_pods(),
+        "deleted after Ctrl-C"
+    );
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
@@ -985,10 +1006,16 @@ fn all_nodes_progress_bar_only_on_a_terminal() {
         .output()
         .expect("script");
     let tty = String::from_utf8_lossy(&out.stdout);
-    assert!(tty.contains("nodes ") && tty.contains("/21"), "progress bar on the terminal: {tty:?}");
+    assert!(
+        tty.contains("nodes ") && tty.contains("/21"),
+        "progress bar on the terminal: {tty:?}"
+    );
     let table = std::fs::read_to_string(c.dir.path().join("table.txt")).expect("table");
     assert_eq!(table.lines().count(), 22, "{table}");
-    assert!(!table.contains("nodes "), "no progress bar in stdout: {table}");
+    assert!(
+        !table.contains("nodes "),
+        "no progress bar in stdout: {table}"
+    );
 }
 
 #[test]
@@ -999,7 +1026,15 @@ fn kubectl_trace_live_matches_offline() {
     let shown = path.display().to_string();
     let offline = c
         .kproxy()
-        .args(["trace", "svc/svc1", "-n", "ns1", "--node", "test-node", "--state"])
+        .args([
+            "trace",
+            "svc/svc1",
+            "-n",
+            "ns1",
+            "--node",
+            "test-node",
+            "--state",
+        ])
         .arg(testdata("state.json"))
         .arg("--config")
         .arg(testdata("config.yaml"))
@@ -1008,20 +1043,47 @@ fn kubectl_trace_live_matches_offline() {
         .output()
         .expect("offline trace");
     let live = kubectl(&c, &dir)
-        .args(["kproxy", "trace", "svc/svc1", "-n", "ns1", "--node", "test-node"])
+        .args([
+            "kproxy",
+            "trace",
+            "svc/svc1",
+            "-n",
+            "ns1",
+            "--node",
+            "test-node",
+        ])
         .output()
         .expect("kubectl kproxy trace");
     let offline_text = String::from_utf8_lossy(&offline.stdout).replace(&shown, "<dump>");
-    let live_text = String::from_utf8_lossy(&live.stdout)
-        .replace("iptables-save (exec (kube-system/kube-proxy-test-node))", "<dump>");
-    assert_eq!(offline.status.code(), Some(0), "{}", String::from_utf8_lossy(&offline.stderr));
+    let live_text = String::from_utf8_lossy(&live.stdout).replace(
+        "iptables-save (exec (kube-system/kube-proxy-test-node))",
+        "<dump>",
+    );
+    assert_eq!(
+        offline.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&offline.stderr)
+    );
     assert!(offline_text.contains("KUBE-SVC-"), "{offline_text}");
-    assert_eq!(live.status.code(), offline.status.code(), "{}", String::from_utf8_lossy(&live.stderr));
+    assert_eq!(
+        live.status.code(),
+        offline.status.code(),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
     assert_eq!(live_text, offline_text);
 
     // --packet through the cluster.
     let packet = ["--packet", "10.0.0.2->172.30.0.41:80/tcp", "-o", "json"];
-    let offline = c.kproxy().arg("trace").args(packet).arg("--iptables-save").arg(&path).output().expect("run");
+    let offline = c
+        .kproxy()
+        .arg("trace")
+        .args(packet)
+        .arg("--iptables-save")
+        .arg(&path)
+        .output()
+        .expect("run");
     let live = kubectl(&c, &dir)
         .args(["kproxy", "trace"])
         .args(packet)
@@ -1029,6 +1091,25 @@ fn kubectl_trace_live_matches_offline() {
         .output()
         .expect("run");
     assert!(offline.status.success());
-    assert_eq!(live.status.code(), offline.status.code(), "{}", String::from_utf8_lossy(&live.stderr));
+    assert_eq!(
+        live.status.code(),
+        offline.status.code(),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
     assert_eq!(live.stdout, offline.stdout);
+}
+
+#[test]
+fn failure_request_timeout() {
+    let c = Cluster::new();
+    c.api.slow_down("/api/v1/nodes", Duration::from_secs(20));
+    let started = std::time::Instant::now();
+    let (code, _, stderr) = c.collect(&["test-node", "--request-timeout", "1s"]);
+    assert_one_error(code, &stderr, &["list nodes", "timed out"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -725,16 +725,28 @@ mod netns {
         facts.node_ips = vec![topo.node_ip()];
         facts.nfacct_ct_state_invalid = false;
         facts.nfacct_localhost_nodeports = false;
-        let rules = render(&state, &config, &facts, RenderOptions { with_base_jumps: true })
-            .to_restore_text();
-        topo.node().restore(backend, &rules, false).expect("restore of the render");
+        let rules = render(
+            &state,
+            &config,
+            &facts,
+            RenderOptions {
+                with_base_jumps: true,
+            },
+        )
+        .to_restore_text();
+        topo.node()
+            .restore(backend, &rules, false)
+            .expect("restore of the render");
 
         let tally = topo
             .client()
             .connect_many(&Default::default(), addr("172.30.0.10:80"), 40)
             .expect("cluster IP");
         assert_eq!(tally.ok(), 40, "{tally:?}");
-        assert!(tally.count("pod-a") > 0 && tally.count("pod-b") > 0, "{tally:?}");
+        assert!(
+            tally.count("pod-a") > 0 && tally.count("pod-b") > 0,
+            "{tally:?}"
+        );
         assert!(
             !tally.peers.contains_key(&topo.client_ip()),
             "off-cluster client must be masqueraded: {tally:?}"
@@ -744,7 +756,10 @@ mod netns {
         let r = topo.client().connect(node_port).expect("node port");
         assert!(r.server == "pod-a" || r.server == "pod-b", "{r:?}");
 
-        let refused = topo.client().connect(addr("172.30.0.11:80")).expect_err("no endpoints");
+        let refused = topo
+            .client()
+            .connect(addr("172.30.0.11:80"))
+            .expect_err("no endpoints");
         assert_eq!(refused.kind(), ErrorKind::ConnectionRefused, "{refused}");
     }
 }

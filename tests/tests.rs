@@ -12,6 +12,7 @@ mod packetflow;
 mod parse;
 mod render;
 mod repair;
+mod resync;
 mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;

@@ -99,8 +99,10 @@ pub struct RepairReport {
     pub applied: bool,
     /// Size of the restore input sent.
     pub restore_bytes: usize,
-    /// Time spent applying (restore calls and the read-back).
-    pub apply_time: Duration,
+    /// Time spent in the `iptables-restore --noflush` calls.
+    pub restore_time: Duration,
+    /// Time spent reading the rules back and re-planning (the verification).
+    pub verify_time: Duration,
 }
 
 /// Plans (and with `opts.apply`, applies) the change from the host's current rules to `expected_text`
@@ -123,7 +125,8 @@ pub fn repair(
         plan: the_plan,
         backup: None,
         applied: false,
-        apply_time: Duration::ZERO,
+        restore_time: Duration::ZERO,
+        verify_time: Duration::ZERO,
     };
     if !opts.apply || report.plan.is_empty() || !refusals.is_empty() {
         return Ok((report, refusals));
@@ -159,10 +162,12 @@ pub fn repair(
             });
         }
     }
+    report.restore_time = started.elapsed();
+    let verify_started = Instant::now();
     let after = host.save(false).map_err(RepairError::Read)?;
     let after_rs = Ruleset::parse(&after, &ParseOptions::default()).map_err(RepairError::Parse)?;
     let again = plan(&expected, &after_rs, false);
-    report.apply_time = started.elapsed();
+    report.verify_time = verify_started.elapsed();
     if !again.is_empty() {
         let remaining = again.tables.iter().map(|t| t.changes.len()).sum();
         let rollback = host.restore_exact(&saved).err().map(|e| e.to_string());

@@ -25,7 +25,9 @@ use tokio::sync::Notify;
 #[derive(Debug, thiserror::Error)]
 pub enum ResyncError {
     /// A kube-proxy process runs on this host.
-    #[error("a kube-proxy process is running on this host (pid {0}); two writers of the same chains fight each other — stop it first or pass --force")]
+    #[error(
+        "a kube-proxy process is running on this host (pid {0}); two writers of the same chains fight each other — stop it first or pass --force"
+    )]
     KubeProxyRunning(u32),
     /// The watches never delivered an initial state.
     #[error("the API watches did not deliver an initial state within {0:?}")]
@@ -74,9 +76,21 @@ pub fn kube_proxy_pid() -> Option<u32> {
 }
 
 /// One sync: render, read the node, plan, restore. Returns what was written.
-pub fn sync_once(state: &ClusterState, opts: &ResyncOptions, full: bool) -> anyhow::Result<SyncStats> {
+pub fn sync_once(
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    full: bool,
+) -> anyhow::Result<SyncStats> {
     let facts = (opts.facts)(state)?;
-    let expected_text = render(state, &opts.config, &facts, RenderOptions { with_base_jumps: true }).to_restore_text();
+    let expected_text = render(
+        state,
+        &opts.config,
+        &facts,
+        RenderOptions {
+            with_base_jumps: true,
+        },
+    )
+    .to_restore_text();
     let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;
     let saved = opts.host.save(false)?;
     let current = Ruleset::parse(&saved, &ParseOptions::default())?;
@@ -86,7 +100,15 @@ pub fn sync_once(state: &ClusterState, opts: &ResyncOptions, full: bool) -> anyh
         .clone()
         .filter(|c| !matches!(c.action, ChainAction::KeepReferenced))
         .count();
-    let rules_written = changes.map(|c| if c.action == ChainAction::Delete { 0 } else { c.rules_after }).sum();
+    let rules_written = changes
+        .map(|c| {
+            if c.action == ChainAction::Delete {
+                0
+            } else {
+                c.rules_after
+            }
+        })
+        .sum();
     for t in &p.tables {
         let input = t.restore_input();
         if !input.is_empty() {
@@ -107,31 +129,50 @@ where
     store.state().iter().map(|o| (**o).clone()).collect()
 }
 
-/// Spawns a reflector for `api` and returns its store; every change pokes `notify`.
+/// Spawns a reflector for `api` and returns its store; every change (an added, updated or deleted
+/// object, a completed re-list) pokes `notify`.
 fn spawn_reflector<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!("watch error: {e}");
+            match ev {
+                // A (re-)list is only visible in the store once it is complete: poke then, not
+                // per listed object (a sync in between would still see the old store and miss
+                // what was deleted while the watch was down), and also when the list is empty.
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(
+                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
+                ) => notify.notify_one(),
+                Err(e) => tracing::warn!("watch error: {e}"),
             }
-            notify.notify_one();
         }
     });
     reader
 }
 
-/// Runs the loop until `shutdown` completes. Deletions are seen because the reflector stores drop
-/// deleted objects; every watch event (add, update, delete, re-list) triggers a sync.
-pub async fn run(client: Client, opts: ResyncOptions, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+/// Runs the loop until `shutdown` completes (also while waiting for the initial state; a sync in
+/// progress is finished first, so that the node is never left half-written). Deletions are seen
+/// because the reflector stores drop deleted objects, and a re-list after a broken watch replaces
+/// a store's content; every watch event (add, update, delete, re-list) triggers a sync.
+pub async fn run(
+    client: Client,
+    opts: ResyncOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
     let notify = Arc::new(Notify::new());
     let services = spawn_reflector(Api::<Service>::all(client.clone()), notify.clone());
     let slices = spawn_reflector(Api::<EndpointSlice>::all(client.clone()), notify.clone());
@@ -142,10 +183,15 @@ pub async fn run(client: Client, opts: ResyncOptions, shutdown: impl std::future
         let _ = slices.wait_until_ready().await;
         let _ = nodes.wait_until_ready().await;
     };
-    tokio::time::timeout(ready_timeout, ready)
-        .await
-        .map_err(|_| ResyncError::NotReady(ready_timeout))?;
-    tokio::pin!(shutdown);
+    tokio::select! {
+        _ = &mut shutdown => {
+            (opts.log)("shutting down before the first sync");
+            return Ok(());
+        }
+        ready = tokio::time::timeout(ready_timeout, ready) => {
+            ready.map_err(|_| ResyncError::NotReady(ready_timeout))?;
+        }
+    }
     let mut last_full = Instant::now();
     let mut full = true;
     loop {
@@ -156,7 +202,8 @@ pub async fn run(client: Client, opts: ResyncOptions, shutdown: impl std::future
         };
         let started = Instant::now();
         let sync_opts = opts.clone();
-        let result = tokio::task::spawn_blocking(move || sync_once(&state, &sync_opts, full)).await?;
+        let result =
+            tokio::task::spawn_blocking(move || sync_once(&state, &sync_opts, full)).await?;
         match result {
             Ok(s) => {
                 (opts.log)(&format!(
@@ -191,7 +238,10 @@ pub async fn run(client: Client, opts: ResyncOptions, shutdown: impl std::future
         let now = Instant::now();
         if next_allowed > now {
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => {
+                    (opts.log)("shutting down");
+                    return Ok(());
+                }
                 _ = tokio::time::sleep(next_allowed - now) => {}
             }
         }

@@ -250,6 +250,7 @@ fn flag_values(
 ) -> (Vec<String>, u32) {
     match flag {
         "namespace" => (live_list(g, Lookup::Namespaces), DIRECTIVE_NO_FILE),
+        "node" => (live_list(g, Lookup::Nodes), DIRECTIVE_NO_FILE),
         "context" | "cluster" | "user" => (kubeconfig_names(g, flag), DIRECTIVE_NO_FILE),
         _ => {
             let Some(arg) = all_args(root, sub).find(|a| a.get_long() == Some(flag)) else {

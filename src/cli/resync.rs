@@ -48,7 +48,10 @@ pub struct ResyncArgs {
 fn duration(text: &str) -> anyhow::Result<Duration> {
     let t = text.trim();
     if let Some(ms) = t.strip_suffix("ms") {
-        return Ok(Duration::from_millis(ms.parse().with_context(|| format!("bad duration {text:?}"))?));
+        return Ok(Duration::from_millis(
+            ms.parse()
+                .with_context(|| format!("bad duration {text:?}"))?,
+        ));
     }
     Ok(kube_client::parse_duration(t)
         .with_context(|| format!("bad duration {text:?}"))?
@@ -58,7 +61,9 @@ fn duration(text: &str) -> anyhow::Result<Duration> {
 /// Runs `resync`.
 pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if !args.local || !args.watch {
-        bail!("resync runs on the node and follows the API: use `kubectl-kproxy resync --local --watch` (one-shot: `repair --local --apply`)");
+        bail!(
+            "resync runs on the node and follows the API: use `kubectl-kproxy resync --local --watch` (one-shot: `repair --local --apply`)"
+        );
     }
     if !args.force
         && let Some(pid) = kube_proxy_pid()
@@ -102,20 +107,18 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     };
     let rt = super::live::runtime()?;
     rt.block_on(async {
-        let conn = kube_client::connect(global).await?;
-        let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+        // Install the handlers first: a signal that arrives while connecting or waiting for the
+        // initial state must stop the loop cleanly, not kill the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        let shutdown = async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
         };
+        let conn = kube_client::connect(global).await?;
         run_loop(conn.client, opts, shutdown).await
     })?;
     Ok(Outcome::Clean)

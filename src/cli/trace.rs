@@ -101,10 +101,21 @@ pub struct TraceArgs {
     /// API (or from --bundle), with the API state and kube-proxy's configuration.
     #[command(flatten)]
     pub live: super::live::LiveArgs,
+    /// IPVS nodes: with `--ipvsadm FILE`, trace the IPVS virtual server (`--vs`, or --packet's destination).
+    #[command(flatten)]
+    pub ipvs: super::ipvs::IpvsTraceArgs,
 }
 
 /// Runs `trace`.
 pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    // Bad --packet syntax is exit 2 with the expected form, before any I/O.
+    if let Some(p) = args.packet.as_deref() {
+        p.parse::<PacketSpec>()?;
+    }
+    if args.ipvs.dumps.given() {
+        let json = args.output == Some(TraceOutput::Json);
+        return super::ipvs::run_trace(&args.ipvs, args.packet.as_deref(), json);
+    }
     let live = live_inputs(&args, global)?;
     match args.packet.as_deref() {
         Some(packet) => run_packet(&args, packet, live.as_ref()),
@@ -113,14 +124,23 @@ pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 }
 
 /// Without dump files, the inputs come from a bundle or the cluster (`--node NODE`).
-fn live_inputs(args: &TraceArgs, global: &GlobalArgs) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
+fn live_inputs(
+    args: &TraceArgs,
+    global: &GlobalArgs,
+) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
     if args.dump.iptables_save.is_some() || args.dump.ip6tables_save.is_some() {
         return Ok(None);
     }
     if args.live.all_nodes {
         bail!("trace works on one node (--node NODE); --all-nodes is for verify");
     }
-    let inputs = super::live::resolve_inputs(global, &args.live, &args.state, &args.dump, args.node.node.as_deref())?;
+    let inputs = super::live::resolve_inputs(
+        global,
+        &args.live,
+        &args.state,
+        &args.dump,
+        args.node.node.as_deref(),
+    )?;
     let mut err = anstream::stderr();
     for w in &inputs.snapshot.warnings {
         let _ = writeln!(err, "warning: {w}");
@@ -129,7 +149,11 @@ fn live_inputs(args: &TraceArgs, global: &GlobalArgs) -> anyhow::Result<Option<s
 }
 
 /// The dump text for a family and its name for messages: a file, or the collected dump.
-fn dump_text(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>, ipv6: bool) -> anyhow::Result<(PathBuf, String)> {
+fn dump_text(
+    args: &TraceArgs,
+    live: Option<&super::live::ResolvedInputs>,
+    ipv6: bool,
+) -> anyhow::Result<(PathBuf, String)> {
     let Some(inputs) = live else {
         let path = dump_path(&args.dump, ipv6)?;
         return Ok((path.clone(), read_input(path)?));
@@ -138,9 +162,16 @@ fn dump_text(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>, ipv6:
     let (command, text) = match (ipv6, &snap.ip6tables_save, &snap.iptables_save) {
         (true, Some(t6), _) => ("ip6tables-save", t6),
         (_, _, Some(t)) => ("iptables-save", t),
-        _ => bail!("no iptables-save output was collected from node {:?} ({})", inputs.node, snap.collector),
+        _ => bail!(
+            "no iptables-save output was collected from node {:?} ({})",
+            inputs.node,
+            snap.collector
+        ),
     };
-    Ok((format!("{command} ({})", snap.collector).into(), text.clone()))
+    Ok((
+        format!("{command} ({})", snap.collector).into(),
+        text.clone(),
+    ))
 }
 
 /// The dump to read for a packet/family: `--ip6tables-save` for IPv6 when given, else `--iptables-save`.
@@ -159,7 +190,11 @@ fn dump_path(dump: &DumpArgs, ipv6: bool) -> anyhow::Result<&PathBuf> {
     }
 }
 
-fn run_packet(args: &TraceArgs, packet_text: &str, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Outcome> {
+fn run_packet(
+    args: &TraceArgs,
+    packet_text: &str,
+    live: Option<&super::live::ResolvedInputs>,
+) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
     let (path, text) = dump_text(args, live, packet.dst.is_ipv6())?;
     let path = path.as_path();
@@ -242,7 +277,10 @@ fn source_name(path: &Path) -> String {
 }
 
 /// kube-proxy's plan for the API state, when `--state` is given.
-fn plan_of(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Option<(ServicePlan, String)>> {
+fn plan_of(
+    args: &TraceArgs,
+    live: Option<&super::live::ResolvedInputs>,
+) -> anyhow::Result<Option<(ServicePlan, String)>> {
     let (state, (cfg, mut warnings)) = match live {
         Some(inputs) => {
             let cfg = match &inputs.config_text {
@@ -281,7 +319,11 @@ fn plan_of(args: &TraceArgs, live: Option<&super::live::ResolvedInputs>) -> anyh
     )))
 }
 
-fn run_path(args: &TraceArgs, global: &GlobalArgs, live: Option<&super::live::ResolvedInputs>) -> anyhow::Result<Outcome> {
+fn run_path(
+    args: &TraceArgs,
+    global: &GlobalArgs,
+    live: Option<&super::live::ResolvedInputs>,
+) -> anyhow::Result<Outcome> {
     let Some(service) = args.service.as_deref() else {
         bail!(
             "trace needs a service (trace svc/NAME --iptables-save FILE) or a packet (--packet 'SRC[:SPORT]->DST:PORT/PROTO')"

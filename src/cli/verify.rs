@@ -60,7 +60,13 @@ pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         return run_all_nodes(args, global);
     }
     let report = if args.ipvs.given() {
-        super::ipvs::verify(&args.ipvs, &args.state, &args.facts, &args.dumps, args.node_name.as_deref())?
+        super::ipvs::verify(
+            &args.ipvs,
+            &args.state,
+            &args.facts,
+            &args.dumps,
+            args.node_name.as_deref(),
+        )?
     } else {
         build_report(&args, global)?
     };
@@ -121,7 +127,9 @@ pub fn report_from_inputs(
     for w in &snap.warnings {
         tracing::warn!("{w}");
     }
-    if crate::compare::ipvs::detect_mode(None, Some(main_text)) == crate::compare::ipvs::DetectedMode::Ipvs {
+    if crate::compare::ipvs::detect_mode(None, Some(main_text))
+        == crate::compare::ipvs::DetectedMode::Ipvs
+    {
         bail!(
             "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save"
         );

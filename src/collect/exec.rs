@@ -55,7 +55,7 @@ impl PodExec {
             .exec(&self.pod, argv.iter().copied(), &params)
             .await
             .map_err(|e| {
-                CollectError::Api(ApiError::classify(
+                CollectError::from(ApiError::classify(
                     e,
                     ApiCall::new("create", "pods/exec")
                         .in_namespace(&self.namespace)

@@ -208,7 +208,7 @@ pub trait CommandRunner {
 pub enum CollectError {
     /// An API call failed.
     #[error(transparent)]
-    Api(#[from] crate::kube_client::ApiError),
+    Api(Box<crate::kube_client::ApiError>),
     /// No kube-proxy pod runs on the node.
     #[error(
         "no kube-proxy pod on node {node:?}: no pod in namespace {namespace:?} matches label selector {selector:?} with spec.nodeName={node} (set --proxy-selector, or use --collector debug-pod)"
@@ -311,6 +311,12 @@ pub enum CollectError {
         /// Why.
         detail: String,
     },
+}
+
+impl From<crate::kube_client::ApiError> for CollectError {
+    fn from(e: crate::kube_client::ApiError) -> Self {
+        CollectError::Api(Box::new(e))
+    }
 }
 
 /// Runs [`DUMP_COMMANDS`] through `runner`, checks each output's shape, and fills a snapshot.

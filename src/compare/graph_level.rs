@@ -446,7 +446,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         if used_entries.get(i).copied().unwrap_or(true) {
             continue;
         }
-        let dest = format!("{}", en.display());
+        let dest = en.display();
         let chain = format!("{} {}", en.table, en.chain);
         let served_wanted = wants
             .iter()

@@ -765,11 +765,11 @@ pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             continue;
         };
         for (i, r) in rules.iter().enumerate().take(last) {
-            let terminal = match (&r.target, j.table) {
-                (Some(Target::Drop | Target::Reject { .. }), _) => true,
-                (Some(Target::Accept | Target::Return), "nat") => true,
-                _ => false,
-            };
+            let terminal = matches!(
+                (&r.target, j.table),
+                (Some(Target::Drop | Target::Reject { .. }), _)
+                    | (Some(Target::Accept | Target::Return), "nat")
+            );
             if !terminal {
                 continue;
             }
@@ -812,9 +812,20 @@ mod tests {
     fn ids(text: &str) -> Vec<&'static str> {
         let dump = parse_dump(text, &ParseOptions::strict()).unwrap_or_else(|e| panic!("{e}"));
         let mut services = ServiceAddresses::default();
-        services.ips.insert("172.30.0.41".parse().unwrap_or_else(|_| panic!("ip")), "ns1/svc1:p80".into());
-        services.ports.insert(("tcp".into(), 80), "ns1/svc1:p80".into());
-        let cx = NodeContext { mark: 0x4000, mode: "iptables", services: &services, large_cluster: false, label: "t" };
+        services.ips.insert(
+            "172.30.0.41".parse().unwrap_or_else(|_| panic!("ip")),
+            "ns1/svc1:p80".into(),
+        );
+        services
+            .ports
+            .insert(("tcp".into(), 80), "ns1/svc1:p80".into());
+        let cx = NodeContext {
+            mark: 0x4000,
+            mode: "iptables",
+            services: &services,
+            large_cluster: false,
+            label: "t",
+        };
         check(&dump, &cx).iter().map(|f| f.id).collect()
     }
 
@@ -825,15 +836,27 @@ mod tests {
 
     #[test]
     fn missing_jump_and_canary() {
-        assert_eq!(ids(&BASE.replace("-A PREROUTING -j KUBE-SERVICES\n", "")), ["KP005"]);
-        assert_eq!(ids(&BASE.replace("*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n", "")), ["KP006"]);
+        assert_eq!(
+            ids(&BASE.replace("-A PREROUTING -j KUBE-SERVICES\n", "")),
+            ["KP005"]
+        );
+        assert_eq!(
+            ids(&BASE.replace("*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n", "")),
+            ["KP006"]
+        );
     }
 
     #[test]
     fn mark_mismatch_and_conflict() {
-        let t = BASE.replace("-j MARK --set-xmark 0x4000/0x4000", "-j MARK --set-xmark 0x8000/0x8000");
+        let t = BASE.replace(
+            "-j MARK --set-xmark 0x4000/0x4000",
+            "-j MARK --set-xmark 0x8000/0x8000",
+        );
         assert_eq!(ids(&t), ["KP007"]);
-        let t = BASE.replace("-A FORWARD -j KUBE-FORWARD\n", "-A FORWARD -j KUBE-FORWARD\n-A FORWARD -j MARK --set-xmark 0x0/0xffff\n");
+        let t = BASE.replace(
+            "-A FORWARD -j KUBE-FORWARD\n",
+            "-A FORWARD -j KUBE-FORWARD\n-A FORWARD -j MARK --set-xmark 0x0/0xffff\n",
+        );
         assert_eq!(ids(&t), ["KP010"]);
         let t = BASE.replace("-A KUBE-POSTROUTING -j MASQUERADE\n", "");
         assert_eq!(ids(&t), ["KP308"]);
@@ -845,26 +868,49 @@ mod tests {
         assert_eq!(ids(&broad), ["KP008"]);
         let port = BASE.replace("-A OUTPUT -m conntrack --ctstate NEW -j KUBE-SERVICES\n", "-A OUTPUT -p tcp -m tcp --dport 80 -j DROP\n-A OUTPUT -m conntrack --ctstate NEW -j KUBE-SERVICES\n");
         assert_eq!(ids(&port), ["KP008"]);
-        for narrow in ["-p tcp -m tcp --dport 22 -j DROP", "-s 203.0.113.9/32 -j DROP", "-m conntrack --ctstate INVALID -j DROP", "-p icmp -j REJECT", "-i lo -j ACCEPT"] {
-            let t = BASE.replace("-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n", &format!("-A FORWARD {narrow}\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n"));
+        for narrow in [
+            "-p tcp -m tcp --dport 22 -j DROP",
+            "-s 203.0.113.9/32 -j DROP",
+            "-m conntrack --ctstate INVALID -j DROP",
+            "-p icmp -j REJECT",
+            "-i lo -j ACCEPT",
+        ] {
+            let t = BASE.replace(
+                "-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n",
+                &format!(
+                    "-A FORWARD {narrow}\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n"
+                ),
+            );
             assert_eq!(ids(&t), Vec::<&str>::new(), "{narrow}");
         }
-        let nat = BASE.replace("-A PREROUTING -j KUBE-SERVICES\n", "-A PREROUTING -j ACCEPT\n-A PREROUTING -j KUBE-SERVICES\n");
+        let nat = BASE.replace(
+            "-A PREROUTING -j KUBE-SERVICES\n",
+            "-A PREROUTING -j ACCEPT\n-A PREROUTING -j KUBE-SERVICES\n",
+        );
         assert_eq!(ids(&nat), ["KP008"]);
     }
 
     #[test]
     fn ipvs_leftovers_and_nft_table() {
-        let t = BASE.replace(":KUBE-MARK-MASQ - [0:0]\n", ":KUBE-MARK-MASQ - [0:0]\n:KUBE-LOAD-BALANCER - [0:0]\n");
+        let t = BASE.replace(
+            ":KUBE-MARK-MASQ - [0:0]\n",
+            ":KUBE-MARK-MASQ - [0:0]\n:KUBE-LOAD-BALANCER - [0:0]\n",
+        );
         assert_eq!(ids(&t), ["KP004"]);
-        let f = foreign_nft_tables("table ip filter {\n}\ntable ip kube-proxy {\n\tcomment \"x\"\n}\n", "iptables");
+        let f = foreign_nft_tables(
+            "table ip filter {\n}\ntable ip kube-proxy {\n\tcomment \"x\"\n}\n",
+            "iptables",
+        );
         assert_eq!(f.len(), 1);
         assert!(foreign_nft_tables("table ip kube-proxy {\n}\n", "nftables").is_empty());
     }
 
     #[test]
     fn unreadable_targets_are_reported_once() {
-        let t = BASE.replace("-j DNAT --to-destination 10.0.0.1:80", "-p tcp -m tcp -j DNAT [unsupported revision]");
+        let t = BASE.replace(
+            "-j DNAT --to-destination 10.0.0.1:80",
+            "-p tcp -m tcp -j DNAT [unsupported revision]",
+        );
         let dump = parse_dump(&t, &ParseOptions::strict()).unwrap_or_else(|e| panic!("{e}"));
         assert!(is_unreadable(&dump));
         assert_eq!(ids(&t), ["KP001"]);

@@ -59,7 +59,7 @@ pub enum VerifyError {
         /// Which dump.
         label: String,
         /// The parse error (with line:col).
-        source: ParseError,
+        source: Box<ParseError>,
     },
 }
 
@@ -103,7 +103,7 @@ fn parse<'t>(
 ) -> Result<kproxy_parsers::iptables::Dump<'t>, VerifyError> {
     parse_dump(d.text, opts).map_err(|source| VerifyError::Parse {
         label: d.label.to_string(),
-        source,
+        source: Box::new(source),
     })
 }
 
@@ -120,7 +120,8 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     let mut legacy_present_warning = false;
     for d in &input.dumps {
         let t0 = std::time::Instant::now();
-        let stage = |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
+        let stage =
+            |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
         let dump = parse(d, &input.parse)?;
         stage("parsed");
         let mut facts = input.facts.clone();
@@ -174,7 +175,7 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
                 Err(source) => {
                     return Err(VerifyError::Parse {
                         label: format!("render for {}", d.label),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             };

@@ -18,8 +18,9 @@ pub(crate) fn find(idx: &DumpIndex<'_, '_>, save_form: bool) -> Vec<Anomaly> {
     for (table, ti) in &idx.tables {
         undeclared_jumps(table, ti, save_form, &mut out);
         unreferenced_and_empty(table, ti, &mut out);
-        for (chain, rules) in &ti.chains {
-            if classify(table, chain).is_none() && !BUILTIN_CHAINS.contains(chain) {
+        for &chain in &ti.names {
+            let rules = ti.rules(chain);
+            if classify(table, chain).is_none() && !BUILTIN_CHAINS.contains(&chain) {
                 continue;
             }
             duplicates(table, chain, rules, &mut out);
@@ -40,8 +41,8 @@ pub(crate) fn find(idx: &DumpIndex<'_, '_>, save_form: bool) -> Vec<Anomaly> {
                 ));
             }
         }
-        for rules in ti.chains.values() {
-            for r in rules {
+        for &chain in &ti.names {
+            for r in ti.rules(chain) {
                 if let Some(Target::Unreadable { reason, raw }) = &r.target {
                     out.push(anomaly(
                         AnomalyKind::UnreadableRule,
@@ -103,7 +104,7 @@ fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: 
 
 fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<Anomaly>) {
     let full_dump = BUILTIN_CHAINS.iter().any(|b| ti.declared.contains(b));
-    for chain in ti.chain_names() {
+    for &chain in &ti.names {
         let Some(kind) = classify(table, chain) else {
             continue;
         };

@@ -73,22 +73,15 @@ pub fn build(dump: &Dump<'_>, opts: &GraphOptions) -> ServiceGraph {
 
 /// Builds the service graph of a ruleset (see [`build`]); `facts` carries what the ruleset does not.
 pub fn build_ruleset(rs: &Ruleset<'_>, facts: &DumpFacts, opts: &GraphOptions) -> ServiceGraph {
-    let t0 = std::time::Instant::now();
     let idx = DumpIndex::new(rs);
-    eprintln!("index {:?}", t0.elapsed());
     let mut b = Builder::default();
     (b.masq_mark, b.masq_mark_text) = find_masq_mark(&idx);
     if let Some(nat) = idx.table("nat") {
         b.register_chains(nat);
-        eprintln!("reg {:?}", t0.elapsed());
         b.name_from_chains(nat);
-        eprintln!("names {:?}", t0.elapsed());
         b.entries(nat);
-        eprintln!("entries {:?}", t0.elapsed());
         b.policy_and_external_chains(nat);
-        eprintln!("policy {:?}", t0.elapsed());
         b.endpoint_chains(nat);
-        eprintln!("sep {:?}", t0.elapsed());
     }
     if let Some(filter) = idx.table("filter") {
         b.filter_verdicts(filter);
@@ -111,33 +104,35 @@ pub fn build_ruleset(rs: &Ruleset<'_>, facts: &DumpFacts, opts: &GraphOptions) -
         anomalies: Vec::new(),
         skipped_lines: facts.skipped_lines.clone(),
     };
-    eprintln!("before anomalies {:?}", t0.elapsed());
     let mut anomalies = super::anomalies::find(&idx, facts.save_form);
-    eprintln!("anomalies {:?}", t0.elapsed());
     anomalies.append(&mut b.anomalies);
     graph.service_ports = b.finish();
-    let owner: HashMap<&str, String> = graph
-        .service_ports
+    if anomalies
         .iter()
-        .flat_map(|p| {
-            let n = p.display_name();
-            p.chains
-                .iter()
-                .map(|c| c.name.as_str())
-                .chain(p.endpoints.iter().map(|e| e.chain.as_str()))
-                .map(move |c| (c, n.clone()))
-        })
-        .collect();
-    for a in &mut anomalies {
-        if a.service.is_none() {
-            a.service = a.chain.as_deref().and_then(|c| owner.get(c).cloned());
+        .any(|a| a.service.is_none() && a.chain.is_some())
+    {
+        let mut owner: HashMap<&str, usize> = HashMap::new();
+        for (i, p) in graph.service_ports.iter().enumerate() {
+            let chains = p.chains.iter().map(|c| c.name.as_str());
+            for c in chains.chain(p.endpoints.iter().map(|e| e.chain.as_str())) {
+                owner.entry(c).or_insert(i);
+            }
+        }
+        for a in &mut anomalies {
+            if a.service.is_none() {
+                a.service = a
+                    .chain
+                    .as_deref()
+                    .and_then(|c| owner.get(c))
+                    .and_then(|&i| graph.service_ports.get(i))
+                    .map(ServicePort::display_name);
+            }
         }
     }
     anomalies.sort_by(|a, b| {
         (a.kind, &a.table, a.line, &a.chain).cmp(&(b.kind, &b.table, b.line, &b.chain))
     });
     graph.anomalies = anomalies;
-    eprintln!("end {:?}", t0.elapsed());
     graph
 }
 
@@ -209,10 +204,16 @@ struct Builder {
 
 impl Builder {
     fn port(&mut self, key: &str) -> &mut PortB {
-        self.ports.entry(key.to_string()).or_insert_with(|| PortB {
-            hash: super::ownership::is_chain_hash(key).then(|| key.to_string()),
-            ..PortB::default()
-        })
+        if !self.ports.contains_key(key) {
+            self.ports.insert(
+                key.to_string(),
+                PortB {
+                    hash: super::ownership::is_chain_hash(key).then(|| key.to_string()),
+                    ..PortB::default()
+                },
+            );
+        }
+        self.ports.entry(key.to_string()).or_default()
     }
 
     /// The key of the service port a comment names, creating it (by computed hash) if `create`.
@@ -233,7 +234,7 @@ impl Builder {
     }
 
     fn register_chains(&mut self, nat: &super::index::TableIndex<'_, '_>) {
-        for name in nat.chain_names() {
+        for &name in &nat.names {
             if let Some((kind, hash)) = service_chain(name)
                 && kind.is_service_port_chain()
             {
@@ -245,7 +246,8 @@ impl Builder {
 
     fn name_from_chains(&mut self, nat: &super::index::TableIndex<'_, '_>) {
         let mut found: Vec<(String, String, Option<String>)> = Vec::new();
-        for (chain, rules) in &nat.chains {
+        for &chain in &nat.names {
+            let rules = nat.rules(chain);
             let own_hash = service_chain(chain)
                 .filter(|(k, _)| k.is_service_port_chain())
                 .map(|(_, h)| h);
@@ -367,31 +369,40 @@ impl Builder {
     fn policy_and_external_chains(&mut self, nat: &super::index::TableIndex<'_, '_>) {
         let keys: Vec<String> = self.ports.keys().cloned().collect();
         for key in keys {
-            let chains: Vec<(String, ChainKind)> = self.ports[&key]
-                .chains
-                .iter()
-                .map(|(n, (k, _))| (n.clone(), *k))
-                .collect();
+            // The port is taken out of the map while its chains are walked (one lookup per port).
+            let Some(mut p) = self.ports.remove(&key) else {
+                continue;
+            };
+            let chains: Vec<(String, ChainKind)> =
+                p.chains.iter().map(|(n, (k, _))| (n.clone(), *k)).collect();
             for (chain, kind) in chains {
                 let rules = nat.rules(&chain);
                 match kind {
                     ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb => {
-                        self.policy_chain(&key, &chain, kind, rules)
+                        self.policy_chain(&mut p, &key, &chain, kind, rules)
                     }
-                    _ => self.external_chain(&key, &chain, kind, rules),
+                    _ => self.external_chain(&mut p, &chain, kind, rules),
                 }
             }
+            self.ports.insert(key, p);
         }
     }
 
-    fn policy_chain(&mut self, key: &str, chain: &str, kind: ChainKind, rules: &[&RuleEntry<'_>]) {
+    fn policy_chain(
+        &mut self,
+        p: &mut PortB,
+        key: &str,
+        chain: &str,
+        kind: ChainKind,
+        rules: &[&RuleEntry<'_>],
+    ) {
         let mut remaining = 1.0_f64;
         let mut saw_probability = false;
         for r in rules {
             let role = comment(r).and_then(parse_comment).map(|c| c.role);
             if self.is_masq(r) {
                 let m = masquerade_rule(chain, Some(kind), role, r);
-                self.port(key).masquerade.push(m);
+                p.masquerade.push(m);
                 continue;
             }
             let Some(target) = jump_target(r) else {
@@ -406,7 +417,6 @@ impl Builder {
                         matches!(rc.action, RecentAction::Rcheck | RecentAction::Update)
                     }) {
                         let seconds = rc.seconds;
-                        let p = self.port(key);
                         p.affinity_seconds = p.affinity_seconds.or(seconds);
                         p.affinity_chains.insert(chain.to_string());
                         p.endpoint(target);
@@ -427,7 +437,6 @@ impl Builder {
                         }
                         None => (0.0, None, "conditional".to_string()),
                     };
-                    let p = self.port(key);
                     p.endpoint(target).shares.push(Share {
                         via: chain.to_string(),
                         share,
@@ -439,7 +448,7 @@ impl Builder {
                 }
                 Some((k, _)) if k.is_service_port_chain() => {
                     let label = link_label(role, r);
-                    self.port(key).edges.push(edge(chain, target, &label, r));
+                    p.edges.push(edge(chain, target, &label, r));
                 }
                 _ if target == "KUBE-MARK-DROP" => {
                     let reason = match role {
@@ -448,7 +457,7 @@ impl Builder {
                         _ => VerdictReason::Other,
                     };
                     let v = verdict("nat", chain, "KUBE-MARK-DROP", reason, r);
-                    self.port(key).verdicts.push(v);
+                    p.verdicts.push(v);
                 }
                 _ => {}
             }
@@ -470,7 +479,7 @@ impl Builder {
 
     fn external_chain(
         &mut self,
-        key: &str,
+        p: &mut PortB,
         chain: &str,
         kind: ChainKind,
         rules: &[&RuleEntry<'_>],
@@ -479,7 +488,7 @@ impl Builder {
             let role = comment(r).and_then(parse_comment).map(|c| c.role);
             if self.is_masq(r) {
                 let m = masquerade_rule(chain, Some(kind), role, r);
-                self.port(key).masquerade.push(m);
+                p.masquerade.push(m);
                 continue;
             }
             let Some(target) = jump_target(r) else {
@@ -493,14 +502,13 @@ impl Builder {
                     VerdictReason::SourceRange,
                     r,
                 );
-                self.port(key).verdicts.push(v);
+                p.verdicts.push(v);
                 continue;
             }
             if service_chain(target).is_none() {
                 continue;
             }
             let label = link_label(role, r);
-            let p = self.port(key);
             if kind == ChainKind::Fw
                 && let Some(src) = source(r).filter(|s| !s.negated)
             {
@@ -515,7 +523,7 @@ impl Builder {
             p.edges.push(edge(chain, target, &label, r));
         }
         if kind == ChainKind::Fw {
-            self.port(key).firewall.get_or_insert_with(|| Firewall {
+            p.firewall.get_or_insert_with(|| Firewall {
                 chain: chain.to_string(),
                 source_ranges: Vec::new(),
             });
@@ -523,7 +531,7 @@ impl Builder {
     }
 
     fn endpoint_chains(&mut self, nat: &super::index::TableIndex<'_, '_>) {
-        for chain in nat.chain_names() {
+        for &chain in &nat.names {
             let Some((ChainKind::Sep, _)) = service_chain(chain) else {
                 continue;
             };
@@ -543,7 +551,12 @@ impl Builder {
                     masq.push(masquerade_rule(chain, Some(ChainKind::Sep), None, r));
                 }
             }
-            let p = self.port(&key);
+            if !self.ports.contains_key(&key) {
+                self.port(&key);
+            }
+            let Some(p) = self.ports.get_mut(&key) else {
+                continue;
+            };
             p.endpoint(chain);
             for r in rules {
                 if let Some(Target::Dnat { to, .. }) = &r.target {

@@ -3,7 +3,7 @@
 
 use crate::model::{RuleEntry, Ruleset};
 use crate::parsers::iptables::{Match, Module, Rule, Target};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) use crate::model::BUILTIN_CHAINS;
 
@@ -12,25 +12,18 @@ pub(crate) use crate::model::BUILTIN_CHAINS;
 pub(crate) struct TableIndex<'d, 'a> {
     /// Chains declared with `:NAME` / `-N NAME` / `-P NAME`.
     pub declared: BTreeSet<&'a str>,
+    /// Every chain name that is declared or has rules, sorted (iterate this for a stable order).
+    pub names: Vec<&'a str>,
     /// Rules per chain, in effective order (`-I`, `-F`, `-X` applied by the model).
-    pub chains: BTreeMap<&'a str, Vec<&'d RuleEntry<'a>>>,
+    pub chains: HashMap<&'a str, Vec<&'d RuleEntry<'a>>>,
     /// For each jump/goto target: the rules that jump there.
-    pub jumps_to: BTreeMap<&'a str, Vec<&'d RuleEntry<'a>>>,
+    pub jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>>,
 }
 
 impl<'d, 'a> TableIndex<'d, 'a> {
     /// Rules of `chain` (empty when absent).
     pub fn rules(&self, chain: &str) -> &[&'d RuleEntry<'a>] {
         self.chains.get(chain).map_or(&[], |v| v.as_slice())
-    }
-
-    /// Every chain name that is declared or has rules.
-    pub fn chain_names(&self) -> BTreeSet<&'a str> {
-        self.declared
-            .iter()
-            .copied()
-            .chain(self.chains.keys().copied())
-            .collect()
     }
 }
 
@@ -51,6 +44,7 @@ impl<'d, 'a> DumpIndex<'d, 'a> {
                 if c.declared_at.is_some() {
                     ti.declared.insert(c.name);
                 }
+                ti.names.push(c.name);
                 let list = ti.chains.entry(c.name).or_default();
                 for r in &c.rules {
                     list.push(r);
@@ -59,6 +53,10 @@ impl<'d, 'a> DumpIndex<'d, 'a> {
                     }
                 }
             }
+        }
+        for ti in idx.tables.values_mut() {
+            ti.names.sort_unstable();
+            ti.names.dedup();
         }
         idx
     }

@@ -20,6 +20,7 @@
 //! * `-j NOTRACK` → `-j CT --notrack`; CONNMARK in its save form;
 //! * counters are not part of a rule's identity.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
@@ -134,20 +135,25 @@ fn write_addr(out: &mut String, a: &AddrSpec<'_>) {
     let _ = write!(out, "{masked}/{}", a.prefix);
 }
 
-/// The protocol name iptables-save prints; `None` for "all".
-fn protocol_name(p: &str) -> Option<String> {
-    let lower = p.to_ascii_lowercase();
-    let named = match lower.as_str() {
-        "all" | "0" => return None,
-        "1" => "icmp",
-        "6" => "tcp",
-        "17" => "udp",
-        "58" | "icmpv6" => "ipv6-icmp",
-        "132" => "sctp",
-        "136" => "udplite",
-        other => return Some(other.to_string()),
-    };
-    Some(named.to_string())
+/// The protocol name iptables-save prints; `None` for "all". Borrows `p` when it is already
+/// lower-case and not a number iptables names (the common `-p tcp`), so no allocation per rule.
+fn protocol_name(p: &str) -> Option<Cow<'_, str>> {
+    let named = |n: &'static str| Some(Cow::Borrowed(n));
+    if p.eq_ignore_ascii_case("all") {
+        return None;
+    }
+    match p {
+        "0" => None,
+        "1" => named("icmp"),
+        "6" => named("tcp"),
+        "17" => named("udp"),
+        "58" => named("ipv6-icmp"),
+        "132" => named("sctp"),
+        "136" => named("udplite"),
+        _ if p.eq_ignore_ascii_case("icmpv6") => named("ipv6-icmp"),
+        _ if p.bytes().any(|b| b.is_ascii_uppercase()) => Some(Cow::Owned(p.to_ascii_lowercase())),
+        _ => Some(Cow::Borrowed(p)),
+    }
 }
 
 fn write_basic(out: &mut String, m: &Match<'_>) {
@@ -198,7 +204,9 @@ fn write_basic(out: &mut String, m: &Match<'_>) {
 /// xtables_save_string: bare when non-empty and all of `[A-Za-z0-9_-]`, otherwise double-quoted
 /// with `"`, `\` and `'` escaped.
 pub fn write_quoted(out: &mut String, s: &str) {
+    // (A leading `-` is also quoted, so that the word cannot be read back as an option.)
     if !s.is_empty()
+        && !s.starts_with('-')
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {

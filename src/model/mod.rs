@@ -262,7 +262,16 @@ impl<'a> Ruleset<'a> {
             }
             let mut canonical_buf = String::with_capacity(512);
             last = None;
-            for rule in t.rules {
+            // Consume the parsed rules from the back of a reversed list, handing their memory back
+            // as we go: without this the dump's whole rule list and the chains' copies of it are
+            // alive at once, which for a 10k-service dump is the peak of the whole build.
+            let mut pending = t.rules;
+            pending.reverse();
+            let slack = (pending.len() / 16).max(4096);
+            while let Some(rule) = pending.pop() {
+                if pending.capacity() - pending.len() > slack {
+                    pending.shrink_to_fit();
+                }
                 while let Some(cmd) = commands.next_if(|c| c.line < rule.line) {
                     apply_command(table, cmd.kind, cmd.chain);
                     last = None;

@@ -176,7 +176,9 @@ pub fn endpoints_map_with(
             let Some(protocol) = Protocol::parse(proto_text) else {
                 warnings.push(Warning::new(
                     slice_label(s),
-                    format!("ports[{pi}] protocol {proto_text:?} is not TCP, UDP or SCTP; port ignored"),
+                    format!(
+                        "ports[{pi}] protocol {proto_text:?} is not TCP, UDP or SCTP; port ignored"
+                    ),
                 ));
                 continue;
             };
@@ -236,7 +238,9 @@ pub fn endpoints_map_with(
 /// last such copy wins).
 fn dedup_sorted(v: &mut Vec<Endpoint>) {
     v.sort_by(|a, b| a.endpoint.cmp(&b.endpoint)); // stable: keeps list order among duplicates
-    if v.windows(2).all(|w| w.first().map(|a| &a.endpoint) != w.get(1).map(|b| &b.endpoint)) {
+    if v.windows(2)
+        .all(|w| w.first().map(|a| &a.endpoint) != w.get(1).map(|b| &b.endpoint))
+    {
         return;
     }
     let old = std::mem::take(v);

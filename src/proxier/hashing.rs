@@ -20,7 +20,12 @@ pub fn endpoint_hash(spn: &str, proto: &str, endpoint: &str) -> String {
 }
 
 /// [`endpoint_hash`] into a caller-provided buffer (no allocation).
-pub fn endpoint_hash_into<'b>(spn: &str, proto: &str, endpoint: &str, buf: &'b mut [u8; 16]) -> &'b str {
+pub fn endpoint_hash_into<'b>(
+    spn: &str,
+    proto: &str,
+    endpoint: &str,
+    buf: &'b mut [u8; 16],
+) -> &'b str {
     let mut h = Sha256::new();
     h.update(spn.as_bytes());
     h.update(proto.as_bytes());

@@ -303,7 +303,11 @@ struct PortPlanner<'f> {
 }
 
 /// Service ports with their endpoints, plus the node-wide part of the plan (`ports` empty).
-type Prepared<'f> = (ServicePlan, Vec<(ServicePortInfo, Vec<Endpoint>)>, PortPlanner<'f>);
+type Prepared<'f> = (
+    ServicePlan,
+    Vec<(ServicePortInfo, Vec<Endpoint>)>,
+    PortPlanner<'f>,
+);
 
 fn prepare<'f>(
     state: &ClusterState,
@@ -449,7 +453,12 @@ impl PortPlanner<'_> {
                 let mut buf = [0u8; 16];
                 let mut s = String::with_capacity(25);
                 s.push_str("KUBE-SEP-");
-                s.push_str(endpoint_hash_into(&info.name_string, proto, &e.endpoint, &mut buf));
+                s.push_str(endpoint_hash_into(
+                    &info.name_string,
+                    proto,
+                    &e.endpoint,
+                    &mut buf,
+                ));
                 s
             })
             .collect();
@@ -506,7 +515,6 @@ impl PortPlanner<'_> {
         }
     }
 }
-
 
 /// Text stored as a list of chunks of whole lines, so a large render never reallocates (and
 /// never holds more than one chunk of spare capacity).
@@ -776,7 +784,8 @@ impl<'t> Line<'t> {
         self
     }
     fn num(self, n: i32) -> Self {
-        let _ = write!(self.buf, " {n}");
+        self.buf.push(' ');
+        crate::state::ip::push_int(self.buf, i64::from(n));
         self
     }
     /// `-m comment --comment "<parts…>"`.
@@ -922,7 +931,9 @@ impl Emitter {
             is_v6,
             mm,
             large: plan.large_cluster_mode,
-            nfacct_localhost: plan.localhost_node_ports && !is_v6 && facts.nfacct_localhost_nodeports,
+            nfacct_localhost: plan.localhost_node_ports
+                && !is_v6
+                && facts.nfacct_localhost_nodeports,
             nfacct_ct_state_invalid: facts.nfacct_ct_state_invalid,
             tcp_be_liberal: facts.tcp_be_liberal,
             kube_firewall,
@@ -1241,7 +1252,7 @@ impl Emitter {
             };
             self.nat.chain(sep);
             self.scratch.clear();
-            let _ = write!(self.scratch, "{}", ep.ip);
+            crate::state::ip::push_ip(&mut self.scratch, &ep.ip);
             let mut l = Line::start(&mut self.nat.rule_lines, sep);
             if !self.large {
                 l = l.comment(spn);

@@ -151,7 +151,7 @@ pub fn service_label(svc: &Service) -> String {
 }
 
 /// The cluster IP text for `family` (kube-proxy `GetClusterIPByFamily`), "" if none.
-fn cluster_ip_by_family<'a>(svc: &'a Service, family: IpFamily) -> &'a str {
+fn cluster_ip_by_family(svc: &Service, family: IpFamily) -> &str {
     let Some(spec) = svc.spec.as_ref() else {
         return "";
     };

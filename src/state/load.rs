@@ -126,7 +126,19 @@ fn yaml_error(e: &serde_saphyr::Error, source_name: &str) -> StateError {
 }
 
 /// Parses one text (JSON or YAML) into a [`ClusterState`]; `source_name` is used in errors.
+///
+/// JSON takes [`direct::from_json`] (objects decoded straight from the text); when that declines
+/// (any error or unusual layout) the text is parsed again through `serde_json::Value`, which gives
+/// the precise `file:line:col` / object / field messages.
 pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
+    if let Some(state) = direct::from_json(text) {
+        return Ok(state);
+    }
+    from_str_via_values(text, source_name)
+}
+
+/// [`from_str`] through `serde_json::Value` / YAML documents: slower, exact error messages.
+fn from_str_via_values(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
     let mut state = ClusterState::default();
     for (i, doc) in parse_documents(text, source_name)?.into_iter().enumerate() {
         let path = format!("document[{i}]");
@@ -230,6 +242,211 @@ fn add_value(
     }
 }
 
+mod direct {
+    //! JSON straight into k8s-openapi types, without an intermediate `serde_json::Value` tree.
+    //!
+    //! An object's keys before `kind` (usually just `apiVersion`) are buffered; once `kind` is
+    //! known the rest of the object streams into the right type. Anything unusual (`items` before
+    //! `kind`, a repeated key, a non-string `kind`, any error) makes [`from_json`] return `None`
+    //! so the caller takes the `Value` path, which has the exact error messages.
+
+    use super::ClusterState;
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use serde::de::{
+        DeserializeSeed, Deserializer, Error as _, IgnoredAny, IntoDeserializer, MapAccess,
+        SeqAccess, Visitor,
+    };
+    use serde::Deserialize;
+    use serde_json::Value;
+    use std::fmt;
+
+    const DECLINE: &str = "kproxy: not the direct path";
+
+    /// Every object of a JSON text (one value or a stream), or `None` to take the slow path.
+    pub(super) fn from_json(text: &str) -> Option<ClusterState> {
+        let body = text.trim_start_matches('\u{feff}');
+        if !matches!(body.trim_start().as_bytes().first(), Some(b'{' | b'[')) {
+            return None;
+        }
+        let mut state = ClusterState::default();
+        for part in serde_json::Deserializer::from_str(body).into_iter::<Part>() {
+            let part = part.ok()?.0;
+            state.services.extend(part.services);
+            state.endpoint_slices.extend(part.endpoint_slices);
+            state.nodes.extend(part.nodes);
+        }
+        Some(state)
+    }
+
+    /// The objects of one top-level JSON value.
+    struct Part(ClusterState);
+
+    impl<'de> Deserialize<'de> for Part {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let mut state = ClusterState::default();
+            Objects(&mut state).deserialize(d)?;
+            Ok(Part(state))
+        }
+    }
+
+    /// Adds the objects of a value (an object, a `…List`, an array of them, or null) to the state.
+    struct Objects<'s>(&'s mut ClusterState);
+
+    impl<'de> DeserializeSeed<'de> for Objects<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Objects<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object or a list of objects")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Objects(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut before: Vec<(String, Value)> = Vec::new();
+            let kind = loop {
+                let Some(key) = map.next_key::<String>()? else {
+                    // No `kind`: a list without items is nothing; with items, the slow path.
+                    if before.iter().any(|(k, _)| k == "items") {
+                        return Err(A::Error::custom(DECLINE));
+                    }
+                    return Ok(());
+                };
+                if key == "items" {
+                    return Err(A::Error::custom(DECLINE));
+                }
+                let value: Value = map.next_value()?;
+                if key == "kind" {
+                    let Some(kind) = value.as_str().map(str::to_string) else {
+                        return Err(A::Error::custom(DECLINE));
+                    };
+                    before.push((key, value));
+                    break kind;
+                }
+                before.push((key, value));
+            };
+            let is_list = kind == "List" || kind.ends_with("List") || kind.is_empty();
+            if is_list {
+                let mut seen_items = false;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "kind" || (key == "items" && seen_items) {
+                        return Err(A::Error::custom(DECLINE));
+                    }
+                    if key == "items" {
+                        seen_items = true;
+                        map.next_value_seed(Items(&mut *self.0))?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                if seen_items {
+                    return Ok(());
+                }
+                // A list kind without items: nothing to keep (as for any other kind).
+                tracing::debug!("skipping object of kind {kind:?}");
+                return Ok(());
+            }
+            let rest = Chained {
+                before: before.into_iter(),
+                pending: None,
+                inner: map,
+            };
+            let whole = serde::de::value::MapAccessDeserializer::new(rest);
+            match kind.as_str() {
+                "Service" => self.0.services.push(Service::deserialize(whole)?),
+                "EndpointSlice" => self
+                    .0
+                    .endpoint_slices
+                    .push(EndpointSlice::deserialize(whole)?),
+                "Node" => self.0.nodes.push(Node::deserialize(whole)?),
+                _ => {
+                    tracing::debug!("skipping object of kind {kind:?}");
+                    IgnoredAny::deserialize(whole)?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A list's `items`: an array of objects, or null.
+    struct Items<'s>(&'s mut ClusterState);
+
+    impl<'de> DeserializeSeed<'de> for Items<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Items<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of objects")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Objects(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+    }
+
+    /// The buffered entries of an object, then the rest of it from the parser.
+    struct Chained<I, A> {
+        before: I,
+        pending: Option<Value>,
+        inner: A,
+    }
+
+    impl<'de, I, A> MapAccess<'de> for Chained<I, A>
+    where
+        I: Iterator<Item = (String, Value)>,
+        A: MapAccess<'de>,
+    {
+        type Error = A::Error;
+
+        fn next_key_seed<K: DeserializeSeed<'de>>(
+            &mut self,
+            seed: K,
+        ) -> Result<Option<K::Value>, A::Error> {
+            if let Some((key, value)) = self.before.next() {
+                self.pending = Some(value);
+                let key: serde::de::value::StringDeserializer<A::Error> = key.into_deserializer();
+                return seed.deserialize(key).map(Some);
+            }
+            self.inner.next_key_seed(seed)
+        }
+
+        fn next_value_seed<V: DeserializeSeed<'de>>(
+            &mut self,
+            seed: V,
+        ) -> Result<V::Value, A::Error> {
+            match self.pending.take() {
+                Some(value) => seed.deserialize(value).map_err(A::Error::custom),
+                None => self.inner.next_value_seed(seed),
+            }
+        }
+    }
+}
+
 /// The objects of one kind, handy for tests: services by `ns/name`.
 pub fn service_key(svc: &Service) -> String {
     format!(
@@ -263,6 +480,31 @@ mod tests {
  {"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}},
  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}
 ]}"#;
+
+    /// The direct JSON path and the `Value` path agree, whatever the key order and nesting.
+    #[test]
+    fn direct_json_matches_value_path() {
+        let kind_last = r#"{"items":[
+ {"metadata":{"name":"b","namespace":"ns"},"spec":{"clusterIP":"10.0.0.2","ports":[{"port":81,"protocol":"UDP"}]},"apiVersion":"v1","kind":"Service"},
+ [{"apiVersion":"v1","kind":"Node","metadata":{"name":"n2"}}, null]
+],"kind":"List"}"#;
+        let stream = format!("{LIST}\n{LIST}\n[{LIST}]");
+        for text in [LIST, kind_last, stream.as_str(), "{}", "[]", "null"] {
+            let slow = from_str_via_values(text, "t.json").unwrap_or_else(|e| panic!("{e}"));
+            let fast = from_str(text, "t.json").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                (fast.services, fast.endpoint_slices, fast.nodes),
+                (slow.services, slow.endpoint_slices, slow.nodes),
+                "{text}"
+            );
+        }
+        // The direct path itself took the common layouts.
+        assert!(direct::from_json(LIST).is_some());
+        assert_eq!(
+            direct::from_json(&format!("{LIST}\n{LIST}")).map(|s| s.services.len()),
+            Some(2)
+        );
+    }
 
     #[test]
     fn json_list() {

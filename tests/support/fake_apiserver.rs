@@ -3,8 +3,18 @@
 //!
 //! What it serves, from JSON objects it was given (e.g. a recorded `kubectl get -o json` List):
 //! - list (with `labelSelector`, `fieldSelector`, `limit`/`continue` pagination) and watch
-//!   (`watch=true`: one `ADDED` event per object, then the stream ends) of Services,
-//!   EndpointSlices, Nodes, Pods, ConfigMaps and Namespaces, cluster-wide and per namespace;
+//!   of Services, EndpointSlices, Nodes, Pods, ConfigMaps and Namespaces, cluster-wide and per
+//!   namespace. Objects get their `metadata.resourceVersion` from one global counter, bumped
+//!   by every change ([`FakeApiServer::add_objects`], [`FakeApiServer::update_object`],
+//!   [`FakeApiServer::delete_object`], HTTP create/delete); a list carries the current counter.
+//!   `watch=true&resourceVersion=RV` streams the `ADDED`/`MODIFIED`/`DELETED` events newer than
+//!   RV as JSON lines and keeps the connection open, pushing later events, until
+//!   `timeoutSeconds` (default 290) passes or the server stops — enough for kube-rs's
+//!   `watcher`. [`FakeApiServer::outage`] ends every watch and compacts the history (resuming
+//!   watches get `410 Expired` as an `ERROR` event and must re-list). Watch events always carry a resourceVersion; list/get show one only on objects
+//!   that were given with one (recorded files without them round-trip unchanged). No bookmarks are sent (allowed even when `allowWatchBookmarks` is asked for).
+//!   A watch without a resourceVersion (or `0`) gets one `ADDED` per current object and then
+//!   ends at once (a snapshot, as if its timeout had passed);
 //! - get and delete by name, create of Pods (phase set to Running);
 //! - pod exec over the websocket channel protocol (`v5.channel.k8s.io`, `v4.channel.k8s.io`):
 //!   stdout on channel 1, stderr on 2 and the exit `Status` on channel 3, answered by an
@@ -18,14 +28,16 @@
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::protocol::{Message, Role};
@@ -90,9 +102,28 @@ pub struct Fault {
     pub status: u16,
 }
 
+/// One change, as a watch reports it.
+struct WatchRecord {
+    rv: u64,
+    kind: &'static str,
+    object: Value,
+}
+
 #[derive(Default)]
 struct State {
     objects: Mutex<Vec<Value>>,
+    /// The last resourceVersion handed out.
+    rv: AtomicU64,
+    /// Every change so far, in resourceVersion order (never compacted: no 410 Gone).
+    events: Mutex<Vec<WatchRecord>>,
+    /// Woken after every change.
+    changed: tokio::sync::Notify,
+    /// Bumped by [`FakeApiServer::outage`]: open watches of an older generation end.
+    generation: AtomicU64,
+    /// Watches from a resourceVersion below this get `410 Expired` (etcd compaction).
+    compacted: AtomicU64,
+    /// Held for writing during an outage: new watches wait for it to end.
+    outage: tokio::sync::RwLock<()>,
     faults: Mutex<Vec<Fault>>,
     exec: Mutex<Option<ExecHandler>>,
     exec_delay: Mutex<Duration>,
@@ -101,8 +132,76 @@ struct State {
     deleted: Mutex<Vec<String>>,
     created: Mutex<Vec<String>>,
     max_page: Mutex<Option<usize>>,
+    slow: Mutex<Option<(String, Duration)>>,
     inflight: AtomicUsize,
     max_inflight: AtomicUsize,
+}
+
+/// `(kind, namespace, name)` of an object.
+fn identity(o: &Value) -> (String, String, String) {
+    (
+        as_text(o.get("kind")),
+        as_text(o.pointer("/metadata/namespace")),
+        as_text(o.pointer("/metadata/name")),
+    )
+}
+
+impl State {
+    /// Takes the next resourceVersion and records the event, whose object always carries it;
+    /// `object` itself is stamped only when it came with a `metadata.resourceVersion` (objects
+    /// given without one are served without one by list/get, so that recorded files round-trip
+    /// unchanged). `objects` must be locked by the caller, so that the store and the event log
+    /// change together.
+    fn record(&self, kind: &'static str, object: &mut Value) {
+        let mut events = self.events.lock().unwrap();
+        let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
+        let stamp = |o: &mut Value| {
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("resourceVersion".into(), json!(rv.to_string()));
+            }
+        };
+        let mut event = object.clone();
+        stamp(&mut event);
+        if object.pointer("/metadata/resourceVersion").is_some() {
+            stamp(object);
+        }
+        events.push(WatchRecord {
+            rv,
+            kind,
+            object: event,
+        });
+        drop(events);
+        self.changed.notify_waiters();
+    }
+
+    /// Adds `object`, or replaces the one with the same kind, namespace and name.
+    fn upsert(&self, mut object: Value) {
+        let mut objects = self.objects.lock().unwrap();
+        let id = identity(&object);
+        match objects.iter_mut().find(|o| identity(o) == id) {
+            Some(slot) => {
+                self.record("MODIFIED", &mut object);
+                *slot = object;
+            }
+            None => {
+                self.record("ADDED", &mut object);
+                objects.push(object);
+            }
+        }
+    }
+
+    /// Removes the objects `hit` selects, recording a `DELETED` event for each; returns them.
+    fn remove(&self, hit: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut objects = self.objects.lock().unwrap();
+        let (gone, kept): (Vec<Value>, Vec<Value>) = objects.drain(..).partition(|o| hit(o));
+        *objects = kept;
+        gone.into_iter()
+            .map(|mut o| {
+                self.record("DELETED", &mut o);
+                o
+            })
+            .collect()
+    }
 }
 
 /// A running fake apiserver; stops when dropped.
@@ -171,9 +270,54 @@ impl FakeApiServer {
         format!("http://{}", self.addr)
     }
 
-    /// Adds objects (each with `kind`, `metadata.name`, optional `metadata.namespace`).
+    /// Adds objects (each with `kind`, `metadata.name`, optional `metadata.namespace`); an
+    /// object with the same kind, namespace and name is replaced (a `MODIFIED` event).
     pub fn add_objects(&self, objects: impl IntoIterator<Item = Value>) {
-        self.state.objects.lock().unwrap().extend(objects);
+        for o in objects {
+            self.state.upsert(o);
+        }
+    }
+
+    /// Replaces the object with the same kind, namespace and name (or adds it): watches see
+    /// `MODIFIED` (or `ADDED`).
+    pub fn update_object(&self, object: Value) {
+        self.state.upsert(object);
+    }
+
+    /// Deletes an object (`namespace` None for cluster-scoped kinds); watches see `DELETED`.
+    /// Returns whether it existed.
+    pub fn delete_object(&self, kind: &str, namespace: Option<&str>, name: &str) -> bool {
+        let id = (
+            kind.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        !self.state.remove(|o| identity(o) == id).is_empty()
+    }
+
+    /// Simulates an apiserver outage with compaction: every open watch ends, `changes` are
+    /// made while no watch can start, and then the history is compacted, so that watchers
+    /// resuming from their last resourceVersion get `410 Expired` and must re-list to see them.
+    /// Call it from a test thread, not from async code (it blocks).
+    pub fn outage(&self, changes: impl FnOnce(&FakeApiServer)) {
+        let guard = self.state.outage.blocking_write();
+        self.state.generation.fetch_add(1, Ordering::SeqCst);
+        self.state.changed.notify_waiters();
+        changes(self);
+        let rv = self.state.rv.load(Ordering::SeqCst);
+        self.state.compacted.store(rv, Ordering::SeqCst);
+        drop(guard);
+    }
+
+    /// The object with this kind, namespace and name, as the server holds it now.
+    pub fn object(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let id = (
+            kind.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        let objects = self.state.objects.lock().unwrap();
+        objects.iter().find(|o| identity(o) == id).cloned()
     }
 
     /// Adds the `items` of a `List` JSON file (e.g. `kubectl get … -o json` output).
@@ -235,6 +379,11 @@ impl FakeApiServer {
     /// Caps every list page at `n` items (forces `continue` pagination).
     pub fn set_max_page(&self, n: usize) {
         *self.state.max_page.lock().unwrap() = Some(n);
+    }
+
+    /// Delays answers to requests whose path contains `path_contains` (request timeouts).
+    pub fn slow_down(&self, path_contains: &str, delay: Duration) {
+        *self.state.slow.lock().unwrap() = Some((path_contains.to_string(), delay));
     }
 
     /// Injects a failure.
@@ -319,13 +468,17 @@ impl Drop for FakeApiServer {
     }
 }
 
-type Resp = Response<Full<Bytes>>;
+type Resp = Response<BoxBody<Bytes, std::convert::Infallible>>;
+
+fn full_body(bytes: impl Into<Bytes>) -> BoxBody<Bytes, std::convert::Infallible> {
+    Full::new(bytes.into()).boxed()
+}
 
 fn json_response(code: u16, body: &Value) -> Resp {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(full_body(body.to_string()))
         .expect("response")
 }
 
@@ -482,6 +635,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
         return error_response(401, "", "");
     }
     let full = format!("{path}?{query}");
+    let slow = st.slow.lock().unwrap().clone();
+    if let Some((_, delay)) = slow.filter(|(n, _)| full.contains(n.as_str())) {
+        tokio::time::sleep(delay).await;
+    }
     let fault = st
         .faults
         .lock()
@@ -569,6 +726,37 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 )
             });
             if param("watch").as_deref() == Some("true") || param("watch").as_deref() == Some("1") {
+                let since = param("resourceVersion")
+                    .and_then(|rv| rv.parse::<u64>().ok())
+                    .filter(|rv| *rv > 0);
+                if let Some(since) = since {
+                    let timeout = param("timeoutSeconds")
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .unwrap_or(290);
+                    let filter = WatchFilter {
+                        kind,
+                        namespace: namespace.map(str::to_string),
+                        labels: param("labelSelector"),
+                        fields: param("fieldSelector"),
+                    };
+                    let no_outage = st.outage.read().await;
+                    let generation = st.generation.load(Ordering::SeqCst);
+                    let expired = since < st.compacted.load(Ordering::SeqCst);
+                    drop(no_outage);
+                    if expired {
+                        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "reason": "Expired", "code": 410,
+                            "message": format!("too old resource version: {since}")});
+                        let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
+                        return Response::builder()
+                            .status(200)
+                            .header("content-type", "application/json")
+                            .body(full_body(line))
+                            .expect("response");
+                    }
+                    let timeout = Duration::from_secs(timeout);
+                    return watch_stream(st, filter, since, generation, timeout);
+                }
                 let mut body = String::new();
                 for o in items {
                     body.push_str(&json!({"type": "ADDED", "object": o}).to_string());
@@ -577,7 +765,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 return Response::builder()
                     .status(200)
                     .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(body)))
+                    .body(full_body(body))
                     .expect("response");
             }
             let start: usize = param("continue")
@@ -595,7 +783,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 .get(start..end)
                 .map(<[Value]>::to_vec)
                 .unwrap_or_default();
-            let mut metadata = json!({"resourceVersion": "1"});
+            let mut metadata = json!({"resourceVersion": st.rv.load(Ordering::SeqCst).to_string()});
             if end < items.len() {
                 metadata["continue"] = json!(format!("offset-{end}"));
                 metadata["remainingItemCount"] = json!(items.len() - end);
@@ -624,23 +812,17 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
             }
         }
         ("DELETE", Some(n)) => {
-            let mut objects = st.objects.lock().unwrap();
-            let before = objects.len();
-            let mut removed = None;
-            objects.retain(|o| {
-                let hit =
-                    in_scope(o) && o.pointer("/metadata/name").and_then(Value::as_str) == Some(n);
-                if hit {
-                    removed = Some(o.clone());
-                }
-                !hit
-            });
+            let removed = st
+                .remove(|o| {
+                    in_scope(o) && o.pointer("/metadata/name").and_then(Value::as_str) == Some(n)
+                })
+                .pop();
             st.deleted
                 .lock()
                 .unwrap()
                 .push(format!("{}/{n}", namespace.unwrap_or_default()));
             match removed {
-                Some(o) if objects.len() < before => json_response(200, &o),
+                Some(o) => json_response(200, &o),
                 _ => json_response(
                     404,
                     &status_body(404, "NotFound", &format!("{resource} \"{n}\" not found")),
@@ -663,11 +845,97 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 namespace.unwrap_or("default"),
                 as_text(obj.pointer("/metadata/name"))
             ));
-            st.objects.lock().unwrap().push(obj.clone());
-            json_response(201, &obj)
+            st.upsert(obj.clone());
+            let stored = st
+                .objects
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|o| identity(o) == identity(&obj))
+                .cloned()
+                .unwrap_or(obj);
+            json_response(201, &stored)
         }
         _ => error_response(405, resource, verb),
     }
+}
+
+/// Which events a watch wants.
+struct WatchFilter {
+    kind: &'static str,
+    namespace: Option<String>,
+    labels: Option<String>,
+    fields: Option<String>,
+}
+
+impl WatchFilter {
+    fn wants(&self, o: &Value) -> bool {
+        o.get("kind").and_then(Value::as_str) == Some(self.kind)
+            && self.namespace.as_deref().is_none_or(|ns| {
+                o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+            })
+            && self.labels.as_deref().is_none_or(|s| labels_match(o, s))
+            && self.fields.as_deref().is_none_or(|s| fields_match(o, s))
+    }
+}
+
+/// A watch from `since`: the events after it, then every later one as it happens, until
+/// `timeout` passes, the client goes away, an outage ends watches of `generation` or the server
+/// stops.
+fn watch_stream(
+    st: Arc<State>,
+    filter: WatchFilter,
+    since: u64,
+    generation: u64,
+    timeout: Duration,
+) -> Resp {
+    type Chunk = Result<Frame<Bytes>, std::convert::Infallible>;
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Chunk>();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut seen = since;
+        loop {
+            let notified = st.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let lines: Vec<String> = {
+                let events = st.events.lock().unwrap();
+                if st.generation.load(Ordering::SeqCst) != generation {
+                    return;
+                }
+                let fresh: Vec<&WatchRecord> = events.iter().filter(|e| e.rv > seen).collect();
+                seen = fresh.last().map_or(seen, |e| e.rv);
+                fresh
+                    .into_iter()
+                    .filter(|e| filter.wants(&e.object))
+                    .map(|e| format!("{}\n", json!({"type": e.kind, "object": e.object})))
+                    .collect()
+            };
+            for line in lines {
+                if tx
+                    .unbounded_send(Ok(Frame::data(Bytes::from(line))))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => return,
+                // Notice a client that went away even when nothing changes.
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if tx.is_closed() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(rx)))
+        .expect("response")
 }
 
 fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Resp {
@@ -729,6 +997,7 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
                     while let Some(Ok(_)) = ws.next().await {}
                 })
                 .await;
+                st.inflight.fetch_sub(1, Ordering::SeqCst);
             }
             ExecReply::Missing => {
                 let program = exec.command.first().cloned().unwrap_or_default();
@@ -738,6 +1007,9 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
                 let status = json!({"metadata": {}, "status": "Failure", "message": msg,
                                     "reason": "InternalError",
                                     "details": {"causes": [{"message": msg}]}, "code": 500});
+                // The session is over for the client once it reads the status: count it
+                // as finished before sending, so that the gauge never overlaps sessions.
+                st.inflight.fetch_sub(1, Ordering::SeqCst);
                 let _ = ws.send(frame(3, status.to_string().as_bytes())).await;
             }
             ExecReply::Output {
@@ -761,11 +1033,13 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
                            "reason": "NonZeroExitCode",
                            "details": {"causes": [{"reason": "ExitCode", "message": exit_code.to_string()}]}})
                 };
+                // The session is over for the client once it reads the status: count it
+                // as finished before sending, so that the gauge never overlaps sessions.
+                st.inflight.fetch_sub(1, Ordering::SeqCst);
                 let _ = ws.send(frame(3, status.to_string().as_bytes())).await;
             }
         }
         let _ = ws.close(None).await;
-        st.inflight.fetch_sub(1, Ordering::SeqCst);
     });
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
@@ -773,6 +1047,6 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
         .header("upgrade", "websocket")
         .header("sec-websocket-accept", accept)
         .header("sec-websocket-protocol", protocol)
-        .body(Full::new(Bytes::new()))
+        .body(full_body(Bytes::new()))
         .expect("response")
 }

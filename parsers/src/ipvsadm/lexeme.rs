@@ -20,9 +20,10 @@ pub(crate) struct Tok<'a> {
     pub col: usize,
 }
 
-/// Splits `line` on runs of ASCII whitespace, keeping each token's column (ipvsadm §3.1: no field contains a space).
-pub(crate) fn tokens(line: &str) -> Vec<Tok<'_>> {
-    let mut out = Vec::new();
+/// Splits `line` on runs of ASCII whitespace into `out` (cleared first), keeping each token's column
+/// (ipvsadm §3.1: no field contains a space). Reusing `out` avoids an allocation per line.
+pub(crate) fn tokens_into<'a>(line: &'a str, out: &mut Vec<Tok<'a>>) {
+    out.clear();
     let bytes = line.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -40,7 +41,6 @@ pub(crate) fn tokens(line: &str) -> Vec<Tok<'_>> {
             });
         }
     }
-    out
 }
 
 /// Context for building errors about one line.

@@ -20,7 +20,7 @@ pub use model::{
     SocketText, Stats, Timeouts, VirtualService,
 };
 
-use lexeme::{LineCtx, Tok, parse_num, tokens};
+use lexeme::{LineCtx, Tok, parse_num, tokens_into};
 use std::collections::BTreeMap;
 
 /// Where the line-by-line reader is.
@@ -88,12 +88,13 @@ fn timeout_line(cx: &LineCtx<'_>, toks: &[Tok<'_>]) -> Result<Timeouts, IpvsPars
 pub fn parse_dump(text: &str) -> Result<IpvsDump<'_>, IpvsParseError> {
     let mut dump = IpvsDump::default();
     let mut section = Section::None;
+    let mut toks: Vec<Tok<'_>> = Vec::new();
     for (idx, raw) in text.lines().enumerate() {
         let cx = LineCtx {
             no: idx + 1,
             text: raw,
         };
-        let toks = tokens(raw);
+        tokens_into(raw, &mut toks);
         let Some(first) = toks.first() else { continue };
         // Lines that open a new section, wherever they appear.
         if raw.starts_with("IP Virtual Server version") {

@@ -709,12 +709,25 @@ mod tests {
     use super::*;
     use crate::parsers::iptables::ParseOptions;
 
-    fn run(rules: &str, packet: &str, origin: Origin, in_iface: Option<&str>) -> Vec<(f64, Option<String>, Verdict, bool, Option<IpAddr>, Vec<String>)> {
+    /// (probability, DNAT, verdict, masquerade, SNAT source, notes) per outcome.
+    type Row = (
+        f64,
+        Option<String>,
+        Verdict,
+        bool,
+        Option<IpAddr>,
+        Vec<String>,
+    );
+
+    fn run(rules: &str, packet: &str, origin: Origin, in_iface: Option<&str>) -> Vec<Row> {
         let rs = Ruleset::parse(rules, &ParseOptions::strict()).unwrap();
         let input = KernelInput {
             packet: packet.parse().unwrap(),
             origin,
-            local: LocalAddrs::kernel(vec!["192.168.1.2".parse().unwrap(), "10.1.0.1".parse().unwrap()]),
+            local: LocalAddrs::kernel(vec![
+                "192.168.1.2".parse().unwrap(),
+                "10.1.0.1".parse().unwrap(),
+            ]),
             in_iface: in_iface.map(str::to_string),
             out_iface: None,
         };
@@ -759,9 +772,17 @@ COMMIT
 
     #[test]
     fn statistic_splits_into_a_distribution_and_marks_drive_masquerade() {
-        let out = run(SERVICE, "192.168.1.9->172.30.0.10:80/tcp", Origin::External, None);
+        let out = run(
+            SERVICE,
+            "192.168.1.9->172.30.0.10:80/tcp",
+            Origin::External,
+            None,
+        );
         let dnats: Vec<_> = out.iter().map(|o| o.1.clone().unwrap()).collect();
-        assert_eq!(dnats, ["10.244.1.5:8080", "10.244.1.6:8080", "10.244.2.7:8080"]);
+        assert_eq!(
+            dnats,
+            ["10.244.1.5:8080", "10.244.1.6:8080", "10.244.2.7:8080"]
+        );
         for o in &out {
             assert!((o.0 - 1.0 / 3.0).abs() < 1e-6, "{}", o.0);
             assert_eq!((o.2, o.3), (Verdict::Accept, true));
@@ -795,12 +816,22 @@ COMMIT
 -A X -p tcp -m tcp --dport 81 -j ACCEPT
 COMMIT
 ";
-        let out = run(rules, "192.168.1.9->172.30.0.10:80/tcp", Origin::External, None);
+        let out = run(
+            rules,
+            "192.168.1.9->172.30.0.10:80/tcp",
+            Origin::External,
+            None,
+        );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].1.as_deref(), Some("10.0.0.9:81"));
         assert_eq!(out[0].2, Verdict::Accept);
         let dropped = rules.replace("--dport 81 -j ACCEPT", "--dport 82 -j ACCEPT");
-        let out = run(&dropped, "192.168.1.9->172.30.0.10:80/tcp", Origin::External, None);
+        let out = run(
+            &dropped,
+            "192.168.1.9->172.30.0.10:80/tcp",
+            Origin::External,
+            None,
+        );
         assert_eq!(out[0].2, Verdict::Drop);
     }
 
@@ -817,10 +848,27 @@ COMMIT
 -A OUTPUT -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
 COMMIT
 ";
-        let out = run(rules, "192.168.1.9->192.168.1.2:22/tcp", Origin::External, None);
+        let out = run(
+            rules,
+            "192.168.1.9->192.168.1.2:22/tcp",
+            Origin::External,
+            None,
+        );
         assert_eq!(out[0].2, Verdict::Reject);
-        assert!(out[0].5.iter().any(|n| n.contains("-i eth9") && n.contains("--in-interface")), "{:?}", out[0].5);
-        let out = run(rules, "192.168.1.9->192.168.1.2:22/tcp", Origin::External, Some("eth9"));
+        assert!(
+            out[0]
+                .5
+                .iter()
+                .any(|n| n.contains("-i eth9") && n.contains("--in-interface")),
+            "{:?}",
+            out[0].5
+        );
+        let out = run(
+            rules,
+            "192.168.1.9->192.168.1.2:22/tcp",
+            Origin::External,
+            Some("eth9"),
+        );
         assert_eq!(out[0].2, Verdict::Drop);
         let out = run(rules, "192.168.1.2->127.0.0.1:22/tcp", Origin::Node, None);
         assert_eq!(out[0].2, Verdict::Drop);
@@ -834,7 +882,12 @@ COMMIT
 -A INPUT -i lo -p tcp -m tcp --dport 10250 -j REJECT
 COMMIT
 ";
-        let out = run(rules, "192.168.1.2->192.168.1.2:10250/tcp", Origin::Node, None);
+        let out = run(
+            rules,
+            "192.168.1.2->192.168.1.2:10250/tcp",
+            Origin::Node,
+            None,
+        );
         assert_eq!(out[0].2, Verdict::Reject);
     }
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
-static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 // SAFETY: delegates to the system allocator; only adds bookkeeping.
 unsafe impl GlobalAlloc for Counting {

@@ -1113,3 +1113,66 @@ fn failure_request_timeout() {
         started.elapsed()
     );
 }
+
+/// An IPVS-mode node read live: the collector's `ipvsadm -Ln --exact`, `ipset save` and
+/// `iptables-save` (real dumps from the IPVS VM, `testdata/ipvs/`) go through the same IPVS check
+/// as `verify --ipvsadm FILE`: clean on the installed state, a removed real server is drift.
+#[test]
+fn ipvs_node_is_verified_live() {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance/ipvs/load-balancer-source-ranges");
+    if !case.is_dir() {
+        println!("skipped: {} is absent", case.display());
+        return;
+    }
+    let dumps =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/ipvs/load-balancer-source-ranges");
+    for (dir, want) in [(dumps.clone(), 0), (dumps.join("drift-rs-removed"), 1)] {
+        let api = FakeApiServer::start();
+        api.add_list_file(&case.join("state.json"));
+        let config = std::fs::read_to_string(case.join("config.yaml")).expect("config");
+        api.add_configmap("kube-system", "kube-proxy", &[("config.conf", &config)]);
+        api.add_proxy_pod("test-node");
+        let d = dir.clone();
+        api.on_exec(move |req| {
+            let file = match req.command.first().map(String::as_str) {
+                Some("iptables-save") => "iptables-save.txt",
+                Some("ipvsadm") => "ipvsadm-Ln.txt",
+                Some("ipset") => "ipset-save.txt",
+                _ => return ExecReply::Missing,
+            };
+            ExecReply::ok(std::fs::read_to_string(d.join(file)).unwrap_or_default())
+        });
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = api.write_kubeconfig(tmp.path());
+        let out = Command::cargo_bin("kubectl-kproxy")
+            .expect("binary")
+            .env_remove("KUBECONFIG")
+            .env("HOME", tmp.path())
+            .args(["verify", "test-node", "-o", "json", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "{}: {stderr}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+        assert_eq!(report["mode"], "ipvs", "{report}");
+        if want == 1 {
+            let ids: Vec<&str> = report["findings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["id"].as_str())
+                .collect();
+            assert!(ids.iter().all(|i| i.starts_with("KP5")), "{ids:?}");
+            assert!(!ids.is_empty());
+        }
+    }
+}

@@ -109,8 +109,11 @@ fn render_dir(dir: &Path, case: &Value, with_base_jumps: bool) -> Rendered {
 /// A restore-text model with `--noflush` semantics (port of conformance.py's helpers).
 #[derive(Default)]
 struct RestoreState {
-    tables: Vec<(String, Vec<(String, String, Vec<String>)>)>,
+    tables: Vec<(String, Vec<ChainState>)>,
 }
+
+/// A chain of [`RestoreState`]: name, declaration line, rule lines.
+type ChainState = (String, String, Vec<String>);
 
 fn norm(line: &str) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -20,6 +20,9 @@ const FOREIGN: &str = "*nat\n:DOCKER - [0:0]\n:cni-portmap - [0:0]\n\
 *filter\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 2222 -j ACCEPT\n-A FORWARD -j DOCKER-USER\n\
 -A DOCKER-USER -j RETURN\nCOMMIT\n";
 
+/// One drift: what it is, whether it breaks client traffic, and the real iptables commands that make it.
+type Drift<'a> = (&'static str, bool, Box<dyn Fn() + 'a>);
+
 fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/cluster")
 }
@@ -161,8 +164,7 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
                 .map(|_| ())
                 .expect("iptables mutation")
         };
-        // (what, breaks client traffic, mutation)
-        let drifts: Vec<(&str, bool, Box<dyn Fn()>)> = vec![
+        let drifts: Vec<Drift<'_>> = vec![
             (
                 // An empty SEP chain returns to the SVC chain: traffic shifts to the other endpoints.
                 "flushed endpoint chain",

@@ -44,8 +44,9 @@ pub struct NodeFactArgs {
     /// A node IP (repeatable; the first of each family is the primary; default: the Node object's addresses).
     #[arg(long = "node-ip", value_name = "IP")]
     pub node_ips: Vec<String>,
-    /// IP family to render: 4 or 6.
-    #[arg(long = "ip-family", value_parser = ["4", "6"], default_value = "4")]
+    /// IP family to render: 4, 6, or auto (the family of the cluster's service IPs when they
+    /// are all of one family, else 4).
+    #[arg(long = "ip-family", value_parser = ["auto", "4", "6"], default_value = "auto")]
     pub ip_family: String,
     /// Whether the node's iptables supports --random-fully.
     #[arg(long = "random-fully", default_value = "true", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
@@ -156,18 +157,8 @@ pub fn load_proxy_inputs(
         );
     }
     let cluster = crate::state::load::from_files(&state.state).context("reading --state")?;
-    let config = match &state.config {
-        Some(p) => {
-            let text = read_input(p)?;
-            let (c, warnings) = crate::state::config::parse(&text, &p.display().to_string())
-                .with_context(|| format!("reading --config {}", p.display()))?;
-            for w in warnings {
-                tracing::warn!("{w}");
-            }
-            c
-        }
-        None => crate::state::config::ProxyConfig::default(),
-    };
+    let (config, warnings) = load_config(state.config.as_deref())?;
+    print_warnings(&warnings);
     let mut fact_args = facts.clone();
     if let Some(n) = node {
         fact_args.node = Some(n.to_string());
@@ -182,4 +173,30 @@ pub fn load_proxy_inputs(
         config,
         facts,
     })
+}
+
+/// Loads `--config` (a KubeProxyConfiguration, or the kube-proxy ConfigMap holding one; `-` =
+/// stdin); kube-proxy's defaults when no file is given. Returns the configuration and its warnings
+/// (unknown fields). The one config loader of every command.
+pub fn load_config(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<(
+    crate::state::config::ProxyConfig,
+    Vec<crate::state::Warning>,
+)> {
+    use anyhow::Context;
+    let Some(path) = path else {
+        return Ok((crate::state::config::ProxyConfig::default(), Vec::new()));
+    };
+    let (text, name) = crate::state::load::read_source(path).context("loading --config")?;
+    crate::state::config::parse(&text, &name).context("loading --config")
+}
+
+/// Prints warnings on stderr as `warning: …`, one per line.
+pub fn print_warnings(warnings: &[crate::state::Warning]) {
+    use std::io::Write;
+    let mut err = anstream::stderr();
+    for w in warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
 }

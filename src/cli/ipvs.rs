@@ -129,8 +129,7 @@ fn families(dump: &IpvsDump<'_>, main: IpFamily) -> Vec<IpFamily> {
     v
 }
 
-/// `verify` on an IPVS node: renders kube-proxy's expected IPVS state per family and compares it with
-/// the dumps; adds a KP523 finding when the configured mode and the node disagree.
+/// `verify` on an IPVS node from files: reads the flags' dumps and runs [`verify_texts`].
 pub fn verify(
     ipvs: &IpvsArgs,
     state: &StateArgs,
@@ -140,8 +139,6 @@ pub fn verify(
 ) -> anyhow::Result<Report> {
     let inputs = load_proxy_inputs(state, facts, node)?;
     let texts = IpvsTexts::read(ipvs)?;
-    let dump = texts.dump(ipvs)?;
-    let sets = texts.sets()?;
     let v4 = dumps
         .iptables_save
         .as_ref()
@@ -152,11 +149,58 @@ pub fn verify(
         .as_ref()
         .map(|p| read_input(p))
         .transpose()?;
-    let kube_ipvs0 = texts.ip_addr.as_deref().map(cmp::parse_kube_ipvs0_addrs);
+    let names: Vec<String> = ipvs
+        .ipvsadm
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let node_dumps = IpvsNodeDumps {
+        ipvsadm: (&texts.ipvsadm, names.join("+")),
+        ipset: texts.ipset.as_ref().map(|(t, n)| (t.as_str(), n.clone())),
+        ip_addr: texts.ip_addr.as_deref(),
+        iptables_save: v4.as_deref(),
+        ip6tables_save: v6.as_deref(),
+    };
+    verify_texts(&inputs, &node_dumps, facts.masquerade_mark.clone())
+}
+
+/// The texts an IPVS node's verification reads (from files, a bundle or a live collector).
+#[derive(Debug, Clone)]
+pub struct IpvsNodeDumps<'t> {
+    /// `ipvsadm -Ln`/`-Sn`/… output and its name for messages.
+    pub ipvsadm: (&'t str, String),
+    /// `ipset save`/`list` output and its name.
+    pub ipset: Option<(&'t str, String)>,
+    /// `ip addr` output covering `kube-ipvs0`.
+    pub ip_addr: Option<&'t str>,
+    /// `iptables-save` output.
+    pub iptables_save: Option<&'t str>,
+    /// `ip6tables-save` output.
+    pub ip6tables_save: Option<&'t str>,
+}
+
+/// `verify` on an IPVS node: renders kube-proxy's expected IPVS state per family and compares it with
+/// the dumps; adds a KP523 finding when the configured mode and the node disagree.
+pub fn verify_texts(
+    inputs: &super::common::ProxyInputs,
+    dumps: &IpvsNodeDumps<'_>,
+    mark: Option<String>,
+) -> anyhow::Result<Report> {
+    let (ipvsadm_text, ipvsadm_name) = &dumps.ipvsadm;
+    let dump = ipvsadm::parse_dump(ipvsadm_text).map_err(|e| e.in_source(ipvsadm_name.clone()))?;
+    for s in &dump.skipped {
+        tracing::warn!("{ipvsadm_name}:{}: skipped: {}", s.line, s.text.trim_end());
+    }
+    let sets = match &dumps.ipset {
+        Some((t, name)) => Some(ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?),
+        None => None,
+    };
+    let (v4, v6) = (dumps.iptables_save, dumps.ip6tables_save);
+    let kube_ipvs0 = dumps.ip_addr.map(cmp::parse_kube_ipvs0_addrs);
     let node_view = IpvsNode::from_facts(&inputs.facts);
     let opts = IpvsOptions {
         random_fully: inputs.facts.random_fully,
-        mark: facts.masquerade_mark.clone(),
+        mark,
     };
     let mut findings: Vec<Finding> = Vec::new();
     let mut ports = std::collections::BTreeSet::new();
@@ -170,16 +214,12 @@ pub fn verify(
         let actual = ActualIpvs {
             dump: dump.clone(),
             ipsets: sets.clone(),
-            iptables_save: if fam == IpFamily::V6 {
-                v6.as_deref()
-            } else {
-                v4.as_deref()
-            },
+            iptables_save: if fam == IpFamily::V6 { v6 } else { v4 },
             kube_ipvs0: kube_ipvs0.clone(),
         };
         findings.extend(cmp::verify(&expected, &actual));
     }
-    let detected = cmp::detect_mode(Some(&dump), v4.as_deref().or(v6.as_deref()));
+    let detected = cmp::detect_mode(Some(&dump), v4.or(v6));
     findings.extend(cmp::mode_finding(&inputs.config.mode, detected));
     Ok(Report::new(
         inputs.facts.node_name.clone(),

@@ -55,13 +55,7 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         );
     }
     let state = load::from_files(&args.state.state).context("loading --state")?;
-    let (cfg, mut warnings) = match &args.state.config {
-        Some(path) => {
-            let (text, name) = load::read_source(path).context("loading --config")?;
-            config::parse(&text, &name).context("loading --config")?
-        }
-        None => (config::ProxyConfig::default(), Vec::new()),
-    };
+    let (cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
     let (facts, mut node_warnings) = node::build(&args.node, &state, &cfg)?;
     warnings.append(&mut node_warnings);
     if args.mode == Mode::Ipvs {
@@ -76,12 +70,7 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         },
     );
     warnings.extend(rendered.warnings.iter().cloned());
-    {
-        let mut err = anstream::stderr();
-        for w in &warnings {
-            let _ = writeln!(err, "warning: {w}");
-        }
-    }
+    super::common::print_warnings(&warnings);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     match args.output {
@@ -119,10 +108,7 @@ fn render_ipvs(
         &opts,
     );
     warnings.extend(rendered.warnings.iter().cloned());
-    let mut err = anstream::stderr();
-    for w in &warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
+    super::common::print_warnings(&warnings);
     let mut out = std::io::stdout().lock();
     match args.output {
         RenderFormat::Text => out

@@ -89,7 +89,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
              (or plan offline with --iptables-save FILE); remote repair through the API is not available yet"
         );
     }
-    let host = IptablesHost {
+    let mut host = IptablesHost {
         ipv6: args.facts.ip_family == "6",
         backend: args.backend,
         netns: args.netns.clone(),
@@ -113,6 +113,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         });
     }
     let inputs = load_proxy_inputs(&args.state, &facts, args.node_name.as_deref())?;
+    host.ipv6 = inputs.facts.family == crate::state::ip::IpFamily::V6;
     let rendered = render(
         &inputs.state,
         &inputs.config,

@@ -1,7 +1,7 @@
 //! `resync` command: stand in for a dead kube-proxy on this node — watch the API and keep the
 //! node's kube-proxy chains in sync until SIGTERM/SIGINT.
 
-use super::common::{GlobalArgs, NodeFactArgs, read_input};
+use super::common::{GlobalArgs, NodeFactArgs};
 use crate::apply::host::{Backend, IptablesHost};
 use crate::apply::resync::{ResyncError, ResyncOptions, kube_proxy_pid, run as run_loop};
 use crate::exit::Outcome;
@@ -70,24 +70,22 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     {
         return Err(ResyncError::KubeProxyRunning(pid).into());
     }
-    let config = match &args.config {
-        Some(p) => {
-            let text = read_input(p)?;
-            let (c, warnings) = crate::state::config::parse(&text, &p.display().to_string())?;
-            for w in warnings {
-                tracing::warn!("{w}");
-            }
-            c
-        }
-        None => crate::state::config::ProxyConfig::default(),
-    };
+    let (config, warnings) = super::common::load_config(args.config.as_deref())?;
+    super::common::print_warnings(&warnings);
     let host = IptablesHost {
         ipv6: args.facts.ip_family == "6",
         backend: args.backend,
         netns: args.netns.clone(),
         wait: Duration::from_secs(5),
     };
-    let fact_args = args.facts.clone();
+    let mut fact_args = args.facts.clone();
+    // The host's family is fixed for the life of the loop: `auto` means IPv4 here.
+    fact_args.ip_family = if args.facts.ip_family == "6" {
+        "6"
+    } else {
+        "4"
+    }
+    .into();
     let fact_config = config.clone();
     let opts = ResyncOptions {
         host,

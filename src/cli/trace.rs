@@ -293,13 +293,7 @@ fn plan_of(
         None if args.state.state.is_empty() => return Ok(None),
         None => {
             let state = load::from_files(&args.state.state).context("loading --state")?;
-            let cfg = match &args.state.config {
-                Some(path) => {
-                    let (text, name) = load::read_source(path).context("loading --config")?;
-                    config::parse(&text, &name).context("loading --config")?
-                }
-                None => (config::ProxyConfig::default(), Vec::new()),
-            };
+            let cfg = super::common::load_config(args.state.config.as_deref())?;
             (state, cfg)
         }
     };
@@ -309,10 +303,7 @@ fn plan_of(
     }
     let (facts, mut node_warnings) = node::build(&fact_args, &state, &cfg)?;
     warnings.append(&mut node_warnings);
-    let mut err = anstream::stderr();
-    for w in &warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
+    super::common::print_warnings(&warnings);
     Ok(Some((
         expected_service_ports(&state, &cfg, &facts),
         facts.node_name,

@@ -127,11 +127,12 @@ pub fn report_from_inputs(
     for w in &snap.warnings {
         tracing::warn!("{w}");
     }
-    if crate::compare::ipvs::detect_mode(None, Some(main_text))
-        == crate::compare::ipvs::DetectedMode::Ipvs
-    {
+    let ipvs_node = mentions_ipvs_chains(main_text)
+        && crate::compare::ipvs::detect_mode(None, Some(main_text))
+            == crate::compare::ipvs::DetectedMode::Ipvs;
+    if ipvs_node && snap.ipvsadm.is_none() {
         bail!(
-            "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save"
+            "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save, or with a collector whose image has ipvsadm (--collector debug-pod)"
         );
     }
     let state = &inputs.state;
@@ -158,6 +159,29 @@ pub fn report_from_inputs(
         crate::state::node::build(&fact_args, state, &config).context("node facts")?;
     for w in warnings {
         tracing::warn!("{w}");
+    }
+    if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
+        // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
+        let proxy_inputs = super::common::ProxyInputs {
+            state: state.clone(),
+            config,
+            facts,
+        };
+        let dumps = super::ipvs::IpvsNodeDumps {
+            ipvsadm: (ipvsadm, format!("ipvsadm ({})", snap.collector)),
+            ipset: snap
+                .ipset_save
+                .as_deref()
+                .map(|t| (t, format!("ipset save ({})", snap.collector))),
+            ip_addr: None,
+            iptables_save: snap.iptables_save.as_deref(),
+            ip6tables_save: snap.ip6tables_save.as_deref(),
+        };
+        return super::ipvs::verify_texts(
+            &proxy_inputs,
+            &dumps,
+            args.facts.masquerade_mark.clone(),
+        );
     }
     // Labels: the file names offline, the command and collector otherwise.
     let label = |path: &Option<PathBuf>, command: &str| match path {
@@ -233,6 +257,15 @@ pub fn report_from_inputs(
         },
     };
     Ok(crate::compare::verify(&input)?)
+}
+
+/// Whether the dump text names a chain only kube-proxy's IPVS mode writes: without one,
+/// [`crate::compare::ipvs::detect_mode`] cannot say IPVS, and its full canonicalisation of a big
+/// dump is skipped.
+fn mentions_ipvs_chains(text: &str) -> bool {
+    ["KUBE-IPVS-FILTER", "KUBE-CLUSTER-IP", "KUBE-LOOP-BACK"]
+        .iter()
+        .any(|m| text.contains(m))
 }
 
 /// Renders a report in `format`.

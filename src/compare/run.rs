@@ -120,8 +120,15 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     let mut legacy_present_warning = false;
     for d in &input.dumps {
         let t0 = std::time::Instant::now();
-        let stage =
-            |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
+        let cpu0 = crate::state::load::thread_cpu_time();
+        let stage = |what: &str| {
+            tracing::debug!(
+                "verify {}: {what} after {:?} (cpu {:?})",
+                d.label,
+                t0.elapsed(),
+                crate::state::load::thread_cpu_time().saturating_sub(cpu0)
+            )
+        };
         let dump = parse(d, &input.parse)?;
         stage("parsed");
         let mut facts = input.facts.clone();
@@ -165,11 +172,15 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
         stage("graph level compared");
         let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
         findings.extend(graph_findings);
+        // Free what the rule level does not need before it builds its two big indexes.
         drop(graph);
+        drop(expected);
+        drop(addresses);
 
         if !unreadable && !skeleton {
             let rendered =
                 ipt::render_plan(&plan, &facts, RenderOptions::default()).to_restore_text();
+            drop(plan);
             let expected_rules = match Ruleset::parse(&rendered, &ParseOptions::strict()) {
                 Ok(r) => r,
                 Err(source) => {

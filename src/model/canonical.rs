@@ -117,7 +117,9 @@ fn write_addr(out: &mut String, a: &AddrSpec<'_>) {
             }
             (x, _) => x,
         };
-        let _ = write!(out, "{masked}/{mask}");
+        push_ip(out, masked);
+        out.push('/');
+        out.push_str(mask);
         return;
     }
     let masked = match a.addr {
@@ -132,7 +134,9 @@ fn write_addr(out: &mut String, a: &AddrSpec<'_>) {
             IpAddr::V6((u128::from(x) & m).into())
         }
     };
-    let _ = write!(out, "{masked}/{}", a.prefix);
+    push_ip(out, masked);
+    out.push('/');
+    push_u32(out, u32::from(a.prefix));
 }
 
 /// The protocol name iptables-save prints; `None` for "all". Borrows `p` when it is already
@@ -272,10 +276,10 @@ fn write_generic_opts(out: &mut String, opts: &[GenericOpt<'_>]) {
 }
 
 fn write_ports(out: &mut String, p: PortRange, sep: char) {
-    if p.first == p.last {
-        let _ = write!(out, "{}", p.first);
-    } else {
-        let _ = write!(out, "{}{sep}{}", p.first, p.last);
+    push_u32(out, u32::from(p.first));
+    if p.first != p.last {
+        out.push(sep);
+        push_u32(out, u32::from(p.last));
     }
 }
 
@@ -515,8 +519,43 @@ fn write_ip(out: &mut String, a: IpAddr, bracket: bool) {
         IpAddr::V6(v6) if bracket => {
             let _ = write!(out, "[{v6}]");
         }
-        a => {
-            let _ = write!(out, "{a}");
+        a => push_ip(out, a),
+    }
+}
+
+/// Appends `n` in decimal (what `{n}` prints, without the formatting machinery: this runs for
+/// every address octet, port and prefix of a 10k-service dump).
+fn push_u32(out: &mut String, mut n: u32) {
+    let mut buf = [0u8; 10];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        if let Some(d) = buf.get_mut(i) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 || i == 0 {
+            break;
+        }
+    }
+    for &d in buf.get(i..).unwrap_or(&[]) {
+        out.push(char::from(d));
+    }
+}
+
+/// Appends an address as `Display` prints it; IPv4 by hand (the common case), IPv6 via `Display`.
+fn push_ip(out: &mut String, a: IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u32(out, u32::from(o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
         }
     }
 }
@@ -747,6 +786,32 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
         Target::Unreadable { raw, .. } => {
             word(out, "-j");
             word(out, raw);
+        }
+    }
+}
+
+#[cfg(test)]
+mod fast_format_tests {
+    use super::*;
+
+    #[test]
+    fn hand_written_numbers_and_addresses_match_display() {
+        for n in [0u32, 7, 9, 10, 99, 100, 255, 8080, 65535, u32::MAX] {
+            let mut s = String::new();
+            push_u32(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
+        for a in [
+            "0.0.0.0",
+            "10.0.0.1",
+            "172.30.39.250",
+            "255.255.255.255",
+            "fd00::1",
+        ] {
+            let ip: IpAddr = a.parse().unwrap();
+            let mut s = String::new();
+            push_ip(&mut s, ip);
+            assert_eq!(s, ip.to_string());
         }
     }
 }

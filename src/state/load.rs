@@ -53,13 +53,32 @@ pub enum StateError {
 pub fn from_files(paths: &[PathBuf]) -> Result<ClusterState, StateError> {
     let mut state = ClusterState::default();
     for path in paths {
+        let (t0, cpu0) = (std::time::Instant::now(), thread_cpu_time());
         let (text, name) = read_source(path)?;
         let part = from_str(&text, &name)?;
+        tracing::debug!(
+            "state {name}: {} services, {} endpointslices, {} nodes loaded in {:?} (cpu {:?})",
+            part.services.len(),
+            part.endpoint_slices.len(),
+            part.nodes.len(),
+            t0.elapsed(),
+            thread_cpu_time().saturating_sub(cpu0)
+        );
         state.services.extend(part.services);
         state.endpoint_slices.extend(part.endpoint_slices);
         state.nodes.extend(part.nodes);
     }
     Ok(state)
+}
+
+/// CPU time this thread has used so far (`/proc/thread-self/schedstat`; zero where unavailable),
+/// for the debug timing lines: wall time means little on a busy machine.
+pub fn thread_cpu_time() -> std::time::Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split(' ').next().and_then(|ns| ns.parse::<u64>().ok()))
+        .map(std::time::Duration::from_nanos)
+        .unwrap_or_default()
 }
 
 /// Reads a file, or stdin for `-`; returns the text and the name to use in messages.
@@ -253,11 +272,11 @@ mod direct {
     use super::ClusterState;
     use k8s_openapi::api::core::v1::{Node, Service};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use serde::Deserialize;
     use serde::de::{
         DeserializeSeed, Deserializer, Error as _, IgnoredAny, IntoDeserializer, MapAccess,
         SeqAccess, Visitor,
     };
-    use serde::Deserialize;
     use serde_json::Value;
     use std::fmt;
 

@@ -141,6 +141,7 @@ pub fn build(
 ) -> Result<(NodeFacts, Vec<Warning>), NodeError> {
     let mut warnings = Vec::new();
     let family = match args.ip_family.as_str() {
+        "" | "auto" => cluster_family(state),
         "4" | "IPv4" | "ipv4" => IpFamily::V4,
         "6" | "IPv6" | "ipv6" => IpFamily::V6,
         other => return Err(NodeError::BadFamily(other.into())),
@@ -236,4 +237,31 @@ pub fn build(
         }
     }
     Ok((facts, warnings))
+}
+
+/// The family of the cluster's Service cluster IPs when every Service with a cluster IP has one
+/// family only (a single-stack IPv6 cluster renders IPv6 without being told); IPv4 otherwise.
+pub fn cluster_family(state: &ClusterState) -> IpFamily {
+    let mut v4 = false;
+    let mut v6 = false;
+    for s in &state.services {
+        let Some(spec) = &s.spec else { continue };
+        let ips = spec
+            .cluster_ips
+            .iter()
+            .flatten()
+            .chain(spec.cluster_ip.iter())
+            .filter_map(|ip| super::ip::parse_ip_sloppy(ip));
+        for ip in ips {
+            match IpFamily::of(&ip) {
+                IpFamily::V4 => v4 = true,
+                IpFamily::V6 => v6 = true,
+            }
+        }
+    }
+    if v6 && !v4 {
+        IpFamily::V6
+    } else {
+        IpFamily::V4
+    }
 }

@@ -174,7 +174,7 @@ struct DumpParser<'a, 'o> {
     open: Option<usize>,
     /// (table index, chain name) → index in that table's `chains` (declarations are looked up
     /// once per line; a linear search made 100k-chain dumps quadratic).
-    chain_pos: std::collections::HashMap<(usize, &'a str), usize>,
+    chain_pos: HashMap<(usize, &'a str), usize, NameHash>,
     saw_table_line: bool,
     first_addr: Option<bool>,
     scratch: Scratch<'a>,
@@ -484,7 +484,7 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
         opts,
         dump: Dump::default(),
         open: None,
-        chain_pos: std::collections::HashMap::new(),
+        chain_pos: HashMap::default(),
         saw_table_line: false,
         first_addr: None,
         scratch: Scratch::default(),
@@ -552,7 +552,7 @@ pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
         opts: &opts,
         dump: Dump::default(),
         open: None,
-        chain_pos: std::collections::HashMap::new(),
+        chain_pos: HashMap::default(),
         saw_table_line: false,
         first_addr: None,
         scratch: Scratch::default(),

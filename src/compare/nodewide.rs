@@ -14,14 +14,14 @@ use std::net::IpAddr;
 
 /// One jump kube-proxy ensures in a built-in chain at every full sync (spec §3.2), in the order
 /// kube-proxy ensures them (each is prepended, so the resulting top-of-chain order is the reverse).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseJump {
     /// Table (`filter`, `nat`).
     pub table: &'static str,
     /// Built-in chain.
     pub chain: &'static str,
     /// Matches before the comment, as iptables words (`-m conntrack --ctstate NEW`).
-    pub extra: &'static [&'static str],
+    pub extra: Vec<&'static str>,
     /// The comment (`""` = none).
     pub comment: &'static str,
     /// The kube-proxy chain jumped to.
@@ -32,123 +32,24 @@ pub struct BaseJump {
     pub essential: bool,
 }
 
-const NEW: &[&str] = &["-m", "conntrack", "--ctstate", "NEW"];
+/// Jumps that older kube-proxy versions do not write; required only when their target chain exists.
+const OPTIONAL_TARGETS: &[&str] = &["KUBE-NODEPORTS", "KUBE-PROXY-FIREWALL", "KUBE-FIREWALL"];
 
-/// The jumps of spec §3.2, rows 1–14.
-pub const BASE_JUMPS: &[BaseJump] = &[
-    BaseJump {
-        table: "filter",
-        chain: "INPUT",
-        extra: NEW,
-        comment: "kubernetes externally-visible service portals",
-        target: "KUBE-EXTERNAL-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "FORWARD",
-        extra: NEW,
-        comment: "kubernetes externally-visible service portals",
-        target: "KUBE-EXTERNAL-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "INPUT",
-        extra: &[],
-        comment: "kubernetes health check service ports",
-        target: "KUBE-NODEPORTS",
-        essential: false,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "FORWARD",
-        extra: NEW,
-        comment: "kubernetes service portals",
-        target: "KUBE-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "OUTPUT",
-        extra: NEW,
-        comment: "kubernetes service portals",
-        target: "KUBE-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "FORWARD",
-        extra: &[],
-        comment: "kubernetes forwarding rules",
-        target: "KUBE-FORWARD",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "INPUT",
-        extra: NEW,
-        comment: "kubernetes load balancer firewall",
-        target: "KUBE-PROXY-FIREWALL",
-        essential: false,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "OUTPUT",
-        extra: NEW,
-        comment: "kubernetes load balancer firewall",
-        target: "KUBE-PROXY-FIREWALL",
-        essential: false,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "FORWARD",
-        extra: NEW,
-        comment: "kubernetes load balancer firewall",
-        target: "KUBE-PROXY-FIREWALL",
-        essential: false,
-    },
-    BaseJump {
-        table: "nat",
-        chain: "OUTPUT",
-        extra: &[],
-        comment: "kubernetes service portals",
-        target: "KUBE-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "nat",
-        chain: "PREROUTING",
-        extra: &[],
-        comment: "kubernetes service portals",
-        target: "KUBE-SERVICES",
-        essential: true,
-    },
-    BaseJump {
-        table: "nat",
-        chain: "POSTROUTING",
-        extra: &[],
-        comment: "kubernetes postrouting rules",
-        target: "KUBE-POSTROUTING",
-        essential: true,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "INPUT",
-        extra: &[],
-        comment: "",
-        target: "KUBE-FIREWALL",
-        essential: false,
-    },
-    BaseJump {
-        table: "filter",
-        chain: "OUTPUT",
-        extra: &[],
-        comment: "",
-        target: "KUBE-FIREWALL",
-        essential: false,
-    },
-];
+/// The jumps of spec §3.2 (rows 1–14): the proxier's own table
+/// ([`crate::proxier::iptables::BASE_JUMPS`]), with which of them every version writes.
+pub static BASE_JUMPS: std::sync::LazyLock<Vec<BaseJump>> = std::sync::LazyLock::new(|| {
+    crate::proxier::iptables::BASE_JUMPS
+        .iter()
+        .map(|&(table, chain, extra, comment, target)| BaseJump {
+            table,
+            chain,
+            extra: extra.split_whitespace().collect(),
+            comment,
+            target,
+            essential: !OPTIONAL_TARGETS.contains(&target),
+        })
+        .collect()
+});
 
 /// The tables in which kube-proxy keeps its `KUBE-PROXY-CANARY` chain (spec §3.3).
 pub const CANARY_TABLES: &[&str] = &["mangle", "nat", "filter"];
@@ -401,7 +302,7 @@ pub fn base_jumps(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for j in BASE_JUMPS {
+    for j in BASE_JUMPS.iter() {
         let Some(t) = table(dump, j.table) else {
             continue;
         };
@@ -412,7 +313,7 @@ pub fn base_jumps(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             continue;
         }
         let mut expected = format!("-A {}", j.chain);
-        for w in j.extra {
+        for w in &j.extra {
             expected.push(' ');
             expected.push_str(w);
         }
@@ -743,7 +644,7 @@ fn prefix_contains(net: IpAddr, prefix: u8, ip: &IpAddr) -> bool {
 pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut seen: HashSet<(&str, &str)> = HashSet::new();
-    for j in BASE_JUMPS {
+    for j in BASE_JUMPS.iter() {
         if !seen.insert((j.table, j.chain)) {
             continue;
         }

@@ -19,6 +19,29 @@ fn shared() -> Option<PathBuf> {
     }
 }
 
+/// A real dump file of a case (or drift) folder. `ipvsadm -Ln` read back in the VM that is
+/// byte-identical to the case's `../shared/conformance/ipvs/<case>/expected.ipvsadm` is not stored
+/// (`make-ipvs-dumps.sh` drops it): it is read from `../shared` instead.
+fn dump_path(dir: &Path, name: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    if p.exists() || name != "ipvsadm-Ln.txt" {
+        return p;
+    }
+    let case_dir = if dir.join("render-args.txt").exists() {
+        dir
+    } else {
+        dir.parent().unwrap_or(dir)
+    };
+    let case = case_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance/ipvs")
+        .join(case)
+        .join("expected.ipvsadm")
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -530,7 +553,10 @@ fn verify_real(
     ipvsadm_files: &[&str],
 ) -> Vec<kproxy::compare::Finding> {
     use kproxy::compare::ipvs::{ActualIpvs, parse_kube_ipvs0_addrs, verify};
-    let ipvsadm_text: String = ipvsadm_files.iter().map(|f| read(&dir.join(f))).collect();
+    let ipvsadm_text: String = ipvsadm_files
+        .iter()
+        .map(|f| read(&dump_path(dir, f)))
+        .collect();
     let sets = read(&dir.join("ipset-save.txt"));
     let ipt = read(&dir.join("iptables-save.txt"));
     let addrs = read(&dir.join("ip-addr-kube-ipvs0.txt"));
@@ -701,7 +727,7 @@ fn ipvs_cli_on_real_dumps() {
             .arg("--config")
             .arg(s.join("config.yaml"))
             .arg("--ipvsadm")
-            .arg(dir.join("ipvsadm-Ln.txt"))
+            .arg(dump_path(dir, "ipvsadm-Ln.txt"))
             .arg("--ipset")
             .arg(dir.join("ipset-save.txt"))
             .arg("--iptables-save")
@@ -729,7 +755,7 @@ fn ipvs_cli_on_real_dumps() {
     let graph = assert_cmd::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
         .args(["graph", "-o", "json"])
         .arg("--ipvsadm")
-        .arg(d.join("ipvsadm-Ln.txt"))
+        .arg(dump_path(&d, "ipvsadm-Ln.txt"))
         .arg("--ipset")
         .arg(d.join("ipset-save.txt"))
         .output()
@@ -741,7 +767,7 @@ fn ipvs_cli_on_real_dumps() {
     let trace = assert_cmd::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
         .args(["trace", "--vs", "10.96.0.10:53/udp"])
         .arg("--ipvsadm")
-        .arg(d.join("ipvsadm-Ln.txt"))
+        .arg(dump_path(&d, "ipvsadm-Ln.txt"))
         .output()
         .expect("trace");
     let text = String::from_utf8_lossy(&trace.stdout);

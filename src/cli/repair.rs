@@ -133,7 +133,12 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         expected_endpoints: sp.total_endpoints,
         configured_mode: &inputs.config.mode,
         state_age: state_age(&args.state.state),
-        max_age: parse_duration(&args.max_age)?,
+        max_age: crate::kube_client::parse_duration(&args.max_age).with_context(|| {
+            format!(
+                "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
+                args.max_age
+            )
+        })?,
     };
     let painter = Painter::for_stdout();
 
@@ -274,21 +279,4 @@ fn state_age(files: &[PathBuf]) -> Option<Duration> {
         .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
         .max()
         .and_then(|m| m.elapsed().ok())
-}
-
-/// Parses `30s`, `10m`, `2h`, `1d` or a bare number of seconds; `0` means no limit.
-pub fn parse_duration(text: &str) -> anyhow::Result<Option<Duration>> {
-    let t = text.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("bad duration {text:?}: expected e.g. 30s, 10m, 2h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        other => bail!("bad duration unit {other:?} in {text:?}: expected s, m, h or d"),
-    };
-    Ok((secs > 0).then(|| Duration::from_secs(secs)))
 }

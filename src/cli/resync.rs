@@ -44,16 +44,9 @@ pub struct ResyncArgs {
     pub facts: NodeFactArgs,
 }
 
-/// Parses `500ms`, `1s`, `2m`, `1h`.
+/// Parses `500ms`, `1s`, `2m`, `1h` (kubectl's duration syntax; `0` = zero).
 fn duration(text: &str) -> anyhow::Result<Duration> {
-    let t = text.trim();
-    if let Some(ms) = t.strip_suffix("ms") {
-        return Ok(Duration::from_millis(
-            ms.parse()
-                .with_context(|| format!("bad duration {text:?}"))?,
-        ));
-    }
-    Ok(kube_client::parse_duration(t)
+    Ok(kube_client::parse_duration(text)
         .with_context(|| format!("bad duration {text:?}"))?
         .unwrap_or(Duration::ZERO))
 }

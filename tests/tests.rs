@@ -12,6 +12,8 @@ mod packetflow;
 mod parse;
 mod render;
 mod repair;
+mod repair_ipvs;
+mod repair_remote;
 mod resync;
 mod testdata_dumps;
 mod trace_path;

@@ -1,6 +1,7 @@
 //! Running `iptables-save` / `iptables-restore` on this host (optionally inside a named network
 //! namespace), for one IP family and backend. Commands are argv vectors, never shell strings, and
-//! the restore input goes through stdin.
+//! the restore input goes through stdin. [`RulesHost`] is what the repair transaction needs of a
+//! host; [`IptablesHost`] implements it here, [`crate::apply::remote::RemoteHost`] through the API.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -39,6 +40,60 @@ pub enum HostError {
         /// What it printed on stderr.
         stderr: String,
     },
+    /// The program could not be run on a remote node (API or exec stream failure, binary
+    /// missing in the pod's image, timeout).
+    #[error("{program} on {location}: {detail}")]
+    Remote {
+        /// Program name.
+        program: String,
+        /// Where it ran, e.g. `pod kube-system/kube-proxy-x7k2p`.
+        location: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// The rules of one IP family of one node, as a repair reads and writes them: this host
+/// ([`IptablesHost`]) or a node reached through the API ([`crate::apply::remote::RemoteHost`]).
+/// Inputs are `iptables-restore` text sent on stdin, never shell strings.
+pub trait RulesHost {
+    /// True for IPv6 (`ip6tables-*`).
+    fn ipv6(&self) -> bool;
+    /// `iptables-save` of every table (`counters` adds `-c`).
+    fn save(&self, counters: bool) -> Result<String, HostError>;
+    /// `iptables-restore -w N --test --noflush` of `input`: checks it without changing anything.
+    fn restore_test(&self, input: &str) -> Result<(), HostError>;
+    /// `iptables-restore -w N --noflush` of `input` (only the chains it declares are flushed).
+    fn restore_noflush(&self, input: &str) -> Result<(), HostError>;
+    /// `iptables-restore -w N --counters` of a whole `iptables-save` output: every table in it
+    /// is replaced exactly (used to roll back to a backup).
+    fn restore_exact(&self, saved: &str) -> Result<(), HostError>;
+}
+
+/// The program name of `tool` (`save`, `restore`) for a family and backend:
+/// `iptables-save`, `ip6tables-nft-restore`, `iptables-legacy-save`, …
+pub fn tool_name(ipv6: bool, backend: Backend, tool: &str) -> String {
+    let fam = if ipv6 { "ip6tables" } else { "iptables" };
+    match backend {
+        Backend::Auto => format!("{fam}-{tool}"),
+        Backend::Nft => format!("{fam}-nft-{tool}"),
+        Backend::Legacy => format!("{fam}-legacy-{tool}"),
+    }
+}
+
+/// The `-w` argument of `iptables-restore`: the xtables lock wait in whole seconds (at least 1).
+pub fn lock_wait_arg(wait: Duration) -> String {
+    wait.as_secs().max(1).to_string()
+}
+
+/// The `iptables-restore` arguments after the program name of each way of restoring.
+pub mod restore_args {
+    /// `--test --noflush`: check only.
+    pub const TEST: &[&str] = &["--test", "--noflush"];
+    /// `--noflush`: apply a plan.
+    pub const NOFLUSH: &[&str] = &["--noflush"];
+    /// `--counters`: replace whole tables from a backup.
+    pub const EXACT: &[&str] = &["--counters"];
 }
 
 /// The iptables tools of one family and backend on this host.
@@ -56,12 +111,7 @@ pub struct IptablesHost {
 
 impl IptablesHost {
     fn program(&self, tool: &str) -> String {
-        let fam = if self.ipv6 { "ip6tables" } else { "iptables" };
-        match self.backend {
-            Backend::Auto => format!("{fam}-{tool}"),
-            Backend::Nft => format!("{fam}-nft-{tool}"),
-            Backend::Legacy => format!("{fam}-legacy-{tool}"),
-        }
+        tool_name(self.ipv6, self.backend, tool)
     }
 
     fn command(&self, program: &str) -> Command {
@@ -75,9 +125,8 @@ impl IptablesHost {
         }
     }
 
-    /// The `-w` argument: the lock wait in whole seconds (at least 1).
     fn wait_arg(&self) -> String {
-        self.wait.as_secs().max(1).to_string()
+        lock_wait_arg(self.wait)
     }
 
     /// `iptables-save` of every table (`counters` adds `-c`).
@@ -109,19 +158,42 @@ impl IptablesHost {
 
     /// `iptables-restore -w N --noflush` of `input` (only the chains it declares are flushed).
     pub fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
-        let program = self.program("restore");
-        let mut cmd = self.command(&program);
-        cmd.args(["-w", &self.wait_arg(), "--noflush"]);
-        run(cmd, &program, Some(input)).map(|_| ())
+        self.restore(restore_args::NOFLUSH, input)
     }
 
     /// `iptables-restore -w N --counters` of a whole `iptables-save` output: every table in it is
     /// replaced exactly (used to roll back to a backup).
     pub fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
+        self.restore(restore_args::EXACT, saved)
+    }
+
+    fn restore(&self, args: &[&str], input: &str) -> Result<(), HostError> {
         let program = self.program("restore");
         let mut cmd = self.command(&program);
-        cmd.args(["-w", &self.wait_arg(), "--counters"]);
-        run(cmd, &program, Some(saved)).map(|_| ())
+        cmd.args(["-w", &self.wait_arg()]).args(args);
+        run(cmd, &program, Some(input)).map(|_| ())
+    }
+}
+
+impl RulesHost for IptablesHost {
+    fn ipv6(&self) -> bool {
+        self.ipv6
+    }
+
+    fn save(&self, counters: bool) -> Result<String, HostError> {
+        IptablesHost::save(self, counters)
+    }
+
+    fn restore_test(&self, input: &str) -> Result<(), HostError> {
+        self.restore(restore_args::TEST, input)
+    }
+
+    fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
+        IptablesHost::restore_noflush(self, input)
+    }
+
+    fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
+        IptablesHost::restore_exact(self, saved)
     }
 }
 

@@ -7,6 +7,8 @@
 pub mod backup;
 pub mod guard;
 pub mod host;
+pub mod ipvs;
 pub mod plan;
+pub mod remote;
 pub mod repair;
 pub mod resync;

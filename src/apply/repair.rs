@@ -1,8 +1,10 @@
-//! The repair transaction: read the node's rules, plan, back up, apply table by table with
-//! `iptables-restore --noflush`, read back and re-plan; on any failure restore the backup.
+//! The repair transaction: read the node's rules, plan, check the plan with
+//! `iptables-restore --test`, back up, apply table by table with `iptables-restore --noflush`,
+//! read back and re-plan; on any failure restore the backup. One implementation for every
+//! [`RulesHost`]: this host, or a node reached through the API.
 
 use super::backup::write_backup;
-use super::host::{HostError, IptablesHost};
+use super::host::{HostError, RulesHost};
 use super::plan::{Plan, plan};
 use crate::model::Ruleset;
 use kproxy_parsers::ParseError;
@@ -22,6 +24,9 @@ pub enum RepairError {
     /// The expected rules could not be parsed (a bug in render); nothing was changed.
     #[error("parsing the expected rules: {0}")]
     Expected(#[source] ParseError),
+    /// `iptables-restore --test` rejected the plan's input; nothing was changed.
+    #[error("checking the plan with iptables-restore --test (nothing was changed): {0}")]
+    Check(#[source] HostError),
     /// The backup could not be written; nothing was changed.
     #[error("writing the backup to {dir}: {source}")]
     Backup {
@@ -109,7 +114,7 @@ pub struct RepairReport {
 /// (a render with base jumps). `before_apply` sees the parsed current rules and the plan and may
 /// veto by returning refusals (the safety guard); a veto returns the report unapplied.
 pub fn repair(
-    host: &IptablesHost,
+    host: &impl RulesHost,
     expected_text: &str,
     opts: &RepairOptions,
     before_apply: impl FnOnce(&Ruleset<'_>, &Plan) -> Vec<String>,
@@ -131,8 +136,12 @@ pub fn repair(
     if !opts.apply || report.plan.is_empty() || !refusals.is_empty() {
         return Ok((report, refusals));
     }
+    // A plan the node's iptables rejects (or a host that cannot run restore at all) is found
+    // before anything changes.
+    host.restore_test(&report.plan.restore_input())
+        .map_err(RepairError::Check)?;
     let backup =
-        write_backup(&opts.backup_dir, &opts.node, host.ipv6, &saved).map_err(|source| {
+        write_backup(&opts.backup_dir, &opts.node, host.ipv6(), &saved).map_err(|source| {
             RepairError::Backup {
                 dir: opts.backup_dir.clone(),
                 source,

@@ -171,6 +171,42 @@ pub fn resolve_inputs(
     })
 }
 
+/// The API state and configuration of a live run, without the node's dumps, and the
+/// connection: for commands that run their own commands on the node (remote `repair`).
+#[derive(Debug, Clone)]
+pub struct LiveState {
+    /// The API connection.
+    pub conn: Connection,
+    /// Services, EndpointSlices, Nodes (`--state` files when given, else the API).
+    pub state: ClusterState,
+    /// As [`ResolvedInputs::config_text`].
+    pub config_text: Option<(String, String)>,
+    /// Non-fatal problems finding the configuration, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Loads the API state and configuration for `node` exactly as [`resolve_inputs`] does for
+/// the `exec` and `debug-pod` collectors (`--state`/`--config` override the API), and checks
+/// that the node exists. Call it inside the runtime that will use the connection.
+pub async fn load_live_state(
+    global: &GlobalArgs,
+    live: &LiveArgs,
+    state: &StateArgs,
+    node: &str,
+) -> anyhow::Result<LiveState> {
+    let shared = load_shared(global, live, state, CollectorChoice::Exec).await?;
+    check_node_known(&shared, node)?;
+    let conn = shared
+        .conn
+        .ok_or_else(|| anyhow!("reading a node through the API needs API access"))?;
+    Ok(LiveState {
+        conn,
+        state: shared.state,
+        config_text: shared.config,
+        warnings: shared.warnings,
+    })
+}
+
 /// Runs `per_node` on every node (or those matching `-l`), `--parallel` at a time, draws a
 /// progress bar on stderr when it is a terminal, prints the summary table to stdout, and
 /// returns the worst outcome. API state and configuration are read once and shared; each

@@ -2,12 +2,14 @@
 //! with `--apply` install it atomically (backup, one `iptables-restore --noflush` per table,
 //! read-back verification, rollback on failure).
 
-use super::common::{GlobalArgs, NodeFactArgs, StateArgs, load_proxy_inputs, read_input};
+use super::common::{
+    GlobalArgs, NodeFactArgs, ProxyInputs, StateArgs, load_proxy_inputs, read_input,
+};
 use crate::apply::backup::DEFAULT_BACKUP_DIR;
 use crate::apply::guard::{GuardInput, refusals};
 use crate::apply::host::{Backend, IptablesHost};
 use crate::apply::plan::{ChainAction, Plan, plan};
-use crate::apply::repair::{RepairOptions, repair};
+use crate::apply::repair::{RepairOptions, RepairReport, repair};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -31,7 +33,8 @@ pub enum RepairFormat {
 /// Arguments of `repair`.
 #[derive(Debug, Args)]
 pub struct RepairArgs {
-    /// The node to repair (remote repair is not available yet: run with --local on the node).
+    /// The node to repair: through the API (exec into its kube-proxy pod, or --collector
+    /// debug-pod) unless --local is given.
     #[arg(value_name = "NODE")]
     pub node_name: Option<String>,
     /// Work on this host's rules (run on the node as root, e.g. in `kubectl debug node/NAME --profile=sysadmin`).
@@ -46,7 +49,9 @@ pub struct RepairArgs {
     /// Rewrite every kube-proxy chain, as a kube-proxy full sync does.
     #[arg(long)]
     pub full: bool,
-    /// Where to save the backup taken before applying.
+    /// Where to save the backup taken before applying. For a remote node it is written on this
+    /// machine, and the default below is replaced by $XDG_STATE_HOME/kproxy/backups (else
+    /// ~/.local/state/kproxy/backups, else ./kproxy-backups).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BACKUP_DIR)]
     pub backup_dir: PathBuf,
     /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old state).
@@ -55,7 +60,8 @@ pub struct RepairArgs {
     /// Refuse state files older than this (e.g. 10m, 1h; 0 = no limit).
     #[arg(long, value_name = "DURATION", default_value = "0")]
     pub max_age: String,
-    /// Which iptables userspace to use on this host.
+    /// Which iptables userspace to use on this host (for a remote node, `auto` means the
+    /// backend that holds kube-proxy's rules, read from the node's dumps).
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
@@ -79,14 +85,27 @@ pub struct RepairArgs {
     /// Test only: make the last table's restore fail part-way (proves the rollback).
     #[arg(long, hide = true)]
     pub inject_fault: bool,
+    /// IPVS mode (`mode: ipvs` in the configuration, or these offline dumps given).
+    #[command(flatten)]
+    pub ipvs: super::repair_ipvs::IpvsRepairArgs,
+    /// How a remote node is reached (collector, kube-proxy pod selector, debug-pod image,
+    /// kube-proxy ConfigMap, command timeout).
+    #[command(flatten)]
+    pub live: super::live::LiveArgs,
 }
 
 /// Runs `repair`.
 pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if super::repair_ipvs::selected(&args)? {
+        return super::repair_ipvs::run(args, _global);
+    }
     if !args.local && args.iptables_save.is_none() {
+        if args.node_name.is_some() {
+            return super::repair_remote::run(&args, _global);
+        }
         bail!(
-            "repair works on the node itself: run `kubectl-kproxy repair --local` on the node as root \
-             (or plan offline with --iptables-save FILE); remote repair through the API is not available yet"
+            "which node? name one to repair it through the API (`kubectl get nodes` lists them), \
+             run `kubectl-kproxy repair --local` on the node as root, or plan offline with --iptables-save FILE"
         );
     }
     let mut host = IptablesHost {
@@ -114,32 +133,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let inputs = load_proxy_inputs(&args.state, &facts, args.node_name.as_deref())?;
     host.ipv6 = inputs.facts.family == crate::state::ip::IpFamily::V6;
-    let rendered = render(
-        &inputs.state,
-        &inputs.config,
-        &inputs.facts,
-        RenderOptions {
-            with_base_jumps: true,
-        },
-    );
-    let expected_text = rendered.to_restore_text();
-    let sp = crate::proxier::iptables::expected_service_ports(
-        &inputs.state,
-        &inputs.config,
-        &inputs.facts,
-    );
-    let guard = GuardInput {
-        expected_service_ports: sp.ports.len(),
-        expected_endpoints: sp.total_endpoints,
-        configured_mode: &inputs.config.mode,
-        state_age: state_age(&args.state.state),
-        max_age: crate::kube_client::parse_duration(&args.max_age).with_context(|| {
-            format!(
-                "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
-                args.max_age
-            )
-        })?,
-    };
+    let (expected_text, guard) = expected_and_guard(&args, &inputs)?;
     let painter = Painter::for_stdout();
 
     if let Some(path) = &args.iptables_save {
@@ -173,7 +167,52 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             refusals(&guard, current)
         }
     })?;
-    print_plan(&args, &report.plan, &refused, painter)?;
+    report_outcome(&args, &report, &refused, painter)
+}
+
+/// The rules kube-proxy would install (a render with base jumps, as `iptables-restore` text)
+/// and the guard's view of the inputs (`--max-age` parsed; the age of `--state` files).
+pub(super) fn expected_and_guard<'a>(
+    args: &RepairArgs,
+    inputs: &'a ProxyInputs,
+) -> anyhow::Result<(String, GuardInput<'a>)> {
+    let rendered = render(
+        &inputs.state,
+        &inputs.config,
+        &inputs.facts,
+        RenderOptions {
+            with_base_jumps: true,
+        },
+    );
+    let sp = crate::proxier::iptables::expected_service_ports(
+        &inputs.state,
+        &inputs.config,
+        &inputs.facts,
+    );
+    let guard = GuardInput {
+        expected_service_ports: sp.ports.len(),
+        expected_endpoints: sp.total_endpoints,
+        configured_mode: &inputs.config.mode,
+        state_age: state_age(&args.state.state),
+        max_age: crate::kube_client::parse_duration(&args.max_age).with_context(|| {
+            format!(
+                "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
+                args.max_age
+            )
+        })?,
+    };
+    Ok((rendered.to_restore_text(), guard))
+}
+
+/// Prints the plan and what happened, and returns the exit outcome: 0 nothing to do or
+/// applied, 1 dry run with drift, 2 refused.
+pub(super) fn report_outcome(
+    args: &RepairArgs,
+    report: &RepairReport,
+    refused: &[String],
+    painter: Painter,
+) -> anyhow::Result<Outcome> {
+    print_plan(args, &report.plan, refused, painter)?;
     if !refused.is_empty() && args.apply {
         eprintln!("error: refusing to apply (use --force to override)");
         return Ok(Outcome::Error);

@@ -75,6 +75,65 @@ pub fn pod_spec(name: &str, node: &str, image: &str) -> Result<Pod, serde_json::
     }))
 }
 
+/// A debug pod on a node: [`DebugPod::start`] it, exec into it with [`DebugPod::runner`] for
+/// as long as needed (a collection, a whole remote repair), then [`DebugPod::delete`] it —
+/// whatever happened, a failed start included.
+#[derive(Debug)]
+pub struct DebugPod {
+    api: Api<Pod>,
+    runner: PodExec,
+    node: String,
+    image: String,
+}
+
+impl DebugPod {
+    /// Picks the pod's name; nothing is created yet.
+    pub fn new(conn: &Connection, node: &str, image: &str) -> DebugPod {
+        DebugPod {
+            api: Api::<Pod>::namespaced(conn.client.clone(), DEBUG_NAMESPACE),
+            runner: PodExec {
+                conn: conn.clone(),
+                namespace: DEBUG_NAMESPACE.into(),
+                pod: pod_name(node),
+                container: Some("kproxy".into()),
+            },
+            node: node.to_string(),
+            image: image.to_string(),
+        }
+    }
+
+    /// Creates the pod and waits (at least a minute, or `exec_timeout`) until it runs.
+    pub async fn start(&self, exec_timeout: Duration) -> Result<(), CollectError> {
+        create_and_wait(
+            &self.runner.conn,
+            &self.api,
+            &self.runner.pod,
+            &self.node,
+            &self.image,
+            exec_timeout,
+        )
+        .await
+    }
+
+    /// Runs commands in the pod's container.
+    pub fn runner(&self) -> &PodExec {
+        &self.runner
+    }
+
+    /// `debug-pod (kube-system/NAME, IMAGE)`, for messages and snapshots.
+    pub fn label(&self) -> String {
+        format!(
+            "debug-pod ({DEBUG_NAMESPACE}/{}, {})",
+            self.runner.pod, self.image
+        )
+    }
+
+    /// Deletes the pod (one that does not exist counts as deleted).
+    pub async fn delete(&self) -> Result<(), ApiError> {
+        delete(&self.runner.conn, &self.api, &self.runner.pod).await
+    }
+}
+
 /// The `debug-pod` collector (see the module docs).
 pub async fn collect(
     conn: &Connection,
@@ -82,18 +141,21 @@ pub async fn collect(
     image: &str,
     exec_timeout: Duration,
 ) -> Result<NodeSnapshot, CollectError> {
-    let name = pod_name(node);
-    let api = Api::<Pod>::namespaced(conn.client.clone(), DEBUG_NAMESPACE);
-    let work = run_in_pod(conn, &api, &name, node, image, exec_timeout);
+    let pod = DebugPod::new(conn, node, image);
+    let work = async {
+        pod.start(exec_timeout).await?;
+        super::collect_with(pod.runner(), &pod.label(), exec_timeout).await
+    };
     let result = tokio::select! {
         r = work => r,
         _ = tokio::signal::ctrl_c() => Err(CollectError::Interrupted),
     };
-    let deleted = delete(conn, &api, &name).await;
+    let deleted = pod.delete().await;
     match (result, deleted) {
         (Ok(mut snap), Err(e)) => {
             snap.warnings.push(format!(
-                "could not delete debug pod {DEBUG_NAMESPACE}/{name}: {e} (delete it by hand)"
+                "could not delete debug pod {DEBUG_NAMESPACE}/{}: {e} (delete it by hand)",
+                pod.runner.pod
             ));
             Ok(snap)
         }
@@ -101,14 +163,14 @@ pub async fn collect(
     }
 }
 
-async fn run_in_pod(
+async fn create_and_wait(
     conn: &Connection,
     api: &Api<Pod>,
     name: &str,
     node: &str,
     image: &str,
     exec_timeout: Duration,
-) -> Result<NodeSnapshot, CollectError> {
+) -> Result<(), CollectError> {
     let spec = pod_spec(name, node, image).map_err(|e| CollectError::DebugPod {
         namespace: DEBUG_NAMESPACE.into(),
         name: name.into(),
@@ -133,15 +195,7 @@ async fn run_in_pod(
         node,
         exec_timeout.max(Duration::from_secs(60)),
     )
-    .await?;
-    let runner = PodExec {
-        conn: conn.clone(),
-        namespace: DEBUG_NAMESPACE.into(),
-        pod: name.into(),
-        container: Some("kproxy".into()),
-    };
-    let label = format!("debug-pod ({DEBUG_NAMESPACE}/{name}, {image})");
-    super::collect_with(&runner, &label, exec_timeout).await
+    .await
 }
 
 async fn wait_running(

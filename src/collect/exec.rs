@@ -1,5 +1,10 @@
 //! The `exec` collector: run the dump commands in a pod through the API's exec subresource
 //! (websocket, `v5.channel.k8s.io`/`v4.channel.k8s.io`), argv only, with a per-command timeout.
+//!
+//! [`PodExec`] also runs commands that read stdin (remote repair's `iptables-restore`): the
+//! input goes on channel 0 and its end is signalled with `v5.channel.k8s.io`'s close frame.
+//! `v4.channel.k8s.io` has no such signal (the client must close the whole websocket, losing
+//! the exit status), so there such a run is an error rather than a guess.
 
 use super::{CollectError, CommandOutput, CommandRunner, NodeSnapshot, RunError};
 use crate::kube_client::{ApiCall, ApiError, Connection};
@@ -7,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Default namespace searched for the kube-proxy pod.
 pub const PROXY_NAMESPACE: &str = "kube-system";
@@ -33,18 +38,38 @@ impl CommandRunner for PodExec {
     }
 
     async fn run(&self, argv: &[&str], timeout: Duration) -> Result<CommandOutput, RunError> {
-        match tokio::time::timeout(timeout, self.exec(argv)).await {
+        match tokio::time::timeout(timeout, self.exec(argv, None)).await {
+            Ok(r) => r,
+            Err(_) => Err(RunError::Timeout(timeout)),
+        }
+    }
+
+    async fn run_with_stdin(
+        &self,
+        argv: &[&str],
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError> {
+        match tokio::time::timeout(timeout, self.exec(argv, Some(stdin))).await {
             Ok(r) => r,
             Err(_) => Err(RunError::Timeout(timeout)),
         }
     }
 }
 
+/// Why a run with stdin has no exit status: with `v4.channel.k8s.io` the client can only
+/// end stdin by closing the whole websocket, after which the server cannot report the status.
+const NO_STATUS_WITH_STDIN: &str = "the exec stream ended without the command's exit status; \
+     the API server cannot be told that stdin ended (it does not speak v5.channel.k8s.io), \
+     so commands that read stdin cannot be run through it";
+
 impl PodExec {
-    async fn exec(&self, argv: &[&str]) -> Result<CommandOutput, RunError> {
+    /// Execs `argv`; with `stdin`, the bytes are sent on channel 0 and stdin is closed after
+    /// them (a `v5.channel.k8s.io` close signal).
+    async fn exec(&self, argv: &[&str], stdin: Option<&[u8]>) -> Result<CommandOutput, RunError> {
         let api = Api::<Pod>::namespaced(self.conn.client.clone(), &self.namespace);
         let mut params = AttachParams::default()
-            .stdin(false)
+            .stdin(stdin.is_some())
             .stdout(true)
             .stderr(true);
         if let Some(c) = &self.container {
@@ -79,17 +104,69 @@ impl PodExec {
         let status = process
             .take_status()
             .ok_or_else(|| exec_error("no status stream".into()))?;
+        let writer = match stdin {
+            Some(_) => Some(
+                process
+                    .stdin()
+                    .ok_or_else(|| exec_error("no stdin stream".into()))?,
+            ),
+            None => None,
+        };
+        let feed = async move {
+            match (stdin, writer) {
+                (Some(input), Some(mut w)) => {
+                    w.write_all(input).await?;
+                    // End of stdin: kube-rs sends the close signal for channel 0.
+                    w.shutdown().await
+                }
+                _ => Ok(()),
+            }
+        };
         let mut out = Vec::new();
         let mut err = Vec::new();
-        let (r_out, r_err, status) = tokio::join!(
-            stdout.read_to_end(&mut out),
-            stderr.read_to_end(&mut err),
-            status
-        );
-        r_out.map_err(|e| exec_error(format!("reading stdout: {e}")))?;
-        r_err.map_err(|e| exec_error(format!("reading stderr: {e}")))?;
-        if let Err(e) = process.join().await {
-            return Err(exec_error(e.to_string()));
+        let reading =
+            async { tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err)) };
+        let (reading_done, fed, status, stream) = {
+            tokio::pin!(feed, reading, status);
+            // Feed stdin and read until the status comes (or the stream task ends without one,
+            // dropping its sender); then stop feeding: a command that failed early stops
+            // reading, and nothing would drain the rest.
+            let mut fed = None;
+            let mut read = None;
+            let status = loop {
+                tokio::select! {
+                    r = &mut feed, if fed.is_none() => fed = Some(r),
+                    r = &mut reading, if read.is_none() => read = Some(r),
+                    s = &mut status => break s,
+                }
+            };
+            // The stream task has ended, so joining it cannot end stdin early; when it failed
+            // (connection lost) the readers never see their end, so do not wait for them.
+            let stream = process.join().await;
+            let read = match (read, &stream) {
+                (Some(r), _) => Some(r),
+                (None, Ok(())) => Some(reading.await),
+                (None, Err(_)) => None,
+            };
+            (read, fed, status, stream)
+        };
+        let no_status = |detail: String| match stdin {
+            Some(_) => exec_error(format!("{NO_STATUS_WITH_STDIN} ({detail})")),
+            None => exec_error(detail),
+        };
+        if let Err(e) = stream {
+            return Err(no_status(e.to_string()));
+        }
+        if let Some((r_out, r_err)) = reading_done {
+            r_out.map_err(|e| exec_error(format!("reading stdout: {e}")))?;
+            r_err.map_err(|e| exec_error(format!("reading stderr: {e}")))?;
+        }
+        if stdin.is_some() && status.is_none() {
+            let detail = match fed {
+                Some(Err(e)) => format!("writing stdin: {e}"),
+                _ => NO_STATUS_WITH_STDIN.to_string(),
+            };
+            return Err(exec_error(detail));
         }
         let stdout =
             String::from_utf8(out).map_err(|_| exec_error("stdout is not UTF-8 text".into()))?;

@@ -14,37 +14,76 @@ impl CommandRunner for LocalRunner {
     }
 
     async fn run(&self, argv: &[&str], timeout: Duration) -> Result<CommandOutput, RunError> {
-        let Some((program, args)) = argv.split_first() else {
-            return Err(RunError::Missing {
-                program: String::new(),
-            });
-        };
-        let child = tokio::process::Command::new(program)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let output = match tokio::time::timeout(timeout, child).await {
-            Err(_) => return Err(RunError::Timeout(timeout)),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(RunError::Missing {
-                    program: (*program).to_string(),
-                });
-            }
-            Ok(Err(e)) => {
-                return Err(RunError::Fatal(CollectError::Io {
-                    path: (*program).to_string(),
-                    source: e,
-                }));
-            }
-            Ok(Ok(o)) => o,
-        };
-        Ok(CommandOutput {
-            exit_code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        })
+        run_local(argv, None, timeout).await
     }
+
+    async fn run_with_stdin(
+        &self,
+        argv: &[&str],
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError> {
+        run_local(argv, Some(stdin), timeout).await
+    }
+}
+
+/// Runs `argv` on this host, feeding `stdin` (closed after it) when given.
+async fn run_local(
+    argv: &[&str],
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<CommandOutput, RunError> {
+    use tokio::io::AsyncWriteExt;
+    let Some((program, args)) = argv.split_first() else {
+        return Err(RunError::Missing {
+            program: String::new(),
+        });
+    };
+    let io_error = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            RunError::Missing {
+                program: (*program).to_string(),
+            }
+        } else {
+            RunError::Fatal(CollectError::Io {
+                path: (*program).to_string(),
+                source: e,
+            })
+        }
+    };
+    let work = async {
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let pipe = child.stdin.take();
+        let feed = async move {
+            if let (Some(input), Some(mut pipe)) = (stdin, pipe) {
+                // A failing command may close stdin early; its exit status reports the real error.
+                let _ = pipe.write_all(input).await;
+            }
+        };
+        // Feed and drain at the same time: a command may print before it has read everything.
+        let ((), output) = tokio::join!(feed, child.wait_with_output());
+        output
+    };
+    let output = match tokio::time::timeout(timeout, work).await {
+        Err(_) => return Err(RunError::Timeout(timeout)),
+        Ok(Err(e)) => return Err(io_error(e)),
+        Ok(Ok(o)) => o,
+    };
+    Ok(CommandOutput {
+        exit_code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
 }
 
 /// The `local` collector.

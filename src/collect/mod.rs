@@ -195,10 +195,19 @@ pub enum RunError {
 pub trait CommandRunner {
     /// Where commands run, for messages: `pod kube-system/kube-proxy-x`, `this host`.
     fn location(&self) -> String;
-    /// Runs `argv` (no shell) with a timeout.
+    /// Runs `argv` (no shell) with a timeout; its stdin is empty.
     fn run(
         &self,
         argv: &[&str],
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<CommandOutput, RunError>> + Send;
+    /// Runs `argv` (no shell) with a timeout, `stdin` piped to it and closed after the last
+    /// byte (e.g. `iptables-restore` input). Unlike [`CommandRunner::run`], a run whose exit
+    /// status cannot be known is an error, never a success.
+    fn run_with_stdin(
+        &self,
+        argv: &[&str],
+        stdin: &[u8],
         timeout: Duration,
     ) -> impl std::future::Future<Output = Result<CommandOutput, RunError>> + Send;
 }

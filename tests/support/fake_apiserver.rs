@@ -18,7 +18,12 @@
 //! - get and delete by name, create of Pods (phase set to Running);
 //! - pod exec over the websocket channel protocol (`v5.channel.k8s.io`, `v4.channel.k8s.io`):
 //!   stdout on channel 1, stderr on 2 and the exit `Status` on channel 3, answered by an
-//!   [`ExecHandler`];
+//!   [`ExecHandler`] (run on a blocking thread, so it may run real commands). With `stdin=true`
+//!   the fake first reads channel 0 until the client ends stdin — v5: the close signal
+//!   `[255, 0]`; v4 has none, so a client closes the whole websocket, and then (as with a real
+//!   API server) the command still runs but its output and status are lost —
+//!   and hands the bytes to the handler in [`ExecRequest::stdin`].
+//!   [`FakeApiServer::only_exec_protocol`] makes the fake speak one protocol version;
 //! - failures on demand ([`Fault`]: any status for requests whose path contains a string),
 //!   401 for a bearer token other than [`TOKEN`].
 //!
@@ -56,6 +61,9 @@ pub struct ExecRequest {
     pub container: Option<String>,
     /// argv.
     pub command: Vec<String>,
+    /// What the client sent on stdin (channel 0) until it closed it, when it asked for stdin
+    /// (`stdin=true`); None otherwise.
+    pub stdin: Option<Vec<u8>>,
 }
 
 /// How the fake answers an exec.
@@ -127,6 +135,8 @@ struct State {
     faults: Mutex<Vec<Fault>>,
     exec: Mutex<Option<ExecHandler>>,
     exec_delay: Mutex<Duration>,
+    /// The only exec protocol offered, when set (see [`FakeApiServer::only_exec_protocol`]).
+    exec_protocol: Mutex<Option<&'static str>>,
     log: Mutex<Vec<String>>,
     execs: Mutex<Vec<ExecRequest>>,
     deleted: Mutex<Vec<String>>,
@@ -369,6 +379,12 @@ impl FakeApiServer {
     /// Sets how exec calls are answered.
     pub fn on_exec(&self, handler: impl Fn(&ExecRequest) -> ExecReply + Send + Sync + 'static) {
         *self.state.exec.lock().unwrap() = Some(Arc::new(handler));
+    }
+
+    /// Speaks only this exec protocol (`v4.channel.k8s.io` or `v5.channel.k8s.io`), as an API
+    /// server of that generation would.
+    pub fn only_exec_protocol(&self, protocol: &'static str) {
+        *self.state.exec_protocol.lock().unwrap() = Some(protocol);
     }
 
     /// Delays every exec answer (to make concurrency observable).
@@ -695,8 +711,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
             pod: name.unwrap_or_default().to_string(),
             container: param("container"),
             command,
+            stdin: None,
         };
-        return exec_upgrade(st, req, exec);
+        let wants_stdin = matches!(param("stdin").as_deref(), Some("true" | "1"));
+        return exec_upgrade(st, req, exec, wants_stdin);
     }
 
     let in_scope = |o: &Value| {
@@ -938,7 +956,40 @@ fn watch_stream(
         .expect("response")
 }
 
-fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Resp {
+/// Reads stdin (channel 0) until the client ends it. Returns the bytes and whether the
+/// connection can still carry the answer (false when the client closed the websocket, the
+/// only way to end stdin with v4).
+async fn read_stdin<S>(ws: &mut S, v5: bool) -> (Vec<u8>, bool)
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let mut input = Vec::new();
+    let read = async {
+        while let Some(msg) = ws.next().await {
+            match msg {
+                Ok(Message::Binary(b)) => match b.first() {
+                    Some(0) => input.extend_from_slice(b.get(1..).unwrap_or_default()),
+                    Some(255) if v5 && b.get(1) == Some(&0) => return true,
+                    _ => {}
+                },
+                Ok(Message::Close(_)) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
+        false
+    };
+    let open = tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .unwrap_or(false);
+    (input, open)
+}
+
+fn exec_upgrade(
+    st: Arc<State>,
+    req: Request<Incoming>,
+    mut exec: ExecRequest,
+    wants_stdin: bool,
+) -> Resp {
     let header = |n: &str| {
         req.headers()
             .get(n)
@@ -953,8 +1004,10 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
         );
     }
     let offered = header("sec-websocket-protocol");
+    let only = *st.exec_protocol.lock().unwrap();
     let protocol = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
         .into_iter()
+        .filter(|p| only.is_none_or(|o| o == *p))
         .find(|p| offered.split(',').any(|o| o.trim() == *p));
     let Some(protocol) = protocol else {
         return json_response(
@@ -967,7 +1020,9 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
     );
     let handler = st.exec.lock().unwrap().clone();
     let delay = *st.exec_delay.lock().unwrap();
-    st.execs.lock().unwrap().push(exec.clone());
+    if !wants_stdin {
+        st.execs.lock().unwrap().push(exec.clone());
+    }
     tokio::spawn(async move {
         let Ok(upgraded) = hyper::upgrade::on(req).await else {
             return;
@@ -980,10 +1035,29 @@ fn exec_upgrade(st: Arc<State>, req: Request<Incoming>, exec: ExecRequest) -> Re
             None,
         )
         .await;
-        let reply = match &handler {
-            Some(h) => h(&exec),
+        let mut connected = true;
+        if wants_stdin {
+            let (input, open) = read_stdin(&mut ws, protocol == "v5.channel.k8s.io").await;
+            exec.stdin = Some(input);
+            connected = open;
+            st.execs.lock().unwrap().push(exec.clone());
+        }
+        let reply = match handler {
+            Some(h) => {
+                let request = exec.clone();
+                tokio::task::spawn_blocking(move || h(&request))
+                    .await
+                    .unwrap_or(ExecReply::Missing)
+            }
             None => ExecReply::Missing,
         };
+        if !connected {
+            // The client closed the websocket to end stdin (v4): the command ran, but there is
+            // nobody to tell. Finish the closing handshake the client started.
+            st.inflight.fetch_sub(1, Ordering::SeqCst);
+            let _ = ws.close(None).await;
+            return;
+        }
         tokio::time::sleep(delay).await;
         let frame = |ch: u8, data: &[u8]| {
             let mut v = Vec::with_capacity(data.len() + 1);

@@ -1,0 +1,223 @@
+//! `repair NODE` (without `--local`): the same repair transaction as on the node, run through
+//! the API — `iptables-save`/`iptables-restore` exec'd into the node's kube-proxy pod
+//! (`--collector exec`, the default) or a short-lived debug pod (`--collector debug-pod`), the
+//! restore input piped on stdin. The API state and configuration are read as `verify` reads
+//! them live ([`super::live::load_live_state`]); the backup is written on this machine.
+
+use super::common::{GlobalArgs, ProxyInputs, print_warnings};
+use super::live::{CollectorChoice, LiveState};
+use super::repair::{RepairArgs, expected_and_guard, report_outcome};
+use crate::apply::backup::DEFAULT_BACKUP_DIR;
+use crate::apply::guard::refusals;
+use crate::apply::host::{Backend, tool_name};
+use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
+use crate::apply::repair::{RepairOptions, repair};
+use crate::collect::{self, CommandRunner, NodeSnapshot};
+use crate::exit::Outcome;
+use crate::output::color::Painter;
+use crate::state::ip::IpFamily;
+use anyhow::{Context, anyhow, bail};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Runs `repair NODE` through the API (see the module docs).
+pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let node = args
+        .node_name
+        .clone()
+        .ok_or_else(|| anyhow!("remote repair needs the node's name"))?;
+    if args.live.bundle.is_some() {
+        bail!("--bundle is a snapshot: repair needs the live node (name it, without --bundle)");
+    }
+    if args.live.all_nodes {
+        bail!("repair works on one node at a time: name the node");
+    }
+    if args.netns.is_some() {
+        bail!("--netns works with --local only");
+    }
+    let debug_pod = match args.live.collector {
+        CollectorChoice::Auto | CollectorChoice::Exec => false,
+        CollectorChoice::DebugPod => true,
+        CollectorChoice::Local => {
+            bail!("to repair this host, use `kubectl-kproxy repair --local` (as root)")
+        }
+        CollectorChoice::Files => bail!(
+            "repair cannot change files: plan offline with --iptables-save FILE, or name a node to repair it through the API"
+        ),
+    };
+    let timeout = crate::kube_client::parse_duration(&args.live.exec_timeout)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            anyhow!(
+                "invalid --exec-timeout {:?}: expected e.g. 30s, 2m (more than 0)",
+                args.live.exec_timeout
+            )
+        })?;
+    let rt = super::live::runtime()?;
+    let live = rt.block_on(super::live::load_live_state(
+        global,
+        &args.live,
+        &args.state,
+        &node,
+    ))?;
+    for w in &live.warnings {
+        eprintln!("warning: {w}");
+    }
+    if !debug_pod {
+        let runner = rt.block_on(collect::exec::find_proxy_pod(
+            &live.conn,
+            collect::exec::PROXY_NAMESPACE,
+            &args.live.proxy_selector,
+            &node,
+        ))?;
+        let label = format!("exec ({}/{})", runner.namespace, runner.pod);
+        return repair_through(args, &rt, &live, &node, &runner, &label, timeout);
+    }
+    let pod = collect::debug_pod::DebugPod::new(&live.conn, &node, &args.live.image);
+    // Ctrl-C while the pod starts: delete it (afterwards the pod is deleted when the repair
+    // ends, or by its activeDeadlineSeconds if the process is killed).
+    let started = rt.block_on(async {
+        tokio::select! {
+            r = pod.start(timeout) => r,
+            _ = tokio::signal::ctrl_c() => Err(collect::CollectError::Interrupted),
+        }
+    });
+    let result = started.map_err(anyhow::Error::from).and_then(|()| {
+        repair_through(args, &rt, &live, &node, pod.runner(), &pod.label(), timeout)
+    });
+    if let Err(e) = rt.block_on(pod.delete()) {
+        eprintln!(
+            "warning: could not delete debug pod {}/{}: {e} (delete it by hand)",
+            pod.runner().namespace,
+            pod.runner().pod
+        );
+    }
+    result
+}
+
+/// Reads the node through `runner`, then plans and (with `--apply`) applies the repair there.
+fn repair_through<R: CommandRunner>(
+    args: &RepairArgs,
+    rt: &tokio::runtime::Runtime,
+    live: &LiveState,
+    node: &str,
+    runner: &R,
+    label: &str,
+    timeout: Duration,
+) -> anyhow::Result<Outcome> {
+    let snap = rt.block_on(collect::collect_with(runner, label, timeout))?;
+    for w in &snap.warnings {
+        tracing::warn!("{w}");
+    }
+    let inputs = proxy_inputs(args, live, node, &snap)?;
+    let ipv6 = inputs.facts.family == IpFamily::V6;
+    let (backend, doubt) = match args.backend {
+        Backend::Auto => detect_backend(&snap, ipv6),
+        chosen => (chosen, None),
+    };
+    if let Some(d) = doubt {
+        eprintln!("warning: {d}");
+    }
+    eprintln!(
+        "node {node} through {label}: {} / {}",
+        tool_name(ipv6, backend, "save"),
+        tool_name(ipv6, backend, "restore")
+    );
+    let (expected_text, guard) = expected_and_guard(args, &inputs)?;
+    let host = RemoteHost {
+        runner,
+        runtime: rt.handle().clone(),
+        ipv6,
+        backend,
+        wait: Duration::from_secs(args.wait),
+        timeout,
+    };
+    let opts = RepairOptions {
+        full: args.full,
+        apply: args.apply,
+        backup_dir: backup_dir(&args.backup_dir),
+        node: inputs.facts.node_name.clone(),
+        inject_fault: args.inject_fault,
+    };
+    let force = args.force;
+    let (report, refused) = repair(&host, &expected_text, &opts, |current, _| {
+        if force {
+            Vec::new()
+        } else {
+            refusals(&guard, current)
+        }
+    })
+    .with_context(|| format!("repairing node {node} through {label}"))?;
+    report_outcome(args, &report, &refused, Painter::for_stdout())
+}
+
+/// The proxier's inputs for `node`, as verify's live path builds them: the configuration from
+/// `--config` or the ConfigMap (kube-proxy's defaults when absent), NODE as the node name, and
+/// — unless `--nfacct` says — the nfacct counters the node's rules reference.
+fn proxy_inputs(
+    args: &RepairArgs,
+    live: &LiveState,
+    node: &str,
+    snap: &NodeSnapshot,
+) -> anyhow::Result<ProxyInputs> {
+    let config = match &live.config_text {
+        Some((text, source)) => {
+            let (c, warnings) = crate::state::config::parse(text, source)
+                .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
+            print_warnings(&warnings);
+            c
+        }
+        None => crate::state::config::ProxyConfig::default(),
+    };
+    let mut fact_args = args.facts.clone();
+    fact_args.node = Some(node.to_string());
+    let build = |fact_args: &super::common::NodeFactArgs| {
+        crate::state::node::build(fact_args, &live.state, &config).context("node facts")
+    };
+    let (mut facts, mut warnings) = build(&fact_args)?;
+    if fact_args.nfacct.is_none() {
+        let ipv6 = facts.family == IpFamily::V6;
+        let dump = dump_of(snap, ipv6, detect_backend(snap, ipv6).0);
+        fact_args.nfacct = Some(nfacct_from_rules(dump.unwrap_or_default()));
+        (facts, warnings) = build(&fact_args)?;
+    }
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(ProxyInputs {
+        state: live.state.clone(),
+        config,
+        facts,
+    })
+}
+
+/// The snapshot's dump of one family and backend.
+fn dump_of(snap: &NodeSnapshot, ipv6: bool, backend: Backend) -> Option<&str> {
+    match (ipv6, backend) {
+        (true, _) => snap.ip6tables_save.as_deref(),
+        (false, Backend::Auto) => snap.iptables_save.as_deref(),
+        (false, Backend::Legacy) => snap.iptables_legacy_save.as_deref(),
+        (false, Backend::Nft) => snap.iptables_nft_save.as_deref(),
+    }
+}
+
+/// Where a remote node's backup goes on this machine: `--backup-dir` when it names another
+/// directory than the on-node default, else `$XDG_STATE_HOME/kproxy/backups`, else
+/// `~/.local/state/kproxy/backups`, else `./kproxy-backups`.
+fn backup_dir(given: &std::path::Path) -> PathBuf {
+    if given != std::path::Path::new(DEFAULT_BACKUP_DIR) {
+        return given.to_path_buf();
+    }
+    let absolute = |v: Option<std::ffi::OsString>| {
+        v.map(PathBuf::from)
+            .filter(|p| p.is_absolute() && !p.as_os_str().is_empty())
+    };
+    if let Some(state) = absolute(std::env::var_os("XDG_STATE_HOME")) {
+        return state.join("kproxy/backups");
+    }
+    if let Some(home) = absolute(std::env::var_os("HOME")) {
+        return home.join(".local/state/kproxy/backups");
+    }
+    PathBuf::from("kproxy-backups")
+}

@@ -167,7 +167,7 @@ pub fn resolve_inputs(
         let shared = load_shared(global, live, state, collector).await?;
         check_node_known(&shared, &node)?;
         let snapshot = collect_node(&shared, live, dumps, collector, &node, exec_timeout).await?;
-        Ok(shared.inputs_for(node, snapshot))
+        Ok(shared.into_inputs(node, snapshot))
     })
 }
 
@@ -412,6 +412,17 @@ impl Shared {
         ResolvedInputs {
             state: self.state.clone(),
             config_text: self.config.clone(),
+            snapshot,
+            node,
+        }
+    }
+
+    /// [`Shared::inputs_for`] for the last (or only) node: moves the state instead of copying it.
+    fn into_inputs(self, node: String, mut snapshot: NodeSnapshot) -> ResolvedInputs {
+        snapshot.warnings.splice(0..0, self.warnings);
+        ResolvedInputs {
+            state: self.state,
+            config_text: self.config,
             snapshot,
             node,
         }

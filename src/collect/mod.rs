@@ -494,7 +494,7 @@ pub fn other_backend(s: &NodeSnapshot) -> Option<(&'static str, &str)> {
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect()
     }
-    let main = body(s.iptables_save.as_deref().unwrap_or_default());
+    let mut main: Option<Vec<&str>> = None;
     [
         ("iptables-legacy-save", s.iptables_legacy_save.as_deref()),
         ("iptables-nft-save", s.iptables_nft_save.as_deref()),
@@ -503,7 +503,9 @@ pub fn other_backend(s: &NodeSnapshot) -> Option<(&'static str, &str)> {
     .filter_map(|(label, t)| Some((label, t?)))
     .find(|(_, t)| {
         let b = body(t);
-        b.iter().any(|l| l.starts_with('*')) && b != main
+        b.iter().any(|l| l.starts_with('*'))
+            && *main.get_or_insert_with(|| body(s.iptables_save.as_deref().unwrap_or_default()))
+                != b
     })
 }
 

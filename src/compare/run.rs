@@ -119,88 +119,11 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     let mut main_has_rules = false;
     let mut legacy_present_warning = false;
     for d in &input.dumps {
-        let t0 = std::time::Instant::now();
-        let cpu0 = crate::state::load::thread_cpu_time();
-        let stage = |what: &str| {
-            tracing::debug!(
-                "verify {}: {what} after {:?} (cpu {:?})",
-                d.label,
-                t0.elapsed(),
-                crate::state::load::thread_cpu_time().saturating_sub(cpu0)
-            )
-        };
-        let dump = parse(d, &input.parse)?;
-        stage("parsed");
-        let mut facts = input.facts.clone();
-        facts.family = d.family;
-        let plan = ipt::expected_service_ports(input.state, input.config, &facts);
-        let expected = expected::expected_ports(&plan);
-        service_ports += expected.len();
-        stage("expected service ports computed");
-        let addresses = service_addresses(&expected);
-        let mark = mark_value(&facts, input.config);
-        let cx = NodeContext {
-            mark,
-            mode,
-            services: &addresses,
-            large_cluster: plan.large_cluster_mode,
-            label: d.label,
-        };
-        findings.extend(nodewide::check(&dump, &cx));
-        stage("node-wide checks done");
-        main_has_rules |= nodewide::has_kube_proxy_rules(&dump);
-        legacy_present_warning |= dump.legacy_tables_present;
-        let unreadable = nodewide::is_unreadable(&dump);
-
-        let resolver =
-            NameResolver::from_ports(expected.iter().map(|e| (e.name.as_str(), e.protocol)));
-        let graph = graph::build(
-            &dump,
-            &GraphOptions {
-                resolver: resolver.clone(),
-                source: Some(d.label.to_string()),
-            },
-        );
-        let gx = GraphContext {
-            masquerade_all: input.config.masquerade_all,
-            local_detector: expected::detector_text(&plan),
-            large_cluster: plan.large_cluster_mode,
-            unreadable,
-        };
-        stage("graph built");
-        let (graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
-        stage("graph level compared");
-        let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
-        findings.extend(graph_findings);
-        // Free what the rule level does not need before it builds its two big indexes.
-        drop(graph);
-        drop(expected);
-        drop(addresses);
-
-        if !unreadable && !skeleton {
-            let rendered =
-                ipt::render_plan(&plan, &facts, RenderOptions::default()).to_restore_text();
-            drop(plan);
-            let expected_rules = match Ruleset::parse(&rendered, &ParseOptions::strict()) {
-                Ok(r) => r,
-                Err(source) => {
-                    return Err(VerifyError::Parse {
-                        label: format!("render for {}", d.label),
-                        source: Box::new(source),
-                    });
-                }
-            };
-            stage("rendered and indexed");
-            let actual_rules = Ruleset::from_dump(dump);
-            stage("dump indexed");
-            findings.extend(rule_level::compare(
-                &expected_rules,
-                &actual_rules,
-                &resolver,
-                &explained,
-            ));
-            stage("rule level compared");
-        }
+        let checked = verify_dump(input, d, mode)?;
+        service_ports += checked.service_ports;
+        main_has_rules |= checked.has_kube_proxy_rules;
+        legacy_present_warning |= checked.legacy_tables_present;
+        findings.extend(checked.findings);
     }
     // Families whose dump was not given.
     for fam in [IpFamily::V4, IpFamily::V6] {
@@ -249,6 +172,121 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
         findings.extend(nodewide::foreign_nft_tables(nft, mode));
     }
     Ok(Report::new(input.node, mode, service_ports, findings))
+}
+
+/// What checking one dump found.
+struct DumpChecked {
+    findings: Vec<Finding>,
+    service_ports: usize,
+    has_kube_proxy_rules: bool,
+    legacy_tables_present: bool,
+}
+
+/// Node-wide, graph-level and rule-level checks of one dump. What kube-proxy would write is
+/// computed, rendered and re-read on a second thread while this one parses the dump and builds
+/// its graph: the two halves cost about the same.
+fn verify_dump(
+    input: &VerifyInput<'_>,
+    d: &DumpText<'_>,
+    mode: &str,
+) -> Result<DumpChecked, VerifyError> {
+    let t0 = std::time::Instant::now();
+    let cpu0 = crate::state::load::thread_cpu_time();
+    let stage = |what: &str| {
+        tracing::debug!(
+            "verify {}: {what} after {:?} (cpu {:?})",
+            d.label,
+            t0.elapsed(),
+            crate::state::load::thread_cpu_time().saturating_sub(cpu0)
+        )
+    };
+    let mut facts = input.facts.clone();
+    facts.family = d.family;
+    let plan_cell = std::sync::OnceLock::new();
+    let rendered_cell = std::sync::OnceLock::new();
+    std::thread::scope(|scope| {
+        let render_job = scope.spawn(|| {
+            let plan = plan_cell
+                .get_or_init(|| ipt::expected_service_ports(input.state, input.config, &facts));
+            let text = rendered_cell.get_or_init(|| {
+                ipt::render_plan(plan, &facts, RenderOptions::default()).to_restore_text()
+            });
+            Ruleset::parse(text, &ParseOptions::strict())
+        });
+        let dump = parse(d, &input.parse)?;
+        stage("parsed");
+        let plan = plan_cell.wait();
+        let expected = expected::expected_ports(plan);
+        stage("expected service ports computed");
+        let addresses = service_addresses(&expected);
+        let cx = NodeContext {
+            mark: mark_value(&facts, input.config),
+            mode,
+            services: &addresses,
+            large_cluster: plan.large_cluster_mode,
+            label: d.label,
+        };
+        let mut findings = nodewide::check(&dump, &cx);
+        stage("node-wide checks done");
+        let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
+        let legacy_tables_present = dump.legacy_tables_present;
+        let unreadable = nodewide::is_unreadable(&dump);
+
+        let resolver =
+            NameResolver::from_ports(expected.iter().map(|e| (e.name.as_str(), e.protocol)));
+        let dump_facts = graph::DumpFacts::of(&dump);
+        // One ruleset serves the graph and the rule level (canonicalising 400k rules is costly).
+        let actual_rules = Ruleset::from_dump(dump);
+        stage("dump indexed");
+        let graph = graph::build_ruleset(
+            &actual_rules,
+            &dump_facts,
+            &GraphOptions {
+                resolver: resolver.clone(),
+                source: Some(d.label.to_string()),
+            },
+        );
+        let gx = GraphContext {
+            masquerade_all: input.config.masquerade_all,
+            local_detector: expected::detector_text(plan),
+            large_cluster: plan.large_cluster_mode,
+            unreadable,
+        };
+        stage("graph built");
+        let (graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
+        stage("graph level compared");
+        let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
+        findings.extend(graph_findings);
+        let service_ports = expected.len();
+        // Free what the rule level does not need.
+        drop(graph);
+        drop(expected);
+        drop(addresses);
+
+        let expected_rules = render_job.join().unwrap_or_else(|panic| {
+            std::panic::resume_unwind(panic);
+        });
+        stage("render joined");
+        if !unreadable && !skeleton {
+            let expected_rules = expected_rules.map_err(|source| VerifyError::Parse {
+                label: format!("render for {}", d.label),
+                source: Box::new(source),
+            })?;
+            findings.extend(rule_level::compare(
+                &expected_rules,
+                &actual_rules,
+                &resolver,
+                &explained,
+            ));
+            stage("rule level compared");
+        }
+        Ok(DumpChecked {
+            findings,
+            service_ports,
+            has_kube_proxy_rules,
+            legacy_tables_present,
+        })
+    })
 }
 
 /// KP002: what the other backend holds.

@@ -6,6 +6,7 @@ use super::index::{BUILTIN_CHAINS, DumpIndex, TableIndex, is_unconditional, jump
 use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
 use crate::model::RuleEntry;
+use crate::parsers::iptables::NameHash;
 use crate::parsers::iptables::{Rule, Target};
 use std::collections::HashMap;
 
@@ -79,15 +80,15 @@ fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: 
     // Only complete inputs can be checked: save/restore text declares every chain it uses;
     // `iptables -S` output is complete when it lists the built-in policies (`-P`).
     let complete = if save_form {
-        !ti.declared.is_empty()
+        ti.any_declared
     } else {
-        BUILTIN_CHAINS.iter().any(|b| ti.declared.contains(b))
+        BUILTIN_CHAINS.iter().any(|b| ti.is_declared(b))
     };
     if !complete {
         return;
     }
     for (target, rules) in &ti.jumps_to {
-        if ti.declared.contains(target) || BUILTIN_CHAINS.contains(target) {
+        if ti.is_declared(target) || BUILTIN_CHAINS.contains(target) {
             continue;
         }
         for r in rules {
@@ -103,7 +104,7 @@ fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: 
 }
 
 fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<Anomaly>) {
-    let full_dump = BUILTIN_CHAINS.iter().any(|b| ti.declared.contains(b));
+    let full_dump = BUILTIN_CHAINS.iter().any(|b| ti.is_declared(b));
     for &chain in &ti.names {
         let Some(kind) = classify(table, chain) else {
             continue;
@@ -122,7 +123,7 @@ fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<An
                 "nothing jumps to this chain (stale)".to_string(),
             ));
         }
-        if kind != ChainKind::Fixed && ti.declared.contains(chain) && ti.rules(chain).is_empty() {
+        if kind != ChainKind::Fixed && ti.is_declared(chain) && ti.rules(chain).is_empty() {
             out.push(anomaly(
                 AnomalyKind::EmptyServiceChain,
                 table,
@@ -134,19 +135,31 @@ fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<An
     }
 }
 
-fn duplicates(table: &str, chain: &str, rules: &[&RuleEntry<'_>], out: &mut Vec<Anomaly>) {
+fn duplicates(table: &str, chain: &str, rules: &[RuleEntry<'_>], out: &mut Vec<Anomaly>) {
     // Equal canonical forms (crate::model) are the same rule, however they were written.
-    let mut seen: HashMap<&str, u32> = HashMap::new();
+    let mut report = |r: &RuleEntry<'_>, first: u32| {
+        out.push(anomaly(
+            AnomalyKind::DuplicateRule,
+            table,
+            chain,
+            Some(r.line),
+            format!("same rule as line {first}"),
+        ));
+    };
+    // Most chains hold a handful of rules: comparing pairs is cheaper than hashing them.
+    if rules.len() <= 16 {
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(first) = rules[..i].iter().find(|e| e.canonical == r.canonical) {
+                report(r, first.line);
+            }
+        }
+        return;
+    }
+    let mut seen: HashMap<&str, u32, NameHash> = HashMap::default();
     for r in rules {
         let key = r.canonical.as_str();
-        if let Some(first) = seen.get(key) {
-            out.push(anomaly(
-                AnomalyKind::DuplicateRule,
-                table,
-                chain,
-                Some(r.line),
-                format!("same rule as line {first}"),
-            ));
+        if let Some(&first) = seen.get(key) {
+            report(r, first);
         } else {
             seen.insert(key, r.line);
         }
@@ -207,7 +220,7 @@ fn always_ends(chain: &str, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
 fn unreachable(
     table: &str,
     chain: &str,
-    rules: &[&RuleEntry<'_>],
+    rules: &[RuleEntry<'_>],
     ti: &TableIndex<'_, '_>,
     out: &mut Vec<Anomaly>,
 ) {

@@ -9,6 +9,7 @@ use super::{
     VerdictReason,
 };
 use crate::model::{RuleEntry, Ruleset};
+use crate::parsers::iptables::NameHash;
 use crate::parsers::iptables::{
     AddrSpec, Backend, Dump, DumpForm, Family, MarkOp, Match, Module, Recent, RecentAction, Rule,
     Statistic, Target,
@@ -192,7 +193,7 @@ impl PortB {
 
 #[derive(Debug, Default)]
 struct Builder {
-    ports: BTreeMap<String, PortB>,
+    ports: PortMap,
     /// `(name, proto)` → key.
     by_name: HashMap<(String, String), String>,
     /// SEP chain → key of the service that picks it.
@@ -202,18 +203,61 @@ struct Builder {
     anomalies: Vec<super::Anomaly>,
 }
 
-impl Builder {
-    fn port(&mut self, key: &str) -> &mut PortB {
-        if !self.ports.contains_key(key) {
-            self.ports.insert(
-                key.to_string(),
-                PortB {
+/// Service ports by key (the chain hash), in insertion order; one hash lookup per access and one
+/// key allocation per port.
+#[derive(Debug, Default)]
+struct PortMap {
+    index: HashMap<String, usize, NameHash>,
+    ports: Vec<(String, PortB)>,
+}
+
+impl PortMap {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    fn get(&self, key: &str) -> Option<&PortB> {
+        self.ports.get(self.position(key)?).map(|(_, p)| p)
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut PortB> {
+        let i = self.position(key)?;
+        self.ports.get_mut(i).map(|(_, p)| p)
+    }
+
+    /// The port `key`, created empty when absent.
+    fn entry(&mut self, key: &str) -> &mut PortB {
+        let i = match self.position(key) {
+            Some(i) => i,
+            None => {
+                self.index.insert(key.to_string(), self.ports.len());
+                let p = PortB {
                     hash: super::ownership::is_chain_hash(key).then(|| key.to_string()),
                     ..PortB::default()
-                },
-            );
-        }
-        self.ports.entry(key.to_string()).or_default()
+                };
+                self.ports.push((key.to_string(), p));
+                self.ports.len() - 1
+            }
+        };
+        &mut self.ports[i].1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &PortB)> {
+        self.ports.iter().map(|(k, p)| (k, p))
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut PortB> {
+        self.ports.iter_mut().map(|(_, p)| p)
+    }
+}
+
+impl Builder {
+    fn port(&mut self, key: &str) -> &mut PortB {
+        self.ports.entry(key)
     }
 
     /// The key of the service port a comment names, creating it (by computed hash) if `create`.
@@ -281,7 +325,7 @@ impl Builder {
         for chain in ["KUBE-SERVICES", "KUBE-NODEPORTS"] {
             for r in nat.rules(chain) {
                 if self.is_masq(r) {
-                    masq_rules.push((chain, *r));
+                    masq_rules.push((chain, r));
                     continue;
                 }
                 let Some(target) = jump_target(r) else {
@@ -367,12 +411,13 @@ impl Builder {
     }
 
     fn policy_and_external_chains(&mut self, nat: &super::index::TableIndex<'_, '_>) {
-        let keys: Vec<String> = self.ports.keys().cloned().collect();
-        for key in keys {
-            // The port is taken out of the map while its chains are walked (one lookup per port).
-            let Some(mut p) = self.ports.remove(&key) else {
+        for i in 0..self.ports.ports.len() {
+            // The port is taken out of the map while its chains are walked.
+            let Some((key, p)) = self.ports.ports.get_mut(i) else {
                 continue;
             };
+            let key = std::mem::take(key);
+            let mut p = std::mem::take(p);
             let chains: Vec<(String, ChainKind)> =
                 p.chains.iter().map(|(n, (k, _))| (n.clone(), *k)).collect();
             for (chain, kind) in chains {
@@ -384,7 +429,9 @@ impl Builder {
                     _ => self.external_chain(&mut p, &chain, kind, rules),
                 }
             }
-            self.ports.insert(key, p);
+            if let Some(slot) = self.ports.ports.get_mut(i) {
+                *slot = (key, p);
+            }
         }
     }
 
@@ -394,7 +441,7 @@ impl Builder {
         key: &str,
         chain: &str,
         kind: ChainKind,
-        rules: &[&RuleEntry<'_>],
+        rules: &[RuleEntry<'_>],
     ) {
         let mut remaining = 1.0_f64;
         let mut saw_probability = false;
@@ -428,7 +475,7 @@ impl Builder {
                             saw_probability = true;
                             let s = remaining * pr;
                             remaining *= 1.0 - pr;
-                            (s, Some(pr), format!("p={pr:.4}"))
+                            (s, Some(pr), probability_label(pr))
                         }
                         None if is_unconditional(r) => {
                             let s = remaining;
@@ -482,7 +529,7 @@ impl Builder {
         p: &mut PortB,
         chain: &str,
         kind: ChainKind,
-        rules: &[&RuleEntry<'_>],
+        rules: &[RuleEntry<'_>],
     ) {
         for r in rules {
             let role = comment(r).and_then(parse_comment).map(|c| c.role);
@@ -652,7 +699,9 @@ impl Builder {
 
     fn finish(&mut self) -> Vec<ServicePort> {
         let mut out: Vec<ServicePort> = std::mem::take(&mut self.ports)
-            .into_values()
+            .ports
+            .into_iter()
+            .map(|(_, p)| p)
             .map(|mut p| {
                 p.entries.sort_by_key(|e| (e.kind, e.line));
                 let mut chains: Vec<ChainRef> = p
@@ -711,7 +760,7 @@ fn find_masq_mark(idx: &DumpIndex<'_, '_>) -> (Option<u32>, Option<String>) {
                 _ => {}
             }
         }
-        let old = nat.chains.values().flatten().any(|r| {
+        let old = nat.all_rules().any(|r| {
             matches!(r.target, Some(Target::Mark(MarkOp::SetXmark { value, .. })) | Some(Target::Mark(MarkOp::SetMark { value, .. })) if value == OLD_MASQ_MARK)
         });
         if old {
@@ -834,7 +883,7 @@ fn masquerade_rule(
     r: &Rule<'_>,
 ) -> MasqueradeRule {
     let (reason, condition) = if let Some(s) = source(r) {
-        let text = format!("{}-s {}", if s.negated { "! " } else { "" }, s.value.raw);
+        let text = [if s.negated { "! " } else { "" }, "-s ", s.value.raw].concat();
         let reason = if s.negated {
             MasqueradeReason::OffClusterSource
         } else if kind == Some(ChainKind::Sep) {
@@ -876,6 +925,26 @@ fn masquerade_rule(
     }
 }
 
+/// `p=0.3333`: a probability with four decimals, as `format!("p={pr:.4}")` prints it for
+/// probabilities in [0, 1] (without the float formatter, which is slow for 100k endpoints).
+fn probability_label(pr: f64) -> String {
+    if !(0.0..=1.0).contains(&pr) {
+        return format!("p={pr:.4}");
+    }
+    // Round half to even on the scaled value, as the float formatter rounds the exact decimal.
+    let scaled = pr * 10_000.0;
+    let n = scaled.round_ties_even() as u32;
+    let mut out = String::with_capacity(8);
+    out.push_str("p=");
+    out.push(char::from(b'0' + (n / 10_000) as u8));
+    out.push('.');
+    let frac = n % 10_000;
+    for d in [1000, 100, 10, 1] {
+        out.push(char::from(b'0' + ((frac / d) % 10) as u8));
+    }
+    out
+}
+
 /// Words for a jump between service chains.
 fn link_label(role: Option<CommentRole>, r: &Rule<'_>) -> String {
     match role {
@@ -884,7 +953,7 @@ fn link_label(role: Option<CommentRole>, r: &Rule<'_>) -> String {
         _ => {}
     }
     if let Some(s) = source(r) {
-        return format!("{}-s {}", if s.negated { "! " } else { "" }, s.value.raw);
+        return [if s.negated { "! " } else { "" }, "-s ", s.value.raw].concat();
     }
     if let Some(i) = in_interface(r) {
         return format!("-i {i}");
@@ -924,5 +993,29 @@ fn verdict(
         port: dport(r),
         line: r.line,
         counters: counters(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probability_label;
+
+    #[test]
+    fn probability_labels_match_the_float_formatter() {
+        // kube-proxy's probabilities 1/(n-i) as iptables-save prints them, and a sweep of [0, 1].
+        let mut values: Vec<f64> = (1..=200).map(|n| 1.0 / f64::from(n)).collect();
+        values.extend((0..=10_000).map(|i| f64::from(i) / 10_000.0 + 0.000_013));
+        values.extend([
+            0.0,
+            1.0,
+            0.333_333_333_49,
+            0.099_999_999_63,
+            0.5,
+            0.25,
+            0.125,
+        ]);
+        for v in values.into_iter().filter(|v| (0.0..=1.0).contains(v)) {
+            assert_eq!(probability_label(v), format!("p={v:.4}"), "{v}");
+        }
     }
 }

@@ -1,29 +1,42 @@
 //! A by-name view over a [`Ruleset`] for the graph builder: per table, each chain's rules in order,
 //! which chains are declared, and who jumps where (sorted maps, so the graph is deterministic).
 
-use crate::model::{RuleEntry, Ruleset};
+use crate::model::{RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Match, Module, Rule, Target};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use kproxy_parsers::iptables::NameHash;
+use std::collections::{BTreeMap, HashMap};
 
 pub(crate) use crate::model::BUILTIN_CHAINS;
 
-/// One table's chains.
-#[derive(Debug, Default)]
+/// One table's chains: a sorted, jump-indexed view over a [`TableRules`] (the rules are not copied).
+#[derive(Debug)]
 pub(crate) struct TableIndex<'d, 'a> {
-    /// Chains declared with `:NAME` / `-N NAME` / `-P NAME`.
-    pub declared: BTreeSet<&'a str>,
+    /// The table.
+    pub table: &'d TableRules<'a>,
     /// Every chain name that is declared or has rules, sorted (iterate this for a stable order).
     pub names: Vec<&'a str>,
-    /// Rules per chain, in effective order (`-I`, `-F`, `-X` applied by the model).
-    pub chains: HashMap<&'a str, Vec<&'d RuleEntry<'a>>>,
     /// For each jump/goto target: the rules that jump there.
-    pub jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>>,
+    pub jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>, NameHash>,
+    /// Whether any chain is declared with `:NAME` / `-N NAME` / `-P NAME`.
+    pub any_declared: bool,
 }
 
 impl<'d, 'a> TableIndex<'d, 'a> {
-    /// Rules of `chain` (empty when absent).
-    pub fn rules(&self, chain: &str) -> &[&'d RuleEntry<'a>] {
-        self.chains.get(chain).map_or(&[], |v| v.as_slice())
+    /// Rules of `chain`, in effective order (`-I`, `-F`, `-X` applied by the model; empty when absent).
+    pub fn rules(&self, chain: &str) -> &'d [RuleEntry<'a>] {
+        self.table.rules(chain)
+    }
+
+    /// Whether `chain` is declared with `:NAME` / `-N NAME` / `-P NAME`.
+    pub fn is_declared(&self, chain: &str) -> bool {
+        self.table
+            .chain(chain)
+            .is_some_and(|c| c.declared_at.is_some())
+    }
+
+    /// Every rule of the table, chain by chain.
+    pub fn all_rules(&self) -> impl Iterator<Item = &'d RuleEntry<'a>> + '_ {
+        self.table.chains.iter().flat_map(|c| c.rules.iter())
     }
 }
 
@@ -39,24 +52,23 @@ impl<'d, 'a> DumpIndex<'d, 'a> {
     pub fn new(rs: &'d Ruleset<'a>) -> Self {
         let mut idx = DumpIndex::default();
         for t in &rs.tables {
-            let ti = idx.tables.entry(t.name).or_default();
-            for c in &t.chains {
-                if c.declared_at.is_some() {
-                    ti.declared.insert(c.name);
-                }
-                ti.names.push(c.name);
-                let list = ti.chains.entry(c.name).or_default();
-                for r in &c.rules {
-                    list.push(r);
-                    if let Some(target) = jump_target(r) {
-                        ti.jumps_to.entry(target).or_default().push(r);
-                    }
+            let mut names: Vec<&'a str> = t.chains.iter().map(|c| c.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            let mut jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>, NameHash> =
+                HashMap::default();
+            for r in t.chains.iter().flat_map(|c| c.rules.iter()) {
+                if let Some(target) = jump_target(r) {
+                    jumps_to.entry(target).or_default().push(r);
                 }
             }
-        }
-        for ti in idx.tables.values_mut() {
-            ti.names.sort_unstable();
-            ti.names.dedup();
+            let ti = TableIndex {
+                table: t,
+                names,
+                jumps_to,
+                any_declared: t.chains.iter().any(|c| c.declared_at.is_some()),
+            };
+            idx.tables.insert(t.name, ti);
         }
         idx
     }

@@ -928,12 +928,12 @@ fn masquerade_rule(
 /// `p=0.3333`: a probability with four decimals, as `format!("p={pr:.4}")` prints it for
 /// probabilities in [0, 1] (without the float formatter, which is slow for 100k endpoints).
 fn probability_label(pr: f64) -> String {
-    if !(0.0..=1.0).contains(&pr) {
+    let scaled = pr * 10_000.0;
+    // Near a tie only the exact decimal expansion decides: leave those to the formatter.
+    if !(0.0..=1.0).contains(&pr) || (scaled.fract() - 0.5).abs() < 1e-6 {
         return format!("p={pr:.4}");
     }
-    // Round half to even on the scaled value, as the float formatter rounds the exact decimal.
-    let scaled = pr * 10_000.0;
-    let n = scaled.round_ties_even() as u32;
+    let n = scaled.round() as u32;
     let mut out = String::with_capacity(8);
     out.push_str("p=");
     out.push(char::from(b'0' + (n / 10_000) as u8));

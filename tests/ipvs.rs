@@ -1,6 +1,7 @@
 //! IPVS mode: parsers on every shared sample, `render --mode ipvs` against the conformance cases,
 //! verify round trips and seeded drifts, and the real-kernel dumps in `testdata/ipvs/`.
 
+use crate::support::ipvs::{missing_vm_tools, shared_ipvs, testdata_ipvs};
 use kproxy::proxier::ipvs::{self, ExpectedIpvs, IpvsNode, IpvsOptions};
 use kproxy::state::ip::IpFamily;
 use kproxy::state::{self, ClusterState};
@@ -8,16 +9,6 @@ use kproxy_parsers::{ipset, ipvsadm};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-fn shared() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/ipvs");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        println!("notice: {} absent; skipping", p.display());
-        None
-    }
-}
 
 /// A real dump file of a case (or drift) folder. `ipvsadm -Ln` read back in the VM that is
 /// byte-identical to the case's `../shared/conformance/ipvs/<case>/expected.ipvsadm` is not stored
@@ -146,7 +137,7 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
 /// derived ipsets, kube-ipvs0 addresses and (where given) the iptables payload.
 #[test]
 fn ipvs_conformance_cases() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared_ipvs() else { return };
     let cases = case_dirs(&root);
     let mut failures = Vec::new();
     for dir in &cases {
@@ -248,7 +239,7 @@ fn key_nonempty_sets(s: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String>
 /// `real-world/` sample parses.
 #[test]
 fn ipvs_every_sample_parses() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared_ipvs() else { return };
     let mut n = 0;
     for dir in case_dirs(&root) {
         let text = read(&dir.join("expected.ipvsadm"));
@@ -341,7 +332,7 @@ fn ipvs_every_sample_parses() {
 /// (ipvsadm's sort order and padding), for the cases without pre-existing foreign services.
 #[test]
 fn ipvs_list_text_is_byte_exact() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared_ipvs() else { return };
     let mut n = 0;
     for dir in case_dirs(&root) {
         let exp: Value = serde_json::from_str(&read(&dir.join("expected.json"))).expect("json");
@@ -397,7 +388,7 @@ fn verify_texts(
 /// reported exactly once with the right ID.
 #[test]
 fn ipvs_verify_round_trip_and_seeded_drifts() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared_ipvs() else { return };
     let mut seeded = 0;
     for dir in case_dirs(&root) {
         let exp_json: Value =
@@ -506,10 +497,6 @@ fn ipvs_verify_round_trip_and_seeded_drifts() {
         }
     }
     println!("ipvs: {seeded} seeded drifts each reported exactly");
-}
-
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/ipvs")
 }
 
 /// Renders the expected state of a real-dump directory (`render-args.txt`: `--node N --ip-family F`;
@@ -631,8 +618,8 @@ fn case_dirs_with(root: &Path, marker: &str) -> Vec<PathBuf> {
 /// was seeded there with real ipvsadm/ipset/ip/iptables commands exactly.
 #[test]
 fn ipvs_real_kernel_dumps_checked_in() {
-    let Some(root) = shared() else { return };
-    let (clean, drifts) = check_real_dumps(&testdata(), &root);
+    let Some(root) = shared_ipvs() else { return };
+    let (clean, drifts) = check_real_dumps(&testdata_ipvs(), &root);
     assert!(
         clean >= 12 && drifts >= 30,
         "too few real dumps: {clean} clean checks, {drifts} drifts"
@@ -642,45 +629,18 @@ fn ipvs_real_kernel_dumps_checked_in() {
     );
 }
 
-fn missing_tools() -> Option<String> {
-    for t in [
-        "qemu-system-x86_64",
-        "busybox",
-        "ipvsadm",
-        "ipset",
-        "xtables-nft-multi",
-        "cpio",
-        "python3",
-    ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{t} not installed"));
-        }
-    }
-    let kernel = std::fs::read_dir("/lib/modules")
-        .ok()
-        .and_then(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).max())
-        .map(|k| Path::new("/boot").join(format!("vmlinuz-{}", k.to_string_lossy())));
-    match kernel {
-        Some(k) if k.is_file() => None,
-        _ => Some("no kernel image in /boot for the VM".into()),
-    }
-}
-
 /// End to end on a real IPVS kernel: installs kube-proxy's expected state for a case inside a VM with
 /// real commands, reads it back, seeds drifts, and verifies the fresh dumps.
 #[test]
 fn ipvs_real_kernel_live_vm() {
-    let Some(root) = shared() else { return };
-    if let Some(why) = missing_tools() {
+    let Some(root) = shared_ipvs() else { return };
+    if let Some(why) = missing_vm_tools(&["python3"]) {
         println!("skipping the IPVS VM test: {why}");
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let status = std::process::Command::new("bash")
-        .arg(testdata().join("make-ipvs-dumps.sh"))
+        .arg(testdata_ipvs().join("make-ipvs-dumps.sh"))
         .arg(tmp.path())
         .arg("only-local-nodeports")
         .env("KPROXY_BIN", env!("CARGO_BIN_EXE_kubectl-kproxy"))
@@ -715,9 +675,9 @@ proptest::proptest! {
 /// `graph` and `trace` read the same dumps; `render --mode ipvs -o text` is the `-Sn` form.
 #[test]
 fn ipvs_cli_on_real_dumps() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared_ipvs() else { return };
     let case = "constructed-kind-worker-example";
-    let d = testdata().join(case);
+    let d = testdata_ipvs().join(case);
     let s = root.join(case);
     let run = |dir: &Path| {
         assert_cmd::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))

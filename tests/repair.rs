@@ -2,114 +2,40 @@
 //! scratch next to foreign rules, repairs one drift at a time so that real connections flow again,
 //! is idempotent, never changes a foreign chain or rule, and rolls back when a restore fails.
 
-use crate::support::netns::{Backend, Netns, Pod, Probe, Topology, addr, require_root_and_tools};
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::Duration;
-
-const WEB: &str = "10.96.100.10:80";
-const WEB_SVC: &str = "KUBE-SVC-67NZLRHBNDSAWJRO";
-const WEB_SEP_A: &str = "KUBE-SEP-FZQ6KZLGXRSKN2AD";
-
-/// Rules of other software that repair must leave byte-identical.
-const FOREIGN: &str = "*nat\n:DOCKER - [0:0]\n:cni-portmap - [0:0]\n\
--A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
--A PREROUTING -p tcp -m tcp --dport 2222 -j REDIRECT --to-ports 22\n\
--A DOCKER -i docker0 -j RETURN\n\
--A cni-portmap -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n\
-*filter\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 2222 -j ACCEPT\n-A FORWARD -j DOCKER-USER\n\
--A DOCKER-USER -j RETURN\nCOMMIT\n";
+use crate::support::netns::{Backend, Netns, require_root_and_tools};
+use crate::support::repair::{
+    FOREIGN, WEB_SEP_A, WEB_SVC, expect_exit, expect_output, foreign_lines, iptables_tools,
+    kproxy_on_cluster, rules_only, topology, web_reachable,
+};
+use std::process::Output;
 
 /// One drift: what it is, whether it breaks client traffic, and the real iptables commands that make it.
 type Drift<'a> = (&'static str, bool, Box<dyn Fn() + 'a>);
 
-fn data() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/cluster")
-}
-
 fn repair(ns: &Netns, backend: Backend, extra: &[&str], backups: &std::path::Path) -> Output {
-    let d = data();
-    Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
-        .args([
-            "repair",
-            "--local",
-            "--netns",
-            ns.name(),
-            "--backend",
-            backend.name(),
-        ])
-        .arg("--state")
-        .arg(d.join("state.json"))
-        .arg("--config")
-        .arg(d.join("config.yaml"))
-        .arg("--backup-dir")
-        .arg(backups)
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run kubectl-kproxy repair")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// The lines of a save that belong to other software: foreign chains' declarations and rules,
-/// and rules in built-in chains that do not jump to a KUBE-* chain.
-fn foreign_lines(save: &str) -> Vec<String> {
-    save.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            let chain = l
-                .split_whitespace()
-                .nth(if l.starts_with('-') { 1 } else { 0 })
-                .unwrap_or("");
-            let chain = chain.trim_start_matches(':');
-            let foreign_chain = chain.starts_with("DOCKER") || chain.starts_with("cni-");
-            let builtin_rule = l.starts_with("-A ")
-                && ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&chain)
-                && !l.contains("-j KUBE-");
-            foreign_chain || builtin_rule
-        })
-        .map(str::to_string)
-        .collect()
-}
-
-fn topology(backend: Backend) -> Topology {
-    Topology::builder(&format!("repair-{backend}"))
-        .node_addrs(&["192.168.77.2/24"])
-        .client_addrs(&["192.168.77.3/24"])
-        .pod(Pod::new("web-a", "10.244.1.10").tcp(8080))
-        .pod(Pod::new("web-b", "10.244.1.11").tcp(8080))
-        .pod(Pod::new("web-c", "10.244.2.10").tcp(8080))
-        .build()
-        .expect("topology")
-}
-
-fn web_reachable(topo: &Topology) -> bool {
-    let probe = Probe::default().timeout(Duration::from_millis(800));
-    topo.client()
-        .connect_many(&probe, addr(WEB), 12)
-        .map(|t| t.ok() == 12)
-        .unwrap_or(false)
+    kproxy_on_cluster(&[
+        "repair",
+        "--local",
+        "--netns",
+        ns.name(),
+        "--backend",
+        backend.name(),
+    ])
+    .arg("--backup-dir")
+    .arg(backups)
+    .args(extra)
+    .output()
+    .expect("run kubectl-kproxy repair")
 }
 
 #[test]
 fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
-    let mut tools = vec!["ip"];
-    tools.extend(Backend::Nft.tools());
-    tools.extend(Backend::Legacy.tools());
-    if !require_root_and_tools(&tools) {
+    if !require_root_and_tools(&iptables_tools()) {
         return;
     }
     let backups = tempfile::tempdir().expect("tempdir");
     for backend in Backend::ALL {
-        let topo = topology(backend);
+        let topo = topology(&format!("repair-{backend}"));
         let node = topo.node();
         node.restore(backend, FOREIGN, true).expect("foreign rules");
         let foreign_before = foreign_lines(&node.save(backend, false).expect("save"));
@@ -120,26 +46,12 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
 
         // From scratch (kube-proxy never ran / flushed everything): dry run first, then apply.
         let dry = repair(node, backend, &[], backups.path());
-        assert_eq!(
-            dry.status.code(),
-            Some(1),
-            "{backend} dry run: {}",
-            text(&dry)
-        );
-        assert!(String::from_utf8_lossy(&dry.stdout).contains("dry run: nothing changed"));
+        expect_exit(&dry, 1, &format!("{backend} dry run"));
+        expect_output(&dry, false, "dry run: nothing changed");
         assert!(!web_reachable(&topo), "{backend}: dry run changed the node");
         let applied = repair(node, backend, &["--apply"], backups.path());
-        assert_eq!(
-            applied.status.code(),
-            Some(0),
-            "{backend} apply: {}",
-            text(&applied)
-        );
-        assert!(
-            String::from_utf8_lossy(&applied.stdout).contains("backup: "),
-            "{}",
-            text(&applied)
-        );
+        expect_exit(&applied, 0, &format!("{backend} apply"));
+        expect_output(&applied, false, "backup: ");
         assert!(
             web_reachable(&topo),
             "{backend}: service must work after install"
@@ -151,12 +63,8 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
 
         // Idempotent.
         let again = repair(node, backend, &["--apply"], backups.path());
-        assert_eq!(again.status.code(), Some(0), "{}", text(&again));
-        assert!(
-            String::from_utf8_lossy(&again.stdout).contains("nothing to do"),
-            "{}",
-            text(&again)
-        );
+        expect_exit(&again, 0, &format!("{backend} again"));
+        expect_output(&again, false, "nothing to do");
 
         // One drift at a time, made with real iptables commands.
         let ipt = |args: &[&str]| {
@@ -284,29 +192,18 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
                 );
             }
             let found = repair(node, backend, &[], backups.path());
-            assert_eq!(
-                found.status.code(),
-                Some(1),
-                "{backend} {what}: drift not planned: {}",
-                text(&found)
-            );
+            expect_exit(&found, 1, &format!("{backend} {what}: drift not planned"));
             let fixed = repair(node, backend, &["--apply"], backups.path());
-            assert_eq!(
-                fixed.status.code(),
-                Some(0),
-                "{backend} {what}: {}",
-                text(&fixed)
-            );
+            expect_exit(&fixed, 0, &format!("{backend} {what}"));
             assert!(
                 web_reachable(&topo),
                 "{backend} {what}: service must work after repair"
             );
             let check = repair(node, backend, &[], backups.path());
-            assert_eq!(
-                check.status.code(),
-                Some(0),
-                "{backend} {what}: not clean after repair: {}",
-                text(&check)
+            expect_exit(
+                &check,
+                0,
+                &format!("{backend} {what}: not clean after repair"),
             );
             assert_eq!(
                 foreign_lines(&node.save(backend, false).expect("save")),
@@ -326,31 +223,12 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
             &["--apply", "--inject-fault"],
             backups.path(),
         );
-        assert_eq!(
-            failed.status.code(),
-            Some(2),
-            "{backend} fault: {}",
-            text(&failed)
-        );
-        assert!(
-            String::from_utf8_lossy(&failed.stderr).contains("restored from the backup"),
-            "{}",
-            text(&failed)
-        );
+        expect_exit(&failed, 2, &format!("{backend} fault"));
+        expect_output(&failed, true, "restored from the backup");
         let after = node.save(backend, false).expect("save");
-        let strip = |s: &str| {
-            s.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(|l| match (l.starts_with(':'), l.rfind(" [")) {
-                    // Chain counters move with traffic; the rules are what must be equal.
-                    (true, Some(i)) => l[..i].to_string(),
-                    _ => l.to_string(),
-                })
-                .collect::<Vec<_>>()
-        };
         assert_eq!(
-            strip(&after),
-            strip(&before),
+            rules_only(&after),
+            rules_only(&before),
             "{backend}: rules after a failed apply differ from the backup"
         );
     }

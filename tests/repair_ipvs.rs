@@ -4,32 +4,25 @@
 //! install from nothing, seed drifts with real commands, dry run (nothing changes), a failing apply
 //! (rolled back to the byte), apply, verify, idempotence, foreign state untouched.
 
+use crate::support::ipvs::{missing_vm_tools, shared_ipvs, testdata_ipvs};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn shared_ipvs() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/ipvs");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        println!("notice: {} absent; skipping", p.display());
-        None
-    }
-}
-
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/ipvs")
-}
-
-/// `repair -o json` offline on one dump directory of a case.
-fn offline_plan(shared_case: &Path, render_args: &[String], dir: &Path) -> (Option<i32>, Value) {
+/// `repair -o json` offline on one dump directory of a case, with the case's state and a
+/// configuration.
+fn offline_plan(
+    state: &Path,
+    config: &Path,
+    render_args: &[String],
+    dir: &Path,
+) -> (Option<i32>, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
         .arg("repair")
         .arg("--state")
-        .arg(shared_case.join("state.json"))
+        .arg(state)
         .arg("--config")
-        .arg(shared_case.join("config.yaml"))
+        .arg(config)
         .args(render_args)
         .arg("--ipvsadm-save")
         .arg(dir.join("ipvsadm-Sn.txt"))
@@ -108,7 +101,7 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
     let Some(shared) = shared_ipvs() else { return };
     let mut cases = 0;
     let mut drifts = 0;
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(testdata())
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(testdata_ipvs())
         .expect("testdata/ipvs")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("render-args.txt").is_file())
@@ -121,8 +114,9 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
             .lines()
             .map(str::to_string)
             .collect();
-        let shared_case = shared.join(name);
-        let (code, doc) = offline_plan(&shared_case, &args, &case);
+        let state = shared.join(name).join("state.json");
+        let config = shared.join(name).join("config.yaml");
+        let (code, doc) = offline_plan(&state, &config, &args, &case);
         assert_eq!(
             (code, strings(&doc["commands"]).len()),
             (Some(0), 0),
@@ -137,7 +131,7 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
         sub.sort();
         for d in sub {
             let drift = d.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let (code, doc) = offline_plan(&shared_case, &args, &d);
+            let (code, doc) = offline_plan(&state, &config, &args, &d);
             let commands = strings(&doc["commands"]);
             if let Err(why) = expected_fix(drift, &commands, &doc["plan"]) {
                 panic!("{name}/{drift}: {why}\n{doc:#}");
@@ -164,54 +158,17 @@ fn repair_ipvs_refuses_mode_mismatch() {
         .replace("mode: ipvs", "mode: iptables");
     let cfg_path = tmp.path().join("config.yaml");
     std::fs::write(&cfg_path, cfg).expect("write config");
-    let d = testdata().join(case);
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
-        .args(["repair", "--node", "kind-worker"])
-        .arg("--state")
-        .arg(shared.join(case).join("state.json"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .arg("--ipvsadm-save")
-        .arg(d.join("ipvsadm-Sn.txt"))
-        .arg("--ipset-save")
-        .arg(d.join("ipset-save.txt"))
-        .arg("--iptables-save")
-        .arg(d.join("iptables-save.txt"))
-        .args(["-o", "json"])
-        .output()
-        .expect("run repair");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let (_, doc) = offline_plan(
+        &shared.join(case).join("state.json"),
+        &cfg_path,
+        &["--node".into(), "kind-worker".into()],
+        &testdata_ipvs().join(case),
+    );
     let refusals = strings(&doc["refusals"]);
     assert!(
         refusals.iter().any(|r| r.contains("\"iptables\"")),
         "{doc:#}"
     );
-}
-
-fn missing_vm_tools() -> Option<String> {
-    for t in [
-        "qemu-system-x86_64",
-        "busybox",
-        "ipvsadm",
-        "ipset",
-        "xtables-nft-multi",
-        "cpio",
-    ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{t} not installed"));
-        }
-    }
-    let kernel = std::fs::read_dir("/lib/modules")
-        .ok()
-        .and_then(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).max())
-        .map(|k| Path::new("/boot").join(format!("vmlinuz-{}", k.to_string_lossy())));
-    match kernel {
-        Some(k) if k.is_file() => None,
-        _ => Some("no kernel image in /boot for the VM".into()),
-    }
 }
 
 /// The script run inside the VM. Every step prints `=== BEGIN name ===` … `=== END name rc=N ===`.
@@ -346,7 +303,7 @@ fn finding_ids(verify_json: &str) -> Vec<(String, String)> {
 #[test]
 fn repair_ipvs_live_vm() {
     let Some(shared) = shared_ipvs() else { return };
-    if let Some(why) = missing_vm_tools() {
+    if let Some(why) = missing_vm_tools(&[]) {
         println!("skipping the IPVS repair VM test: {why}");
         return;
     }

@@ -15,35 +15,20 @@
 //! server (no way to end stdin) is refused before anything changes.
 
 use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
-use crate::support::netns::{
-    Backend, Family, Netns, Pod, Probe, Topology, addr, require_root_and_tools, tool_path,
+use crate::support::netns::{Backend, Family, Netns, require_root_and_tools, tool_path};
+use crate::support::repair::{
+    FOREIGN, WEB_SVC, cluster_file, expect_exit, expect_output, foreign_lines, iptables_tools,
+    kproxy_on_cluster, rules_only, text, topology, web_reachable,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const NODE: &str = "node-1";
-const WEB: &str = "10.96.100.10:80";
-const WEB_SVC: &str = "KUBE-SVC-67NZLRHBNDSAWJRO";
-
-/// Rules of other software that repair must leave byte-identical.
-const FOREIGN: &str = "*nat\n:DOCKER - [0:0]\n:cni-portmap - [0:0]\n\
--A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
--A DOCKER -i docker0 -j RETURN\n\
--A cni-portmap -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n\
-*filter\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 2222 -j ACCEPT\n-A FORWARD -j DOCKER-USER\n\
--A DOCKER-USER -j RETURN\nCOMMIT\n";
 
 /// The backend the pod image's plain `iptables-save`/`iptables-restore` use.
 const IMAGE_DEFAULT: Backend = Backend::Nft;
-
-fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/cluster")
-        .join(name)
-}
 
 fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
@@ -158,8 +143,8 @@ impl Cluster {
             return None;
         };
         let api = FakeApiServer::start();
-        api.add_list_file(&data("state.json"));
-        let config = std::fs::read_to_string(data("config.yaml")).expect("config");
+        api.add_list_file(&cluster_file("state.json"));
+        let config = std::fs::read_to_string(cluster_file("config.yaml")).expect("config");
         api.add_configmap("kube-system", "kube-proxy", &[("config.conf", &config)]);
         api.add_proxy_pod(NODE);
         let refused = Arc::new(Mutex::new(Vec::new()));
@@ -230,104 +215,25 @@ impl Cluster {
     }
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Offline verify of a saved ruleset against the example cluster (the namespace has no nfacct
 /// counters, so none are expected): exit code and output.
 fn verify(save: &str, dir: &Path) -> Output {
     let file = dir.join("verify-input.save");
     std::fs::write(&file, save).expect("write save");
-    Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
-        .args(["verify", NODE, "--nfacct", "none", "--state"])
-        .arg(data("state.json"))
-        .arg("--config")
-        .arg(data("config.yaml"))
+    kproxy_on_cluster(&["verify", NODE, "--nfacct", "none"])
         .arg("--iptables-save")
         .arg(&file)
-        .env("NO_COLOR", "1")
         .output()
         .expect("run verify")
 }
 
-/// The lines of a save that belong to other software: foreign chains' declarations and rules,
-/// and rules in built-in chains that do not jump to a KUBE-* chain.
-fn foreign_lines(save: &str) -> Vec<String> {
-    save.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            let chain = l
-                .split_whitespace()
-                .nth(if l.starts_with('-') { 1 } else { 0 })
-                .unwrap_or("")
-                .trim_start_matches(':');
-            let foreign_chain = chain.starts_with("DOCKER") || chain.starts_with("cni-");
-            let builtin_rule = l.starts_with("-A ")
-                && ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&chain)
-                && !l.contains("-j KUBE-");
-            foreign_chain || builtin_rule
-        })
-        .map(str::to_string)
-        .collect()
-}
-
-/// A save without comments and counters (chain counters and `-c` rule counters move with
-/// traffic; the rules are what must be equal).
-fn rules_only(save: &str) -> Vec<String> {
-    save.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let l = match l.strip_prefix('[') {
-                Some(rest) => rest.split_once("] ").map_or(l, |(_, r)| r),
-                None => l,
-            };
-            match (l.starts_with(':'), l.rfind(" [")) {
-                (true, Some(i)) => l.get(..i).unwrap_or(l).to_string(),
-                _ => l.to_string(),
-            }
-        })
-        .collect()
-}
-
-fn topology(backend: Backend) -> Topology {
-    Topology::builder(&format!("rrepair-{backend}"))
-        .node_addrs(&["192.168.77.2/24"])
-        .client_addrs(&["192.168.77.3/24"])
-        .pod(Pod::new("web-a", "10.244.1.10").tcp(8080))
-        .pod(Pod::new("web-b", "10.244.1.11").tcp(8080))
-        .pod(Pod::new("web-c", "10.244.2.10").tcp(8080))
-        .build()
-        .expect("topology")
-}
-
-fn web_reachable(topo: &Topology) -> bool {
-    let probe = Probe::default().timeout(Duration::from_millis(800));
-    topo.client()
-        .connect_many(&probe, addr(WEB), 12)
-        .map(|t| t.ok() == 12)
-        .unwrap_or(false)
-}
-
-fn tools() -> Vec<&'static str> {
-    let mut tools = vec!["ip"];
-    tools.extend(Backend::Nft.tools());
-    tools.extend(Backend::Legacy.tools());
-    tools
-}
-
 #[test]
 fn kubectl_kproxy_repair_node_repairs_through_the_api() {
-    if !require_root_and_tools(&tools()) {
+    if !require_root_and_tools(&iptables_tools()) {
         return;
     }
     for backend in Backend::ALL {
-        let topo = topology(backend);
+        let topo = topology(&format!("rrepair-{backend}"));
         let node = topo.node();
         let Some(c) = Cluster::new(node) else { return };
         node.restore(backend, FOREIGN, true).expect("foreign rules");
@@ -338,17 +244,8 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
         // Dry run: the plan, exit 1, nothing changed.
         let before = save();
         let dry = c.repair(&[]);
-        assert_eq!(
-            dry.status.code(),
-            Some(1),
-            "{backend} dry run: {}",
-            text(&dry)
-        );
-        assert!(
-            String::from_utf8_lossy(&dry.stdout).contains("dry run: nothing changed"),
-            "{}",
-            text(&dry)
-        );
+        expect_exit(&dry, 1, &format!("{backend} dry run"));
+        expect_output(&dry, false, "dry run: nothing changed");
         assert_eq!(
             rules_only(&save()),
             rules_only(&before),
@@ -362,12 +259,7 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
 
         // Apply (default backup directory under $XDG_STATE_HOME).
         let applied = c.repair(&["--apply"]);
-        assert_eq!(
-            applied.status.code(),
-            Some(0),
-            "{backend} apply: {}",
-            text(&applied)
-        );
+        expect_exit(&applied, 0, &format!("{backend} apply"));
         let stdout = String::from_utf8_lossy(&applied.stdout).into_owned();
         let backup = stdout
             .lines()
@@ -398,12 +290,7 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
         );
         let after = save();
         let verified = verify(&after, c.dir.path());
-        assert_eq!(
-            verified.status.code(),
-            Some(0),
-            "{backend} verify: {}",
-            text(&verified)
-        );
+        expect_exit(&verified, 0, &format!("{backend} verify"));
         assert_eq!(
             foreign_lines(&after),
             foreign_before,
@@ -420,17 +307,8 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             "--backup-dir",
             &backups,
         ]);
-        assert_eq!(
-            again.status.code(),
-            Some(0),
-            "{backend} again: {}",
-            text(&again)
-        );
-        assert!(
-            String::from_utf8_lossy(&again.stdout).contains("nothing to do"),
-            "{}",
-            text(&again)
-        );
+        expect_exit(&again, 0, &format!("{backend} again"));
+        expect_output(&again, false, "nothing to do");
         let created = c.api.created_pods();
         assert_eq!(created.len(), 1, "{created:?}");
         assert_eq!(c.api.deleted_pods(), created, "the debug pod is deleted");
@@ -449,22 +327,11 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
                 args.extend_from_slice(extra);
                 c.repair(&args)
             };
-            let dry6 = six(&[]);
-            assert_eq!(dry6.status.code(), Some(1), "v6 dry run: {}", text(&dry6));
+            expect_exit(&six(&[]), 1, "v6 dry run");
             let applied6 = six(&["--apply"]);
-            assert_eq!(
-                applied6.status.code(),
-                Some(0),
-                "v6 apply: {}",
-                text(&applied6)
-            );
-            assert!(
-                String::from_utf8_lossy(&applied6.stdout).contains("-ipv6-"),
-                "{}",
-                text(&applied6)
-            );
-            let again6 = six(&[]);
-            assert_eq!(again6.status.code(), Some(0), "v6 again: {}", text(&again6));
+            expect_exit(&applied6, 0, "v6 apply");
+            expect_output(&applied6, false, "-ipv6-");
+            expect_exit(&six(&[]), 0, "v6 again");
             let saved6 = node.save6(backend, false).expect("save6");
             assert!(saved6.contains(":KUBE-SERVICES "), "{saved6}");
             assert!(
@@ -475,8 +342,7 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             );
             // Both families repaired: live verify reads the node through the same pod and
             // agrees.
-            let live = c.kubectl(&["verify", NODE]);
-            assert_eq!(live.status.code(), Some(0), "live verify: {}", text(&live));
+            expect_exit(&c.kubectl(&["verify", NODE]), 0, "live verify");
         }
 
         // Drift, then a restore failure part-way: rolled back to the backup, exit 2.
@@ -490,17 +356,8 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
         );
         let drifted = save();
         let failed = c.repair(&["--apply", "--inject-fault", "--backup-dir", &backups]);
-        assert_eq!(
-            failed.status.code(),
-            Some(2),
-            "{backend} fault: {}",
-            text(&failed)
-        );
-        assert!(
-            String::from_utf8_lossy(&failed.stderr).contains("restored from the backup"),
-            "{}",
-            text(&failed)
-        );
+        expect_exit(&failed, 2, &format!("{backend} fault"));
+        expect_output(&failed, true, "restored from the backup");
         assert_eq!(
             rules_only(&save()),
             rules_only(&drifted),
@@ -520,19 +377,12 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
 
         // And the real repair of that drift.
         let fixed = c.repair(&["--apply", "--backup-dir", &backups]);
-        assert_eq!(
-            fixed.status.code(),
-            Some(0),
-            "{backend} fix: {}",
-            text(&fixed)
-        );
+        expect_exit(&fixed, 0, &format!("{backend} fix"));
         assert!(web_reachable(&topo), "{backend}: the service works again");
-        let verified = verify(&save(), c.dir.path());
-        assert_eq!(
-            verified.status.code(),
-            Some(0),
-            "{backend} verify: {}",
-            text(&verified)
+        expect_exit(
+            &verify(&save(), c.dir.path()),
+            0,
+            &format!("{backend} verify"),
         );
         assert_eq!(foreign_lines(&save()), foreign_before);
     }
@@ -540,7 +390,7 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
 
 #[test]
 fn v4_only_api_server_is_refused_before_any_change() {
-    if !require_root_and_tools(&tools()) {
+    if !require_root_and_tools(&iptables_tools()) {
         return;
     }
     let ns = Netns::new("rrepair-v4").expect("netns");
@@ -550,10 +400,9 @@ fn v4_only_api_server_is_refused_before_any_change() {
         .expect("foreign rules");
     let before = ns.save(IMAGE_DEFAULT, false).expect("save");
     let out = c.repair(&["--apply"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("v5.channel.k8s.io"), "{}", text(&out));
-    assert!(stderr.contains("nothing was changed"), "{}", text(&out));
+    expect_exit(&out, 2, "v4-only API server");
+    expect_output(&out, true, "v5.channel.k8s.io");
+    expect_output(&out, true, "nothing was changed");
     assert_eq!(
         rules_only(&ns.save(IMAGE_DEFAULT, false).expect("save")),
         rules_only(&before)

@@ -1,5 +1,6 @@
 //! Backups of a node's rules before any change: the full `iptables-save -c` output, written
-//! atomically (temporary file + rename) with mode 0600, named after node, family and time.
+//! atomically (temporary file + rename) with mode 0600, named after node, family and time; the
+//! same writer serves multi-file backups (IPVS mode) in a directory named after node and time.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,16 +8,50 @@ use std::path::{Path, PathBuf};
 /// The default backup directory.
 pub const DEFAULT_BACKUP_DIR: &str = "/var/lib/kproxy/backups";
 
-/// Writes `saved` to a new file in `dir` and returns its path.
+/// Writes `saved` to a new file `DIR/NODE-FAMILY-STAMP.rules` and returns its path.
 pub fn write_backup(dir: &Path, node: &str, ipv6: bool, saved: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    let stamp = std::time::SystemTime::now()
+    let family = if ipv6 { "ipv6" } else { "ipv4" };
+    let path = dir.join(format!("{}-{family}-{}.rules", file_safe(node), stamp()));
+    write_private(&path, saved)?;
+    Ok(path)
+}
+
+/// Makes a new directory `DIR/NODE-KIND-STAMP/` for a backup of several files and returns it.
+pub fn new_backup_dir(dir: &Path, node: &str, kind: &str) -> std::io::Result<PathBuf> {
+    let sub = dir.join(format!("{}-{kind}-{}", file_safe(node), stamp()));
+    std::fs::create_dir_all(&sub)?;
+    Ok(sub)
+}
+
+/// Writes `text` to the new file `path` (mode 0600) atomically: a temporary file `.NAME.tmp`
+/// next to it, synced, then renamed.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(path.file_name().unwrap_or_default());
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    {
+        let mut f = open_private(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Milliseconds since the Unix epoch, for backup names.
+fn stamp() -> u128 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The node name as a file name part: letters, digits, `-` and `.` kept, anything else `_`;
+/// `node` when empty.
+fn file_safe(node: &str) -> String {
     let node = if node.is_empty() { "node" } else { node };
-    let safe: String = node
-        .chars()
+    node.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
                 c
@@ -24,20 +59,7 @@ pub fn write_backup(dir: &Path, node: &str, ipv6: bool, saved: &str) -> std::io:
                 '_'
             }
         })
-        .collect();
-    let name = format!(
-        "{safe}-{}-{stamp}.rules",
-        if ipv6 { "ipv6" } else { "ipv4" }
-    );
-    let path = dir.join(&name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut f = open_private(&tmp)?;
-        f.write_all(saved.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+        .collect()
 }
 
 #[cfg(unix)]
@@ -78,5 +100,27 @@ mod tests {
             let mode = std::fs::metadata(&p).expect("meta").permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn multi_file_backups_go_in_a_new_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sub = new_backup_dir(dir.path(), "", "ipvs").expect("backup dir");
+        assert!(
+            sub.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("node-ipvs-"))
+        );
+        write_private(
+            &sub.join("ipset-save.txt"),
+            "create S hash:ip
+",
+        )
+        .expect("write");
+        let names: Vec<_> = std::fs::read_dir(&sub)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["ipset-save.txt"], "no temporary file is left");
     }
 }

@@ -1,5 +1,6 @@
 //! Refusals: inputs that look wrong enough that applying them would do more harm than good.
-//! Each can be overridden with `--force`.
+//! Each can be overridden with `--force`. The refusals every mode shares (configured mode,
+//! unreadable rules, old state) are here once; IPVS mode adds its own in [`super::ipvs::guard`].
 
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::Target;
@@ -20,12 +21,46 @@ pub struct GuardInput<'a> {
     pub expected_service_ports: usize,
     /// Endpoints the state implies (summed over service ports).
     pub expected_endpoints: usize,
+    /// The configured mode and the state's age.
+    pub facts: InputFacts<'a>,
+}
+
+/// What every guard knows of its inputs besides what they imply on the node.
+#[derive(Debug, Clone)]
+pub struct InputFacts<'a> {
     /// The configured proxy mode (`iptables`, `ipvs`, `nftables`, or empty for the default).
     pub configured_mode: &'a str,
     /// Age of the API state (file modification time, bundle time), when known.
     pub state_age: Option<Duration>,
     /// `--max-age`.
     pub max_age: Option<Duration>,
+}
+
+impl InputFacts<'_> {
+    /// The refusal when kube-proxy is configured for another mode than `wanted` (an empty mode
+    /// is kube-proxy's default, `iptables`); `writes` says what the repair would write.
+    pub fn mode_refusal(&self, wanted: &str, writes: &str) -> Option<String> {
+        let mode = if self.configured_mode.is_empty() {
+            "iptables"
+        } else {
+            self.configured_mode
+        };
+        (mode != wanted).then(|| {
+            format!("kube-proxy is configured for mode {mode:?}; this repair writes {writes}")
+        })
+    }
+
+    /// The refusal when the API state is older than `--max-age`.
+    pub fn age_refusal(&self) -> Option<String> {
+        match (self.state_age, self.max_age) {
+            (Some(age), Some(max)) if age > max => Some(format!(
+                "the API state is {}s old, older than --max-age {}s",
+                age.as_secs(),
+                max.as_secs()
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Reasons not to apply, one sentence each.
@@ -51,12 +86,7 @@ pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
             "the API state has no endpoints but the node has {node_endpoints} endpoint chains: are EndpointSlices missing from the state?"
         ));
     }
-    match input.configured_mode {
-        "" | "iptables" => {}
-        other => out.push(format!(
-            "kube-proxy is configured for mode {other:?}; this repair writes iptables-mode rules"
-        )),
-    }
+    out.extend(input.facts.mode_refusal("iptables", "iptables-mode rules"));
     let ipvs_chains = nat.map_or(0, |t| {
         t.chains
             .iter()
@@ -66,6 +96,13 @@ pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
     if ipvs_chains > 0 && node_services == 0 {
         out.push("the node's rules are IPVS-mode rules (KUBE-LOAD-BALANCER/KUBE-NODE-PORT present, no KUBE-SVC chains)".into());
     }
+    out.extend(unreadable_refusal(current));
+    out.extend(input.facts.age_refusal());
+    out
+}
+
+/// The refusal when some of the node's rules are unreadable by this host's iptables.
+pub fn unreadable_refusal(current: &Ruleset<'_>) -> Option<String> {
     let unreadable = current
         .tables
         .iter()
@@ -73,21 +110,9 @@ pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
         .flat_map(|c| &c.rules)
         .filter(|r| matches!(r.rule.target, Some(Target::Unreadable { .. })))
         .count();
-    if unreadable > 0 {
-        out.push(format!(
-            "{unreadable} rules are unreadable by this host's iptables (userspace/kernel version mismatch): the dump cannot be trusted"
-        ));
-    }
-    if let (Some(age), Some(max)) = (input.state_age, input.max_age)
-        && age > max
-    {
-        out.push(format!(
-            "the API state is {}s old, older than --max-age {}s",
-            age.as_secs(),
-            max.as_secs()
-        ));
-    }
-    out
+    (unreadable > 0).then(|| format!(
+        "{unreadable} rules are unreadable by this host's iptables (userspace/kernel version mismatch): the dump cannot be trusted"
+    ))
 }
 
 #[cfg(test)]
@@ -99,9 +124,11 @@ mod tests {
         GuardInput {
             expected_service_ports: 5,
             expected_endpoints: 10,
-            configured_mode: "iptables",
-            state_age: None,
-            max_age: None,
+            facts: InputFacts {
+                configured_mode: "iptables",
+                state_age: None,
+                max_age: None,
+            },
         }
     }
 
@@ -119,9 +146,9 @@ mod tests {
         let rs = Ruleset::parse(NODE, &ParseOptions::default()).expect("parses");
         let mut i = input();
         i.expected_service_ports = 0;
-        i.configured_mode = "ipvs";
-        i.state_age = Some(Duration::from_secs(7200));
-        i.max_age = Some(Duration::from_secs(600));
+        i.facts.configured_mode = "ipvs";
+        i.facts.state_age = Some(Duration::from_secs(7200));
+        i.facts.max_age = Some(Duration::from_secs(600));
         let r = refusals(&i, &rs);
         assert_eq!(r.len(), 3, "{r:?}");
     }

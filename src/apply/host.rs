@@ -1,7 +1,9 @@
 //! Running `iptables-save` / `iptables-restore` on this host (optionally inside a named network
 //! namespace), for one IP family and backend. Commands are argv vectors, never shell strings, and
 //! the restore input goes through stdin. [`RulesHost`] is what the repair transaction needs of a
-//! host; [`IptablesHost`] implements it here, [`crate::apply::remote::RemoteHost`] through the API.
+//! host and builds every save/restore argv once; [`IptablesHost`] implements it here,
+//! [`crate::apply::remote::RemoteHost`] through the API. [`run_local`] is the one way the repair
+//! code runs a tool on this host (also `ipvsadm`, `ipset`, `ip` for IPVS mode).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -56,18 +58,44 @@ pub enum HostError {
 /// The rules of one IP family of one node, as a repair reads and writes them: this host
 /// ([`IptablesHost`]) or a node reached through the API ([`crate::apply::remote::RemoteHost`]).
 /// Inputs are `iptables-restore` text sent on stdin, never shell strings.
+///
+/// An implementation says how to run one tool ([`RulesHost::run_tool`]); the argv of every
+/// save and restore is built here, once.
 pub trait RulesHost {
     /// True for IPv6 (`ip6tables-*`).
     fn ipv6(&self) -> bool;
+    /// How long to wait for the xtables lock (`iptables-restore -w`).
+    fn lock_wait(&self) -> Duration;
+    /// Runs the family's and backend's `tool` (`save`, `restore`, see [`tool_name`]) with `args`,
+    /// `stdin` piped to it when given, and returns its stdout.
+    fn run_tool(&self, tool: &str, args: &[&str], stdin: Option<&str>)
+    -> Result<String, HostError>;
+
     /// `iptables-save` of every table (`counters` adds `-c`).
-    fn save(&self, counters: bool) -> Result<String, HostError>;
+    fn save(&self, counters: bool) -> Result<String, HostError> {
+        let args: &[&str] = if counters { &["-c"] } else { &[] };
+        self.run_tool("save", args, None)
+    }
     /// `iptables-restore -w N --test --noflush` of `input`: checks it without changing anything.
-    fn restore_test(&self, input: &str) -> Result<(), HostError>;
+    fn restore_test(&self, input: &str) -> Result<(), HostError> {
+        self.restore(restore_args::TEST, input)
+    }
     /// `iptables-restore -w N --noflush` of `input` (only the chains it declares are flushed).
-    fn restore_noflush(&self, input: &str) -> Result<(), HostError>;
+    fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
+        self.restore(restore_args::NOFLUSH, input)
+    }
     /// `iptables-restore -w N --counters` of a whole `iptables-save` output: every table in it
     /// is replaced exactly (used to roll back to a backup).
-    fn restore_exact(&self, saved: &str) -> Result<(), HostError>;
+    fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
+        self.restore(restore_args::EXACT, saved)
+    }
+    /// `iptables-restore -w N MODE…` of `input` (`mode` is one of [`restore_args`]).
+    fn restore(&self, mode: &[&str], input: &str) -> Result<(), HostError> {
+        let wait = lock_wait_arg(self.lock_wait());
+        let mut args = vec!["-w", wait.as_str()];
+        args.extend_from_slice(mode);
+        self.run_tool("restore", &args, Some(input)).map(|_| ())
+    }
 }
 
 /// The program name of `tool` (`save`, `restore`) for a family and backend:
@@ -110,41 +138,10 @@ pub struct IptablesHost {
 }
 
 impl IptablesHost {
-    fn program(&self, tool: &str) -> String {
-        tool_name(self.ipv6, self.backend, tool)
-    }
-
-    fn command(&self, program: &str) -> Command {
-        match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
-            }
-            None => Command::new(program),
-        }
-    }
-
-    fn wait_arg(&self) -> String {
-        lock_wait_arg(self.wait)
-    }
-
-    /// `iptables-save` of every table (`counters` adds `-c`).
-    pub fn save(&self, counters: bool) -> Result<String, HostError> {
-        let program = self.program("save");
-        let mut cmd = self.command(&program);
-        if counters {
-            cmd.arg("-c");
-        }
-        run(cmd, &program, None)
-    }
-
     /// The names of the nfacct objects that exist (`nfacct list`), or `None` when the `nfacct` tool
     /// is missing or fails (then kube-proxy's counters are treated as unavailable).
     pub fn nfacct_objects(&self) -> Option<Vec<String>> {
-        let mut cmd = self.command("nfacct");
-        cmd.arg("list");
-        let out = run(cmd, "nfacct", None).ok()?;
+        let out = run_local(self.netns.as_deref(), "nfacct", &["list"], None).ok()?;
         Some(
             out.lines()
                 .filter_map(|l| {
@@ -155,24 +152,6 @@ impl IptablesHost {
                 .collect(),
         )
     }
-
-    /// `iptables-restore -w N --noflush` of `input` (only the chains it declares are flushed).
-    pub fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
-        self.restore(restore_args::NOFLUSH, input)
-    }
-
-    /// `iptables-restore -w N --counters` of a whole `iptables-save` output: every table in it is
-    /// replaced exactly (used to roll back to a backup).
-    pub fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
-        self.restore(restore_args::EXACT, saved)
-    }
-
-    fn restore(&self, args: &[&str], input: &str) -> Result<(), HostError> {
-        let program = self.program("restore");
-        let mut cmd = self.command(&program);
-        cmd.args(["-w", &self.wait_arg()]).args(args);
-        run(cmd, &program, Some(input)).map(|_| ())
-    }
 }
 
 impl RulesHost for IptablesHost {
@@ -180,31 +159,46 @@ impl RulesHost for IptablesHost {
         self.ipv6
     }
 
-    fn save(&self, counters: bool) -> Result<String, HostError> {
-        IptablesHost::save(self, counters)
+    fn lock_wait(&self) -> Duration {
+        self.wait
     }
 
-    fn restore_test(&self, input: &str) -> Result<(), HostError> {
-        self.restore(restore_args::TEST, input)
-    }
-
-    fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
-        IptablesHost::restore_noflush(self, input)
-    }
-
-    fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
-        IptablesHost::restore_exact(self, saved)
+    fn run_tool(
+        &self,
+        tool: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, HostError> {
+        let program = tool_name(self.ipv6, self.backend, tool);
+        run_local(self.netns.as_deref(), &program, args, stdin)
     }
 }
 
-fn run(mut cmd: Command, program: &str, stdin: Option<&str>) -> Result<String, HostError> {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+/// Runs `program args…` on this host — inside the network namespace `netns` when given
+/// (`ip netns exec NAME …`) — with `stdin` piped to it when given, and returns its stdout.
+/// The one way the repair code runs a tool on this host (iptables, ipvsadm, ipset, ip, nfacct).
+pub fn run_local(
+    netns: Option<&str>,
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, HostError> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    };
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let spawn_err = |source| HostError::Spawn {
         program: program.to_string(),
         source,
@@ -223,4 +217,25 @@ fn run(mut cmd: Command, program: &str, stdin: Option<&str>) -> Result<String, H
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_tools_get_stdin_and_report_failures() {
+        assert_eq!(
+            run_local(None, "cat", &[], Some("*nat\nCOMMIT\n")).expect("cat runs"),
+            "*nat\nCOMMIT\n"
+        );
+        assert!(matches!(
+            run_local(None, "sh", &["-c", "echo oops >&2; exit 3"], None),
+            Err(HostError::Failed { code: 3, ref stderr, .. }) if stderr == "oops"
+        ));
+        assert!(matches!(
+            run_local(None, "kproxy-no-such-tool", &[], None),
+            Err(HostError::Spawn { .. })
+        ));
+    }
 }

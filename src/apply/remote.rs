@@ -7,7 +7,7 @@
 //! changed with the backend that holds kube-proxy's rules, which is not always the default
 //! `iptables-save` of the pod's image.
 
-use super::host::{Backend, HostError, RulesHost, lock_wait_arg, restore_args, tool_name};
+use super::host::{Backend, HostError, RulesHost, tool_name};
 use crate::collect::{CommandOutput, CommandRunner, NodeSnapshot, RunError};
 use std::time::Duration;
 
@@ -31,27 +31,34 @@ pub struct RemoteHost<'a, R> {
     pub timeout: Duration,
 }
 
-impl<R: CommandRunner> RemoteHost<'_, R> {
-    /// The argv of `tool` (`save`, `restore`) with `args`.
-    fn argv(&self, tool: &str, args: &[&str]) -> Vec<String> {
-        let mut argv = vec![tool_name(self.ipv6, self.backend, tool)];
-        argv.extend(args.iter().map(|a| (*a).to_string()));
-        argv
+impl<R: CommandRunner> RulesHost for RemoteHost<'_, R> {
+    fn ipv6(&self) -> bool {
+        self.ipv6
     }
 
-    /// Runs `argv`, with `stdin` when given, and returns its stdout; a non-zero exit is
+    fn lock_wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Runs the tool, with `stdin` when given, and returns its stdout; a non-zero exit is
     /// [`HostError::Failed`], anything else that goes wrong [`HostError::Remote`].
-    fn call(&self, argv: &[String], stdin: Option<&str>) -> Result<String, HostError> {
-        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let program = args.first().copied().unwrap_or_default().to_string();
+    fn run_tool(
+        &self,
+        tool: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, HostError> {
+        let program = tool_name(self.ipv6, self.backend, tool);
+        let mut argv = vec![program.as_str()];
+        argv.extend_from_slice(args);
         let result: Result<CommandOutput, RunError> = self.runtime.block_on(async {
             match stdin {
                 Some(input) => {
                     self.runner
-                        .run_with_stdin(&args, input.as_bytes(), self.timeout)
+                        .run_with_stdin(&argv, input.as_bytes(), self.timeout)
                         .await
                 }
-                None => self.runner.run(&args, self.timeout).await,
+                None => self.runner.run(&argv, self.timeout).await,
             }
         });
         let remote = |detail: String| HostError::Remote {
@@ -74,42 +81,11 @@ impl<R: CommandRunner> RemoteHost<'_, R> {
             Err(RunError::Fatal(e)) => Err(remote(e.to_string())),
         }
     }
-
-    fn restore(&self, args: &[&str], input: &str) -> Result<(), HostError> {
-        let wait = lock_wait_arg(self.wait);
-        let mut all = vec!["-w", wait.as_str()];
-        all.extend_from_slice(args);
-        self.call(&self.argv("restore", &all), Some(input))
-            .map(|_| ())
-    }
 }
 
 fn not_installed() -> String {
     "not installed in the pod's image (use --collector debug-pod --image IMAGE with an image that has it)"
         .to_string()
-}
-
-impl<R: CommandRunner> RulesHost for RemoteHost<'_, R> {
-    fn ipv6(&self) -> bool {
-        self.ipv6
-    }
-
-    fn save(&self, counters: bool) -> Result<String, HostError> {
-        let args: &[&str] = if counters { &["-c"] } else { &[] };
-        self.call(&self.argv("save", args), None)
-    }
-
-    fn restore_test(&self, input: &str) -> Result<(), HostError> {
-        self.restore(restore_args::TEST, input)
-    }
-
-    fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
-        self.restore(restore_args::NOFLUSH, input)
-    }
-
-    fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
-        self.restore(restore_args::EXACT, saved)
-    }
 }
 
 /// Whether an `iptables-save` output holds kube-proxy's iptables-mode rules (its own chains,

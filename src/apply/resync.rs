@@ -3,7 +3,7 @@
 //! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
 //! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
 
-use super::host::IptablesHost;
+use super::host::{IptablesHost, RulesHost};
 use super::plan::{ChainAction, plan};
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, render};

@@ -6,10 +6,10 @@ use super::common::{
     GlobalArgs, NodeFactArgs, ProxyInputs, StateArgs, load_proxy_inputs, read_input,
 };
 use crate::apply::backup::DEFAULT_BACKUP_DIR;
-use crate::apply::guard::{GuardInput, refusals};
-use crate::apply::host::{Backend, IptablesHost};
+use crate::apply::guard::{GuardInput, InputFacts, refusals};
+use crate::apply::host::{Backend, IptablesHost, RulesHost};
 use crate::apply::plan::{ChainAction, Plan, plan};
-use crate::apply::repair::{RepairOptions, RepairReport, repair};
+use crate::apply::repair::{RepairError, RepairOptions, RepairReport, repair};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use kproxy_parsers::iptables::ParseOptions;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Output formats of `repair`.
@@ -108,12 +108,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
              run `kubectl-kproxy repair --local` on the node as root, or plan offline with --iptables-save FILE"
         );
     }
-    let mut host = IptablesHost {
-        ipv6: args.facts.ip_family == "6",
-        backend: args.backend,
-        netns: args.netns.clone(),
-        wait: Duration::from_secs(args.wait),
-    };
+    let mut host = local_iptables(&args, args.facts.ip_family == "6");
     let mut facts = args.facts.clone();
     if args.local && facts.nfacct.is_none() {
         // kube-proxy uses its nfacct counters only where they exist: probe, as it does at start-up.
@@ -152,22 +147,56 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         });
     }
 
+    let (report, refused) = guarded_repair(
+        &host,
+        &args,
+        &expected_text,
+        &guard,
+        &inputs.facts.node_name,
+        args.backup_dir.clone(),
+    )?;
+    report_outcome(&args, &report, &refused, painter)
+}
+
+/// This host's iptables of one family, as `--backend`, `--netns` and `--wait` say.
+pub(super) fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
+    IptablesHost {
+        ipv6,
+        backend: args.backend,
+        netns: args.netns.clone(),
+        wait: Duration::from_secs(args.wait),
+    }
+}
+
+/// The repair transaction on `host` (this host or a node reached through the API) with the
+/// options `args` give, vetoed by the guard's refusals unless `--force`; the backup goes to
+/// `backup_dir`.
+pub(super) fn guarded_repair(
+    host: &impl RulesHost,
+    args: &RepairArgs,
+    expected_text: &str,
+    guard: &GuardInput<'_>,
+    node: &str,
+    backup_dir: PathBuf,
+) -> Result<(RepairReport, Vec<String>), RepairError> {
     let opts = RepairOptions {
         full: args.full,
         apply: args.apply,
-        backup_dir: args.backup_dir.clone(),
-        node: inputs.facts.node_name.clone(),
+        backup_dir,
+        node: node.to_string(),
         inject_fault: args.inject_fault,
     };
-    let force = args.force;
-    let (report, refused) = repair(&host, &expected_text, &opts, |current, _| {
-        if force {
-            Vec::new()
-        } else {
-            refusals(&guard, current)
-        }
-    })?;
-    report_outcome(&args, &report, &refused, painter)
+    repair(host, expected_text, &opts, |current, _| {
+        unless_forced(args, || refusals(guard, current))
+    })
+}
+
+/// The refusals that veto applying: none with `--force`.
+pub(super) fn unless_forced(
+    args: &RepairArgs,
+    refusals: impl FnOnce() -> Vec<String>,
+) -> Vec<String> {
+    if args.force { Vec::new() } else { refusals() }
 }
 
 /// The rules kube-proxy would install (a render with base jumps, as `iptables-restore` text)
@@ -192,6 +221,18 @@ pub(super) fn expected_and_guard<'a>(
     let guard = GuardInput {
         expected_service_ports: sp.ports.len(),
         expected_endpoints: sp.total_endpoints,
+        facts: input_facts(args, inputs)?,
+    };
+    Ok((rendered.to_restore_text(), guard))
+}
+
+/// The guard's facts of the inputs: the configured mode, the age of `--state` files and
+/// `--max-age` (parsed).
+pub(super) fn input_facts<'a>(
+    args: &RepairArgs,
+    inputs: &'a ProxyInputs,
+) -> anyhow::Result<InputFacts<'a>> {
+    Ok(InputFacts {
         configured_mode: &inputs.config.mode,
         state_age: state_age(&args.state.state),
         max_age: crate::kube_client::parse_duration(&args.max_age).with_context(|| {
@@ -200,8 +241,7 @@ pub(super) fn expected_and_guard<'a>(
                 args.max_age
             )
         })?,
-    };
-    Ok((rendered.to_restore_text(), guard))
+    })
 }
 
 /// Prints the plan and what happened, and returns the exit outcome: 0 nothing to do or
@@ -213,28 +253,55 @@ pub(super) fn report_outcome(
     painter: Painter,
 ) -> anyhow::Result<Outcome> {
     print_plan(args, &report.plan, refused, painter)?;
-    if !refused.is_empty() && args.apply {
+    let ending = Ending {
+        refused,
+        nothing_to_do: report.plan.is_empty(),
+        clean: "nothing to do: the node's kube-proxy rules already match",
+        backup: report.backup.as_deref(),
+        applied: format!(
+            "applied and verified: {} bytes of restore input; restore {:.1} ms, read-back and verify {:.1} ms",
+            report.restore_bytes,
+            report.restore_time.as_secs_f64() * 1000.0,
+            report.verify_time.as_secs_f64() * 1000.0
+        ),
+    };
+    Ok(finish(args, &ending, |line| println!("{line}")))
+}
+
+/// What a repair came to, for the status lines after its plan.
+pub(super) struct Ending<'a> {
+    /// The guard's refusals.
+    pub refused: &'a [String],
+    /// The plan was empty.
+    pub nothing_to_do: bool,
+    /// The line saying so.
+    pub clean: &'a str,
+    /// The backup taken before applying.
+    pub backup: Option<&'a Path>,
+    /// The line reporting the applied and verified plan.
+    pub applied: String,
+}
+
+/// Prints (through `say`) the status lines of a repair whose plan was printed, and returns the
+/// exit outcome: 0 nothing to do or applied, 1 dry run with drift, 2 refused.
+pub(super) fn finish(args: &RepairArgs, ending: &Ending<'_>, say: impl Fn(&str)) -> Outcome {
+    if !ending.refused.is_empty() && args.apply {
         eprintln!("error: refusing to apply (use --force to override)");
-        return Ok(Outcome::Error);
+        return Outcome::Error;
     }
-    if report.plan.is_empty() {
-        println!("nothing to do: the node's kube-proxy rules already match");
-        return Ok(Outcome::Clean);
+    if ending.nothing_to_do {
+        say(ending.clean);
+        return Outcome::Clean;
     }
     if !args.apply {
-        println!("dry run: nothing changed; re-run with --apply to install this plan");
-        return Ok(Outcome::Drift);
+        say("dry run: nothing changed; re-run with --apply to install this plan");
+        return Outcome::Drift;
     }
-    if let Some(b) = &report.backup {
-        println!("backup: {}", b.display());
+    if let Some(b) = ending.backup {
+        say(&format!("backup: {}", b.display()));
     }
-    println!(
-        "applied and verified: {} bytes of restore input; restore {:.1} ms, read-back and verify {:.1} ms",
-        report.restore_bytes,
-        report.restore_time.as_secs_f64() * 1000.0,
-        report.verify_time.as_secs_f64() * 1000.0
-    );
-    Ok(Outcome::Clean)
+    say(&ending.applied);
+    Outcome::Clean
 }
 
 fn print_plan(
@@ -262,25 +329,76 @@ fn print_plan(
         p.count(ChainAction::InsertJumps),
         if p.full { " (full rewrite)" } else { "" }
     );
+    write_chain_changes(&mut s, p, &ChainListing::IPTABLES, painter);
+    let input = p.restore_input();
+    if args.show_restore {
+        let _ = writeln!(s, "--- iptables-restore --noflush input ---\n{input}---");
+    } else if !input.is_empty() {
+        let _ = writeln!(
+            s,
+            "restore input: {} bytes (--show-restore prints it)",
+            input.len()
+        );
+    }
+    write_refusals(&mut s, refused, painter);
+    print!("{s}");
+    Ok(())
+}
+
+/// How [`write_chain_changes`] lays out a plan's chain changes.
+pub(super) struct ChainListing {
+    /// Each table's heading before its name (`table`, `iptables table`).
+    pub heading: &'static str,
+    /// The width the action word is padded to.
+    pub verb_width: usize,
+    /// Colour the action word.
+    pub paint_verbs: bool,
+    /// Print each change's note.
+    pub notes: bool,
+}
+
+impl ChainListing {
+    /// The layout of an iptables-mode plan.
+    pub const IPTABLES: ChainListing = ChainListing {
+        heading: "table",
+        verb_width: 8,
+        paint_verbs: true,
+        notes: true,
+    };
+}
+
+/// Writes the chain changes of `p`, table by table, with the diff of each kept or rewritten chain.
+pub(super) fn write_chain_changes(
+    s: &mut String,
+    p: &Plan,
+    listing: &ChainListing,
+    painter: Painter,
+) {
     for t in &p.tables {
         if t.changes.is_empty() {
             continue;
         }
-        let _ = writeln!(s, "table {}:", t.table);
+        let _ = writeln!(s, "{} {}:", listing.heading, t.table);
         for c in &t.changes {
-            let verb = match c.action {
-                ChainAction::Create => painter.paint(Role::Ok, "create  "),
-                ChainAction::Rewrite => painter.paint(Role::Warn, "rewrite "),
-                ChainAction::Delete => painter.paint(Role::Error, "delete  "),
-                ChainAction::KeepReferenced => painter.paint(Role::Dim, "keep    "),
-                ChainAction::InsertJumps => painter.paint(Role::Ok, "insert  "),
+            let (word, role) = match c.action {
+                ChainAction::Create => ("create", Role::Ok),
+                ChainAction::Rewrite => ("rewrite", Role::Warn),
+                ChainAction::Delete => ("delete", Role::Error),
+                ChainAction::KeepReferenced => ("keep", Role::Dim),
+                ChainAction::InsertJumps => ("insert", Role::Ok),
+            };
+            let word = format!("{word:<width$}", width = listing.verb_width);
+            let verb = if listing.paint_verbs {
+                painter.paint(role, &word)
+            } else {
+                word
             };
             let _ = writeln!(
                 s,
                 "  {verb} {} ({} → {} rules)",
                 c.chain, c.rules_before, c.rules_after
             );
-            if let Some(n) = &c.note {
+            if let (true, Some(n)) = (listing.notes, &c.note) {
                 let _ = writeln!(s, "           {n}");
             }
             if c.action != ChainAction::Delete {
@@ -293,21 +411,13 @@ fn print_plan(
             }
         }
     }
-    let input = p.restore_input();
-    if args.show_restore {
-        let _ = writeln!(s, "--- iptables-restore --noflush input ---\n{input}---");
-    } else if !input.is_empty() {
-        let _ = writeln!(
-            s,
-            "restore input: {} bytes (--show-restore prints it)",
-            input.len()
-        );
-    }
+}
+
+/// Writes one `refusal: …` line per refusal.
+pub(super) fn write_refusals(s: &mut String, refused: &[String], painter: Painter) {
     for r in refused {
         let _ = writeln!(s, "{}: {r}", painter.paint(Role::Error, "refusal"));
     }
-    print!("{s}");
-    Ok(())
 }
 
 /// Age of the newest state file (modification time), if the files exist.

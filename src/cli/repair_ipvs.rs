@@ -4,14 +4,16 @@
 //! first, read back and verify, roll back on failure). The logic is in `apply::ipvs`.
 
 use super::common::{GlobalArgs, load_config, load_proxy_inputs, read_input};
-use super::repair::{RepairArgs, RepairFormat};
-use crate::apply::host::IptablesHost;
+use super::repair::{
+    ChainListing, Ending, RepairArgs, RepairFormat, finish, input_facts, local_iptables,
+    unless_forced, write_chain_changes, write_refusals,
+};
+use crate::apply::ipvs::changes::{Ipvs0Change, IpvsChange};
 use crate::apply::ipvs::guard::{IpvsGuardInput, refusals};
 use crate::apply::ipvs::host::IpvsTools;
 use crate::apply::ipvs::plan::IpvsPlan;
 use crate::apply::ipvs::repair::{IpvsRepairOptions, IpvsTarget, repair};
 use crate::apply::ipvs::state::{Ipvs0Text, IpvsState};
-use crate::apply::plan::ChainAction;
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -21,7 +23,6 @@ use clap::Args;
 use kproxy_parsers::iptables::ParseOptions;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Offline inputs of an IPVS-mode repair plan.
 #[derive(Debug, Clone, Default, Args)]
@@ -87,14 +88,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .iter()
             .map(|v| v.real_servers.len())
             .sum(),
-        configured_mode: &inputs.config.mode,
-        state_age: state_age(&args.state.state),
-        max_age: crate::kube_client::parse_duration(&args.max_age).with_context(|| {
-            format!(
-                "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
-                args.max_age
-            )
-        })?,
+        facts: input_facts(&args, &inputs)?,
     };
     let target = IpvsTarget::new(expected, &inputs.facts.node_ips);
     let painter = Painter::for_stdout();
@@ -127,58 +121,32 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let tools = IpvsTools {
         netns: args.netns.clone(),
     };
-    let ipt = IptablesHost {
-        ipv6: family == crate::state::ip::IpFamily::V6,
-        backend: args.backend,
-        netns: args.netns.clone(),
-        wait: Duration::from_secs(args.wait),
-    };
+    let ipt = local_iptables(&args, family == crate::state::ip::IpFamily::V6);
     let opts = IpvsRepairOptions {
         apply: args.apply,
         backup_dir: args.backup_dir.clone(),
         node: inputs.facts.node_name.clone(),
         inject_fault: args.inject_fault,
     };
-    let force = args.force;
     let (report, refused) = repair(&tools, &ipt, &target, &opts, |current, rules, _| {
-        if force {
-            Vec::new()
-        } else {
+        unless_forced(&args, || {
             refusals(&guard, current, &target.ownership(current), rules)
-        }
+        })
     })?;
     print_plan(&args, &report.plan, &refused, family, painter)?;
-    if !refused.is_empty() && args.apply {
-        eprintln!("error: refusing to apply (use --force to override)");
-        return Ok(Outcome::Error);
-    }
-    if report.plan.is_empty() {
-        say(
-            &args,
-            "nothing to do: the node's IPVS state and kube-proxy rules already match",
-        );
-        return Ok(Outcome::Clean);
-    }
-    if !args.apply {
-        say(
-            &args,
-            "dry run: nothing changed; re-run with --apply to install this plan",
-        );
-        return Ok(Outcome::Drift);
-    }
-    if let Some(b) = &report.backup {
-        say(&args, &format!("backup: {}", b.display()));
-    }
-    say(
-        &args,
-        &format!(
+    let ending = Ending {
+        refused: &refused,
+        nothing_to_do: report.plan.is_empty(),
+        clean: "nothing to do: the node's IPVS state and kube-proxy rules already match",
+        backup: report.backup.as_deref(),
+        applied: format!(
             "applied and verified: {} command(s) in {:.1} ms; read-back and verify {:.1} ms",
             report.commands,
             report.apply_time.as_secs_f64() * 1000.0,
             report.verify_time.as_secs_f64() * 1000.0
         ),
-    );
-    Ok(Outcome::Clean)
+    };
+    Ok(finish(&args, &ending, |line| say(&args, line)))
 }
 
 /// Prints a status line after the plan (text output only: JSON stays one document).
@@ -231,16 +199,8 @@ pub fn commands(p: &IpvsPlan) -> Vec<String> {
     if !p.sets.is_empty() {
         v.push(format!("ipset restore -exist <<< {} line(s)", p.sets.len()));
     }
-    v.extend(
-        p.ipvs0_add
-            .iter()
-            .map(|c| format!("ip {}", c.argv().join(" "))),
-    );
-    v.extend(
-        p.ipvs
-            .iter()
-            .map(|c| format!("ipvsadm {}", c.argv().join(" "))),
-    );
+    v.extend(p.ipvs0_add.iter().map(Ipvs0Change::command));
+    v.extend(p.ipvs.iter().map(IpvsChange::command));
     for t in p.iptables.tables.iter().filter(|t| !t.is_empty()) {
         v.push(format!("iptables-restore --noflush <<< table {}", t.table));
     }
@@ -250,11 +210,7 @@ pub fn commands(p: &IpvsPlan) -> Vec<String> {
             p.destroy_input().trim_end().replace('\n', "; ")
         ));
     }
-    v.extend(
-        p.ipvs0_del
-            .iter()
-            .map(|c| format!("ip {}", c.argv().join(" "))),
-    );
+    v.extend(p.ipvs0_del.iter().map(Ipvs0Change::command));
     v
 }
 
@@ -279,57 +235,25 @@ fn print_plan(
     }
     let mut s = String::new();
     let _ = writeln!(s, "plan (IPVS mode, {family}): {}", p.summary());
-    if !p.sets.is_empty() {
-        let _ = writeln!(s, "ipset restore -exist:");
-        for c in &p.sets {
-            let _ = writeln!(s, "  {}", c.line());
-        }
-    }
-    if !p.ipvs0_add.is_empty() {
-        let _ = writeln!(s, "kube-ipvs0:");
-        for c in &p.ipvs0_add {
-            let _ = writeln!(s, "  ip {}", c.argv().join(" "));
-        }
-    }
-    if !p.ipvs.is_empty() {
-        let _ = writeln!(s, "ipvsadm:");
-        for c in &p.ipvs {
-            let _ = writeln!(
-                s,
-                "  ipvsadm {}\n      {}",
-                c.argv().join(" "),
-                painter.paint(Role::Dim, &format!("# {}", c.describe()))
-            );
-        }
-    }
-    for t in &p.iptables.tables {
-        if t.changes.is_empty() {
-            continue;
-        }
-        let _ = writeln!(s, "iptables table {}:", t.table);
-        for c in &t.changes {
-            let verb = match c.action {
-                ChainAction::Create => "create ",
-                ChainAction::Rewrite => "rewrite",
-                ChainAction::Delete => "delete ",
-                ChainAction::KeepReferenced => "keep   ",
-                ChainAction::InsertJumps => "insert ",
-            };
-            let _ = writeln!(
-                s,
-                "  {verb} {} ({} → {} rules)",
-                c.chain, c.rules_before, c.rules_after
-            );
-            if c.action != ChainAction::Delete {
-                for r in &c.removed {
-                    let _ = writeln!(s, "      {}", painter.paint(Role::Error, &format!("- {r}")));
-                }
-                for r in &c.added {
-                    let _ = writeln!(s, "      {}", painter.paint(Role::Ok, &format!("+ {r}")));
-                }
-            }
-        }
-    }
+    section(
+        &mut s,
+        "ipset restore -exist:",
+        p.sets.iter().map(|c| c.line()),
+    );
+    section(
+        &mut s,
+        "kube-ipvs0:",
+        p.ipvs0_add.iter().map(|c| c.command()),
+    );
+    section(
+        &mut s,
+        "ipvsadm:",
+        p.ipvs.iter().map(|c| {
+            let why = painter.paint(Role::Dim, &format!("# {}", c.describe()));
+            format!("{}\n      {why}", c.command())
+        }),
+    );
+    write_chain_changes(&mut s, &p.iptables, &IPVS_CHAIN_LISTING, painter);
     if args.show_restore && !p.iptables.is_empty() {
         let _ = writeln!(
             s,
@@ -337,34 +261,39 @@ fn print_plan(
             p.iptables.restore_input()
         );
     }
-    if !p.destroy_sets.is_empty() {
-        let _ = writeln!(s, "ipset restore -exist (after iptables):");
-        for c in &p.destroy_sets {
-            let _ = writeln!(s, "  {}", c.line());
-        }
-    }
-    if !p.ipvs0_del.is_empty() {
-        let _ = writeln!(s, "kube-ipvs0 (after ipvsadm):");
-        for c in &p.ipvs0_del {
-            let _ = writeln!(s, "  ip {}", c.argv().join(" "));
-        }
-    }
+    section(
+        &mut s,
+        "ipset restore -exist (after iptables):",
+        p.destroy_sets.iter().map(|c| c.line()),
+    );
+    section(
+        &mut s,
+        "kube-ipvs0 (after ipvsadm):",
+        p.ipvs0_del.iter().map(|c| c.command()),
+    );
     for k in &p.kept {
         let _ = writeln!(s, "{} {k}", painter.paint(Role::Dim, "keep:"));
     }
-    for r in refused {
-        let _ = writeln!(s, "{}: {r}", painter.paint(Role::Error, "refusal"));
-    }
+    write_refusals(&mut s, refused, painter);
     print!("{s}");
     Ok(())
 }
 
-/// Age of the newest state file (modification time), if the files exist.
-fn state_age(files: &[PathBuf]) -> Option<Duration> {
-    files
-        .iter()
-        .filter(|p| p.as_os_str() != "-")
-        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
-        .max()
-        .and_then(|m| m.elapsed().ok())
+/// Writes `heading` and the indented `lines` under it, nothing when there are no lines.
+fn section(s: &mut String, heading: &str, lines: impl Iterator<Item = String>) {
+    let mut lines = lines.peekable();
+    if lines.peek().is_some() {
+        let _ = writeln!(s, "{heading}");
+        for l in lines {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
 }
+
+/// The layout of the plan's iptables part (unpainted action words, no notes).
+const IPVS_CHAIN_LISTING: ChainListing = ChainListing {
+    heading: "iptables table",
+    verb_width: 7,
+    paint_verbs: false,
+    notes: false,
+};

@@ -6,12 +6,10 @@
 
 use super::common::{GlobalArgs, ProxyInputs, print_warnings};
 use super::live::{CollectorChoice, LiveState};
-use super::repair::{RepairArgs, expected_and_guard, report_outcome};
+use super::repair::{RepairArgs, expected_and_guard, guarded_repair, report_outcome};
 use crate::apply::backup::DEFAULT_BACKUP_DIR;
-use crate::apply::guard::refusals;
 use crate::apply::host::{Backend, tool_name};
 use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
-use crate::apply::repair::{RepairOptions, repair};
 use crate::collect::{self, CommandRunner, NodeSnapshot};
 use crate::exit::Outcome;
 use crate::output::color::Painter;
@@ -133,21 +131,14 @@ fn repair_through<R: CommandRunner>(
         wait: Duration::from_secs(args.wait),
         timeout,
     };
-    let opts = RepairOptions {
-        full: args.full,
-        apply: args.apply,
-        backup_dir: backup_dir(&args.backup_dir),
-        node: inputs.facts.node_name.clone(),
-        inject_fault: args.inject_fault,
-    };
-    let force = args.force;
-    let (report, refused) = repair(&host, &expected_text, &opts, |current, _| {
-        if force {
-            Vec::new()
-        } else {
-            refusals(&guard, current)
-        }
-    })
+    let (report, refused) = guarded_repair(
+        &host,
+        args,
+        &expected_text,
+        &guard,
+        &inputs.facts.node_name,
+        backup_dir(&args.backup_dir),
+    )
     .with_context(|| format!("repairing node {node} through {label}"))?;
     report_outcome(args, &report, &refused, Painter::for_stdout())
 }

@@ -119,6 +119,11 @@ fn rs_attr_text(a: &RsAttrs) -> String {
 }
 
 impl IpvsChange {
+    /// The command as text (`ipvsadm ARGS…`), for display and step names.
+    pub fn command(&self) -> String {
+        format!("ipvsadm {}", self.argv().join(" "))
+    }
+
     /// The `ipvsadm` arguments (without the program name).
     pub fn argv(&self) -> Vec<String> {
         let (op, vs) = match self {
@@ -275,6 +280,11 @@ pub enum Ipvs0Change {
 }
 
 impl Ipvs0Change {
+    /// The command as text (`ip ARGS…`), for display and step names.
+    pub fn command(&self) -> String {
+        format!("ip {}", self.argv().join(" "))
+    }
+
     /// The `ip` arguments.
     pub fn argv(&self) -> Vec<String> {
         let host = |a: &IpAddr| format!("{a}/{}", if a.is_ipv4() { 32 } else { 128 });

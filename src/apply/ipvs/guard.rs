@@ -3,9 +3,8 @@
 
 use super::plan::{Disposal, Ownership};
 use super::state::IpvsState;
+use crate::apply::guard::{InputFacts, unreadable_refusal};
 use crate::model::Ruleset;
-use kproxy_parsers::iptables::Target;
-use std::time::Duration;
 
 /// The facts the guard looks at.
 #[derive(Debug, Clone)]
@@ -14,12 +13,8 @@ pub struct IpvsGuardInput<'a> {
     pub expected_virtual_servers: usize,
     /// Real servers kube-proxy should have (summed over virtual servers).
     pub expected_real_servers: usize,
-    /// The configured proxy mode (`ipvs`, `iptables`, …; empty = iptables).
-    pub configured_mode: &'a str,
-    /// Age of the API state, when known.
-    pub state_age: Option<Duration>,
-    /// `--max-age`.
-    pub max_age: Option<Duration>,
+    /// The configured mode and the state's age.
+    pub facts: InputFacts<'a>,
 }
 
 /// Reasons not to apply, one sentence each.
@@ -30,16 +25,7 @@ pub fn refusals(
     current_rules: &Ruleset<'_>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    if input.configured_mode != "ipvs" {
-        let mode = if input.configured_mode.is_empty() {
-            "iptables"
-        } else {
-            input.configured_mode
-        };
-        out.push(format!(
-            "kube-proxy is configured for mode {mode:?}; this repair writes IPVS-mode state"
-        ));
-    }
+    out.extend(input.facts.mode_refusal("ipvs", "IPVS-mode state"));
     let owned: Vec<_> = current
         .of_family(ownership.family)
         .filter(|(k, _)| ownership.virtual_server(k) == Disposal::Remove)
@@ -63,27 +49,8 @@ pub fn refusals(
     if iptables_mode && current.of_family(ownership.family).next().is_none() {
         out.push("the node runs kube-proxy's iptables mode (KUBE-SVC/KUBE-SEP chains, no IPVS virtual servers)".into());
     }
-    let unreadable = current_rules
-        .tables
-        .iter()
-        .flat_map(|t| &t.chains)
-        .flat_map(|c| &c.rules)
-        .filter(|r| matches!(r.rule.target, Some(Target::Unreadable { .. })))
-        .count();
-    if unreadable > 0 {
-        out.push(format!(
-            "{unreadable} rules are unreadable by this host's iptables (userspace/kernel version mismatch): the dump cannot be trusted"
-        ));
-    }
-    if let (Some(age), Some(max)) = (input.state_age, input.max_age)
-        && age > max
-    {
-        out.push(format!(
-            "the API state is {}s old, older than --max-age {}s",
-            age.as_secs(),
-            max.as_secs()
-        ));
-    }
+    out.extend(unreadable_refusal(current_rules));
+    out.extend(input.facts.age_refusal());
     out
 }
 
@@ -146,9 +113,11 @@ mod tests {
         IpvsGuardInput {
             expected_virtual_servers: vss,
             expected_real_servers: rss,
-            configured_mode: mode,
-            state_age: None,
-            max_age: None,
+            facts: InputFacts {
+                configured_mode: mode,
+                state_age: None,
+                max_age: None,
+            },
         }
     }
 

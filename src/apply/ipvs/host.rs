@@ -1,9 +1,8 @@
-//! Running `ipvsadm`, `ipset` and `ip` on this host (optionally inside a named network namespace).
+//! Running `ipvsadm`, `ipset` and `ip` on this host (optionally inside a named network namespace),
+//! through [`crate::apply::host::run_local`].
 //! Commands are argv vectors, never shell strings; `ipset restore` input goes through stdin.
 
-use crate::apply::host::HostError;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use crate::apply::host::{HostError, run_local};
 
 /// The IPVS tools of this host.
 #[derive(Debug, Clone, Default)]
@@ -13,21 +12,8 @@ pub struct IpvsTools {
 }
 
 impl IpvsTools {
-    fn command(&self, program: &str) -> Command {
-        match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
-            }
-            None => Command::new(program),
-        }
-    }
-
     fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, HostError> {
-        let mut cmd = self.command(program);
-        cmd.args(args);
-        run(cmd, program, stdin)
+        run_local(self.netns.as_deref(), program, args, stdin)
     }
 
     /// `ipvsadm -Ln` (connection counters) followed by `ipvsadm -Sn` (every attribute; what
@@ -73,32 +59,4 @@ impl IpvsTools {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run("ip", &a, None).map(|_| ())
     }
-}
-
-fn run(mut cmd: Command, program: &str, stdin: Option<&str>) -> Result<String, HostError> {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let spawn_err = |source| HostError::Spawn {
-        program: program.to_string(),
-        source,
-    };
-    let mut child = cmd.spawn().map_err(spawn_err)?;
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        // A failing restore may close stdin early; its exit status reports the real error.
-        let _ = pipe.write_all(input.as_bytes());
-    }
-    let out = child.wait_with_output().map_err(spawn_err)?;
-    if !out.status.success() {
-        return Err(HostError::Failed {
-            program: program.to_string(),
-            code: out.status.code().unwrap_or(-1),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -2,18 +2,18 @@
 //! back up, apply step by step, read back and re-plan; on any failure put back what was changed
 //! (a rollback plan from the node's state then to the backed-up one, plus the saved iptables).
 
+use super::changes::Ipvs0Change;
 use super::host::IpvsTools;
 use super::plan::{IpvsPlan, Ownership, plan, referenced_sets, rollback_plan};
 use super::state::{Ipvs0, Ipvs0Text, IpvsState};
-use crate::apply::backup::write_backup;
-use crate::apply::host::{HostError, IptablesHost};
+use crate::apply::backup::{new_backup_dir, write_backup, write_private};
+use crate::apply::host::{HostError, IptablesHost, RulesHost};
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::ParseOptions;
 use std::collections::{BTreeSet, HashSet};
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -261,7 +261,7 @@ fn foreign_rule_lines(current: &str, expected: &str) -> String {
 
 /// Everything read from the node before a change (and written to the backup).
 #[derive(Debug, Clone)]
-pub struct NodeSnapshot {
+pub struct IpvsSnapshot {
     /// `ipvsadm -Ln`.
     pub ipvsadm_list: String,
     /// `ipvsadm -Sn` (= `ipvsadm-save -n`).
@@ -274,15 +274,15 @@ pub struct NodeSnapshot {
     pub iptables_save: String,
 }
 
-impl NodeSnapshot {
+impl IpvsSnapshot {
     /// Reads the node.
     pub fn read(
         tools: &IpvsTools,
         ipt: &IptablesHost,
         counters: bool,
-    ) -> Result<NodeSnapshot, IpvsRepairError> {
+    ) -> Result<IpvsSnapshot, IpvsRepairError> {
         let (ipvsadm_list, ipvsadm_save) = tools.ipvsadm_dump().map_err(IpvsRepairError::Read)?;
-        Ok(NodeSnapshot {
+        Ok(IpvsSnapshot {
             ipvsadm_list,
             ipvsadm_save,
             ipset_save: tools.ipset_save().map_err(IpvsRepairError::Read)?,
@@ -356,7 +356,7 @@ pub fn repair(
     opts: &IpvsRepairOptions,
     before_apply: impl FnOnce(&IpvsState, &Ruleset<'_>, &IpvsPlan) -> Vec<String>,
 ) -> Result<(IpvsRepairReport, Vec<String>), IpvsRepairError> {
-    let snap = NodeSnapshot::read(tools, ipt, true)?;
+    let snap = IpvsSnapshot::read(tools, ipt, true)?;
     let current = snap.state()?;
     let rules = snap.rules()?;
     let the_plan = target
@@ -404,7 +404,7 @@ pub fn repair(
     report.commands = exec.commands;
     report.apply_time = started.elapsed();
     let verify_started = Instant::now();
-    let after = NodeSnapshot::read(tools, ipt, false)?;
+    let after = IpvsSnapshot::read(tools, ipt, false)?;
     let again = target
         .plan(&after.state()?, &after.rules()?, &after.iptables_save)
         .map_err(|error| IpvsRepairError::Parse {
@@ -457,15 +457,9 @@ impl Exec<'_> {
                 s.tools.ipset_restore(&input)
             })?;
         }
-        for c in &p.ipvs0_add {
-            let argv = c.argv();
-            self.step(format!("ip {}", argv.join(" ")), |s| s.tools.ip(&argv))?;
-        }
+        self.ip_steps(&p.ipvs0_add)?;
         for c in &p.ipvs {
-            let argv = c.argv();
-            self.step(format!("ipvsadm {}", argv.join(" ")), |s| {
-                s.tools.ipvsadm(&argv)
-            })?;
+            self.step(c.command(), |s| s.tools.ipvsadm(&c.argv()))?;
         }
         Ok(())
     }
@@ -488,10 +482,7 @@ impl Exec<'_> {
                 })?;
             }
         }
-        for c in &p.ipvs0_del {
-            let argv = c.argv();
-            self.step(format!("ip {}", argv.join(" ")), |s| s.tools.ip(&argv))?;
-        }
+        self.ip_steps(&p.ipvs0_del)?;
         if forward && self.inject_fault {
             let argv: Vec<String> = ["-d", "-t", "192.0.2.255:1", "-r", "192.0.2.254:1"]
                 .map(String::from)
@@ -499,6 +490,13 @@ impl Exec<'_> {
             self.step("ipvsadm (injected fault)".into(), |s| {
                 s.tools.ipvsadm(&argv)
             })?;
+        }
+        Ok(())
+    }
+
+    fn ip_steps(&mut self, changes: &[Ipvs0Change]) -> Result<(), StepError> {
+        for c in changes {
+            self.step(c.command(), |s| s.tools.ip(&c.argv()))?;
         }
         Ok(())
     }
@@ -519,12 +517,12 @@ impl Exec<'_> {
 fn roll_back(
     tools: &IpvsTools,
     ipt: &IptablesHost,
-    snap: &NodeSnapshot,
+    snap: &IpvsSnapshot,
     saved: &IpvsState,
     forward: &IpvsPlan,
 ) -> Option<String> {
     let family = if ipt.ipv6 { IpFamily::V6 } else { IpFamily::V4 };
-    let now = match NodeSnapshot::read(tools, ipt, false).and_then(|s| s.state()) {
+    let now = match IpvsSnapshot::read(tools, ipt, false).and_then(|s| s.state()) {
         Ok(s) => s,
         Err(e) => return Some(e.to_string()),
     };
@@ -555,24 +553,9 @@ fn write_snapshot(
     dir: &Path,
     node: &str,
     ipv6: bool,
-    snap: &NodeSnapshot,
+    snap: &IpvsSnapshot,
 ) -> std::io::Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    let safe: String = if node.is_empty() { "node" } else { node }
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let sub = dir.join(format!("{safe}-ipvs-{stamp}"));
-    std::fs::create_dir_all(&sub)?;
+    let sub = new_backup_dir(dir, node, "ipvs")?;
     write_backup(&sub, node, ipv6, &snap.iptables_save)?;
     let files = [
         ("ipvsadm-save.txt", snap.ipvsadm_save.as_str()),
@@ -584,29 +567,9 @@ fn write_snapshot(
         ),
     ];
     for (name, text) in files {
-        let mut f = open_private(&sub.join(name))?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
+        write_private(&sub.join(name), text)?;
     }
     Ok(sub)
-}
-
-#[cfg(unix)]
-fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
 }
 
 #[cfg(test)]

@@ -1,0 +1,49 @@
+//! Shared pieces of the IPVS tests: where the conformance cases and the real kernel dumps are,
+//! and whether the tools of the IPVS VM (`../shared/tools/ipvs-vm.sh`) are here.
+
+use std::path::{Path, PathBuf};
+
+/// `../shared/conformance/ipvs`, or `None` (with a printed notice) when it is absent.
+pub fn shared_ipvs() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/ipvs");
+    if p.is_dir() {
+        Some(p)
+    } else {
+        println!("notice: {} absent; skipping", p.display());
+        None
+    }
+}
+
+/// `testdata/ipvs`: the real kernel dumps.
+pub fn testdata_ipvs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/ipvs")
+}
+
+/// Why the IPVS VM cannot run here (a missing tool of its own, of `extra`, or no kernel image
+/// in /boot), or `None` when it can.
+pub fn missing_vm_tools(extra: &[&str]) -> Option<String> {
+    let vm = [
+        "qemu-system-x86_64",
+        "busybox",
+        "ipvsadm",
+        "ipset",
+        "xtables-nft-multi",
+        "cpio",
+    ];
+    for t in vm.iter().chain(extra) {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
+            .unwrap_or(false);
+        if !found {
+            return Some(format!("{t} not installed"));
+        }
+    }
+    let kernel = std::fs::read_dir("/lib/modules")
+        .ok()
+        .and_then(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).max())
+        .map(|k| Path::new("/boot").join(format!("vmlinuz-{}", k.to_string_lossy())));
+    match kernel {
+        Some(k) if k.is_file() => None,
+        _ => Some("no kernel image in /boot for the VM".into()),
+    }
+}

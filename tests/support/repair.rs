@@ -1,0 +1,139 @@
+//! Shared pieces of the `repair` tests (on this host, through the API): the example cluster's
+//! files, the foreign rules repair must leave alone, the node/client/pods topology with the
+//! `shop/web` service, and helpers to read outputs and compare saves.
+
+use super::netns::{Backend, Pod, Probe, Topology, addr};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// The `shop/web` service's cluster IP and port.
+pub const WEB: &str = "10.96.100.10:80";
+/// Its service chain.
+pub const WEB_SVC: &str = "KUBE-SVC-67NZLRHBNDSAWJRO";
+/// The endpoint chain of its first pod.
+pub const WEB_SEP_A: &str = "KUBE-SEP-FZQ6KZLGXRSKN2AD";
+
+/// Rules of other software that repair must leave byte-identical.
+pub const FOREIGN: &str = "*nat\n:DOCKER - [0:0]\n:cni-portmap - [0:0]\n\
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
+-A PREROUTING -p tcp -m tcp --dport 2222 -j REDIRECT --to-ports 22\n\
+-A DOCKER -i docker0 -j RETURN\n\
+-A cni-portmap -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n\
+*filter\n:DOCKER-USER - [0:0]\n-A INPUT -p tcp -m tcp --dport 2222 -j ACCEPT\n-A FORWARD -j DOCKER-USER\n\
+-A DOCKER-USER -j RETURN\nCOMMIT\n";
+
+/// A file of the example cluster (`testdata/cluster/NAME`: `state.json`, `config.yaml`).
+pub fn cluster_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/cluster")
+        .join(name)
+}
+
+/// `kubectl-kproxy ARGS… --state … --config …` with the example cluster's files, without colour.
+pub fn kproxy_on_cluster(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"));
+    cmd.args(args)
+        .arg("--state")
+        .arg(cluster_file("state.json"))
+        .arg("--config")
+        .arg(cluster_file("config.yaml"))
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// The tools the iptables repair tests need: `ip` and both backends' save/restore.
+pub fn iptables_tools() -> Vec<&'static str> {
+    let mut tools = vec!["ip"];
+    tools.extend(Backend::Nft.tools());
+    tools.extend(Backend::Legacy.tools());
+    tools
+}
+
+/// A process's exit code, stdout and stderr, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Fails the test unless `o` exited with `code`; `what` names the step.
+#[track_caller]
+pub fn expect_exit(o: &Output, code: i32, what: &str) {
+    assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
+}
+
+/// Fails the test unless `o`'s stdout (`stderr` false) or stderr contains `want`.
+#[track_caller]
+pub fn expect_output(o: &Output, stderr: bool, want: &str) {
+    let stream = if stderr { &o.stderr } else { &o.stdout };
+    assert!(
+        String::from_utf8_lossy(stream).contains(want),
+        "no `{want}`: {}",
+        text(o)
+    );
+}
+
+/// The lines of a save that belong to other software: foreign chains' declarations and rules,
+/// and rules in built-in chains that do not jump to a KUBE-* chain.
+pub fn foreign_lines(save: &str) -> Vec<String> {
+    save.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let chain = l
+                .split_whitespace()
+                .nth(if l.starts_with('-') { 1 } else { 0 })
+                .unwrap_or("")
+                .trim_start_matches(':');
+            let foreign_chain = chain.starts_with("DOCKER") || chain.starts_with("cni-");
+            let builtin_rule = l.starts_with("-A ")
+                && ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&chain)
+                && !l.contains("-j KUBE-");
+            foreign_chain || builtin_rule
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A save without comments and counters (chain counters and `-c` rule counters move with
+/// traffic; the rules are what must be equal).
+pub fn rules_only(save: &str) -> Vec<String> {
+    save.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let l = match l.strip_prefix('[') {
+                Some(rest) => rest.split_once("] ").map_or(l, |(_, r)| r),
+                None => l,
+            };
+            match (l.starts_with(':'), l.rfind(" [")) {
+                (true, Some(i)) => l.get(..i).unwrap_or(l).to_string(),
+                _ => l.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The example cluster's node (192.168.77.2), a client (192.168.77.3) and the three `shop/web`
+/// pods, in namespaces named after `name`.
+pub fn topology(name: &str) -> Topology {
+    Topology::builder(name)
+        .node_addrs(&["192.168.77.2/24"])
+        .client_addrs(&["192.168.77.3/24"])
+        .pod(Pod::new("web-a", "10.244.1.10").tcp(8080))
+        .pod(Pod::new("web-b", "10.244.1.11").tcp(8080))
+        .pod(Pod::new("web-c", "10.244.2.10").tcp(8080))
+        .build()
+        .expect("topology")
+}
+
+/// Whether 12 connections from the client to `shop/web`'s cluster IP all succeed.
+pub fn web_reachable(topo: &Topology) -> bool {
+    let probe = Probe::default().timeout(Duration::from_millis(800));
+    topo.client()
+        .connect_many(&probe, addr(WEB), 12)
+        .map(|t| t.ok() == 12)
+        .unwrap_or(false)
+}

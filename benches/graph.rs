@@ -5,6 +5,10 @@
 //! Input: `target/scale/scale.nft.save` made by `testdata/make-scale-dump.sh` (root). When it is
 //! absent the bench prints how to make it and measures nothing.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use kproxy::graph::{self, DumpFacts, GraphOptions};
 use kproxy::model::Ruleset;

@@ -1,6 +1,10 @@
 //! ipvsadm parse speed on a large IPVS node: `ipvsadm -Ln --stats` with 10,000 virtual servers × 3 real
 //! servers (target: ≤ 0.1 s), plus `-Ln` and `-Sn` of the same table and the merge of all three.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kproxy::parsers::ipvsadm::parse_dump;
 use std::fmt::Write as _;

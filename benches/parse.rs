@@ -8,6 +8,10 @@
 //! Before the timings it prints the dump size and the peak resident memory of one parse + model
 //! build, as a multiple of the dump size (VmHWM after resetting it through /proc/self/clear_refs).
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;

@@ -13,7 +13,8 @@ use kproxy::state::ip::IpFamily;
 use kproxy::state::load;
 use kproxy::state::node::NodeFacts;
 use serde_json::{Value, json};
-use std::alloc::{GlobalAlloc, Layout, System};
+use mimalloc::MiMalloc;
+use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -23,7 +24,7 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-// SAFETY: delegates to the system allocator; only adds bookkeeping.
+// SAFETY: delegates to mimalloc (the binary's allocator); only adds bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
@@ -32,14 +33,14 @@ unsafe impl GlobalAlloc for Counting {
             PEAK.fetch_max(now, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
+        unsafe { MiMalloc.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
+        unsafe { MiMalloc.dealloc(p, l) }
     }
 }
 

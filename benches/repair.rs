@@ -6,6 +6,10 @@
 //! Input: `target/scale/` made by `testdata/make-scale-dump.sh`. When it is absent the bench prints
 //! how to make it and measures nothing.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use kproxy::apply::plan::plan;
 use kproxy::model::Ruleset;

@@ -3,6 +3,10 @@
 //! all of KUBE-SERVICES and splits into 10 branches. Parsing is measured separately
 //! (`benches/parse.rs`); here the ruleset is parsed once.
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use kproxy::model::Ruleset;
 use kproxy::parsers::iptables::ParseOptions;

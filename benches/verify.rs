@@ -7,6 +7,10 @@
 //! and measures nothing. The state JSON is parsed once outside the measurement (that is `render`'s
 //! `load_state_json` bench).
 
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use kproxy::compare::{DumpText, VerifyInput, verify};
 use kproxy::state::ip::IpFamily;

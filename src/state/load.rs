@@ -346,7 +346,8 @@ mod direct {
                     return Ok(());
                 };
                 if key == "items" {
-                    return Err(A::Error::custom(DECLINE));
+                    // `kubectl get -o json` prints `items` before `kind` (its keys are sorted).
+                    return items_first(map, self.0);
                 }
                 let value: Value = map.next_value()?;
                 if key == "kind" {
@@ -399,6 +400,38 @@ mod direct {
             }
             Ok(())
         }
+    }
+
+    /// The rest of an object whose `items` came before its `kind` (the value of `items` is next):
+    /// decodes the items, then accepts the object only if its `kind` is a list kind.
+    fn items_first<'de, A: MapAccess<'de>>(
+        mut map: A,
+        state: &mut ClusterState,
+    ) -> Result<(), A::Error> {
+        let mut items = ClusterState::default();
+        map.next_value_seed(Items(&mut items))?;
+        let mut list_kind = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                return Err(A::Error::custom(DECLINE));
+            }
+            if key == "kind" {
+                let kind: Value = map.next_value()?;
+                match kind.as_str() {
+                    Some(k) if k == "List" || k.ends_with("List") => list_kind = true,
+                    _ => return Err(A::Error::custom(DECLINE)),
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if !list_kind {
+            return Err(A::Error::custom(DECLINE));
+        }
+        state.services.extend(items.services);
+        state.endpoint_slices.extend(items.endpoint_slices);
+        state.nodes.extend(items.nodes);
+        Ok(())
     }
 
     /// A list's `items`: an array of objects, or null.
@@ -517,8 +550,19 @@ mod tests {
                 "{text}"
             );
         }
-        // The direct path itself took the common layouts.
+        // The direct path itself took the common layouts, including kubectl's (`items` first).
         assert!(direct::from_json(LIST).is_some());
+        let kubectl = LIST.replace(r#""kind":"List","items":"#, r#""items":"#).replace(
+            "\n]}",
+            "\n],\"kind\":\"List\",\"metadata\":{\"resourceVersion\":\"\"}}",
+        );
+        assert!(kubectl.find("\"items\"") < kubectl.rfind("\"kind\":\"List\""));
+        let direct = direct::from_json(&kubectl).map(|s| (s.services, s.endpoint_slices, s.nodes));
+        let slow = from_str_via_values(&kubectl, "t.json").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(direct, Some((slow.services, slow.endpoint_slices, slow.nodes)));
+        assert!(direct::from_json(kind_last).is_some());
+        // `items` first but not a list kind: left to the `Value` path.
+        assert!(direct::from_json(r#"{"items":[],"kind":"Service"}"#).is_none());
         assert_eq!(
             direct::from_json(&format!("{LIST}\n{LIST}")).map(|s| s.services.len()),
             Some(2)

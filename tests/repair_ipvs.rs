@@ -122,6 +122,7 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
             (Some(0), 0),
             "{name}: the clean node must plan nothing: {doc:#}"
         );
+        assert_eq!(doc["outcome"], "nothing_to_do", "{name}: {doc:#}");
         cases += 1;
         let mut sub: Vec<PathBuf> = std::fs::read_dir(&case)
             .expect("case dir")
@@ -138,6 +139,13 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
             }
             let want = if commands.is_empty() { 0 } else { 1 };
             assert_eq!(code, Some(want), "{name}/{drift}");
+            let status = if commands.is_empty() {
+                "nothing_to_do"
+            } else {
+                "dry_run"
+            };
+            assert_eq!(doc["outcome"], status, "{name}/{drift}: {doc:#}");
+            assert_eq!(doc["applied"], false, "{name}/{drift}");
             drifts += 1;
         }
     }

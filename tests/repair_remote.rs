@@ -18,7 +18,8 @@ use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
 use crate::support::netns::{Backend, Family, Netns, require_root_and_tools, tool_path};
 use crate::support::repair::{
     FOREIGN, WEB_SVC, cluster_file, expect_exit, expect_output, foreign_lines, iptables_tools,
-    kproxy_on_cluster, rules_only, text, topology, web_reachable,
+    json_doc, kproxy_on_cluster, outcome, rules_and_user_chains, rules_only, text, topology,
+    web_reachable,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -251,6 +252,10 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             rules_only(&before),
             "{backend}: the dry run changed the node"
         );
+        let dry_json = c.repair(&["-o", "json"]);
+        expect_exit(&dry_json, 1, &format!("{backend} dry run -o json"));
+        let doc = json_doc(&dry_json);
+        assert_eq!(outcome(&doc), "dry_run", "{backend}: {doc}");
         assert!(
             c.stdin_execs().is_empty(),
             "{backend}: a dry run must not restore anything: {:?}",
@@ -271,9 +276,11 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             "{}",
             backup.display()
         );
+        // The node's rules before the repair, plus the tables it lacked as empty tables (a
+        // rollback restores them empty).
         assert_eq!(
-            rules_only(&std::fs::read_to_string(&backup).expect("backup file")),
-            rules_only(&before),
+            rules_and_user_chains(&std::fs::read_to_string(&backup).expect("backup file")),
+            rules_and_user_chains(&before),
             "{backend}: the backup is the node's rules before the repair"
         );
         // The restores went to the backend holding kube-proxy's rules, with stdin.
@@ -385,6 +392,56 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             &format!("{backend} verify"),
         );
         assert_eq!(foreign_lines(&save()), foreign_before);
+    }
+}
+
+/// Through the API, on a node without any table yet: the injected fault fails the apply part-way
+/// and the rollback leaves no kube-proxy rule behind (the tables the backup lacked are restored
+/// empty), so a second plan equals the first.
+#[test]
+fn remote_rollback_on_an_empty_node_leaves_no_rules_behind() {
+    if !require_root_and_tools(&iptables_tools()) {
+        return;
+    }
+    for backend in Backend::ALL {
+        let ns = Netns::new(&format!("rrepair-empty-{backend}")).expect("netns");
+        let Some(c) = Cluster::new(&ns) else { return };
+        let backups = c.backups().to_str().expect("utf-8 path").to_string();
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--backend", backend.name(), "--backup-dir", &backups];
+            args.extend_from_slice(extra);
+            c.repair(&args)
+        };
+        let before = ns.save(backend, false).expect("save");
+        let first = with(&["-o", "json"]);
+        expect_exit(&first, 1, &format!("{backend} first plan"));
+        let first = json_doc(&first);
+
+        let failed = with(&["--apply", "--inject-fault", "-o", "json"]);
+        expect_exit(&failed, 2, &format!("{backend} fault"));
+        expect_output(&failed, true, "restored from the backup");
+        let doc = json_doc(&failed);
+        assert_eq!(outcome(&doc), "rolled_back", "{backend}: {doc}");
+        assert!(
+            !c.stdin_execs().is_empty(),
+            "{backend}: the apply ran through the API"
+        );
+
+        let after = ns.save(backend, false).expect("save");
+        assert!(
+            !after.contains("KUBE-"),
+            "{backend}: kube-proxy chains left after the rollback:\n{after}"
+        );
+        assert_eq!(
+            rules_and_user_chains(&after),
+            rules_and_user_chains(&before),
+            "{backend}: rules after the rollback differ from before the repair"
+        );
+        let second = with(&["-o", "json"]);
+        expect_exit(&second, 1, &format!("{backend} second plan"));
+        let second = json_doc(&second);
+        assert_eq!(second["plan"], first["plan"], "{backend}: plan differs");
+        assert_eq!(second["restore_input"], first["restore_input"]);
     }
 }
 

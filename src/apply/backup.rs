@@ -1,4 +1,5 @@
-//! Backups of a node's rules before any change: the full `iptables-save -c` output, written
+//! Backups of a node's rules before any change: the full `iptables-save -c` output (plus the
+//! empty tables a rollback restores, see [`rollback_input`]), written
 //! atomically (temporary file + rename) with mode 0600, named after node, family and time; the
 //! same writer serves multi-file backups (IPVS mode) in a directory named after node and time.
 
@@ -15,6 +16,35 @@ pub fn write_backup(dir: &Path, node: &str, ipv6: bool, saved: &str) -> std::io:
     let path = dir.join(format!("{}-{family}-{}.rules", file_safe(node), stamp()));
     write_private(&path, saved)?;
     Ok(path)
+}
+
+/// The rollback input for `saved` (an `iptables-save` output) after a change to `touched`
+/// tables: `saved` itself, plus `*TABLE` + `COMMIT` for each touched table `saved` does not
+/// hold. Restored exactly (without `--noflush`), such an empty table loses every rule and user
+/// chain the change created in it: it goes back to what it was, no rules.
+pub fn rollback_input<'a>(saved: &str, touched: impl IntoIterator<Item = &'a str>) -> String {
+    let present: Vec<&str> = saved
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix('*'))
+        .collect();
+    let mut out = saved.to_string();
+    let mut absent: Vec<&str> = Vec::new();
+    for t in touched {
+        if !present.contains(&t) && !absent.contains(&t) {
+            absent.push(t);
+        }
+    }
+    if absent.is_empty() {
+        return out;
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str("# kubectl-kproxy: tables absent before the repair; restoring empties them\n");
+    for t in absent {
+        out.push_str(&format!("*{t}\nCOMMIT\n"));
+    }
+    out
 }
 
 /// Makes a new directory `DIR/NODE-KIND-STAMP/` for a backup of several files and returns it.
@@ -100,6 +130,23 @@ mod tests {
             let mode = std::fs::metadata(&p).expect("meta").permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn rollback_input_empties_tables_the_backup_lacks() {
+        let saved = "# Generated\n*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+        let r = rollback_input(saved, ["nat", "filter", "nat", "mangle"]);
+        assert!(r.starts_with(saved), "{r}");
+        let tail: Vec<&str> = r
+            .strip_prefix(saved)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        assert_eq!(tail, ["*nat", "COMMIT", "*mangle", "COMMIT"]);
+        assert_eq!(rollback_input(saved, ["filter"]), saved);
+        assert_eq!(rollback_input("", ["nat"]).lines().last(), Some("COMMIT"));
+        assert!(rollback_input("", ["nat"]).contains("*nat\nCOMMIT\n"));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The repair transaction: read the node's rules, plan, check the plan with
 //! `iptables-restore --test`, back up, apply table by table with `iptables-restore --noflush`,
-//! read back and re-plan; on any failure restore the backup. One implementation for every
+//! read back and re-plan; on any failure restore the backup exactly (the tables the node did
+//! not have before come back empty). One implementation for every
 //! [`RulesHost`]: this host, or a node reached through the API.
 
-use super::backup::write_backup;
+use super::backup::{rollback_input, write_backup};
 use super::host::{HostError, RulesHost};
 use super::plan::{Plan, plan};
 use crate::model::Ruleset;
@@ -12,29 +13,29 @@ use kproxy_parsers::iptables::ParseOptions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Errors of a repair. Every variant says whether the node was restored.
+/// Errors of a repair. Every variant says whether the node was restored. Each message holds the
+/// error it wraps (shown once: not repeated as a source).
 #[derive(Debug, thiserror::Error)]
 pub enum RepairError {
     /// Reading the node's rules failed; nothing was changed.
     #[error("reading the node's rules: {0}")]
-    Read(#[source] HostError),
+    Read(HostError),
     /// The node's rules could not be parsed; nothing was changed.
     #[error("parsing the node's rules: {0}")]
-    Parse(#[source] ParseError),
+    Parse(ParseError),
     /// The expected rules could not be parsed (a bug in render); nothing was changed.
     #[error("parsing the expected rules: {0}")]
-    Expected(#[source] ParseError),
+    Expected(ParseError),
     /// `iptables-restore --test` rejected the plan's input; nothing was changed.
     #[error("checking the plan with iptables-restore --test (nothing was changed): {0}")]
-    Check(#[source] HostError),
+    Check(HostError),
     /// The backup could not be written; nothing was changed.
-    #[error("writing the backup to {dir}: {source}")]
+    #[error("writing the backup to {dir}: {error}")]
     Backup {
         /// Backup directory.
         dir: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Applying failed; the backup was restored (or restoring it failed too, see `rollback`).
     #[error("applying table {table} failed ({})", rollback_text(rollback, backup))]
@@ -140,21 +141,23 @@ pub fn repair(
     // before anything changes.
     host.restore_test(&report.plan.restore_input())
         .map_err(RepairError::Check)?;
-    let backup =
-        write_backup(&opts.backup_dir, &opts.node, host.ipv6(), &saved).map_err(|source| {
-            RepairError::Backup {
-                dir: opts.backup_dir.clone(),
-                source,
-            }
-        })?;
-    report.backup = Some(backup.clone());
-    let started = Instant::now();
     let tables: Vec<_> = report
         .plan
         .tables
         .iter()
         .filter(|t| !t.is_empty())
         .collect();
+    // What a rollback restores exactly: the save, and the tables it lacks as empty tables (a
+    // change creates them; restoring the save alone would leave them behind).
+    let restore_point = rollback_input(&saved, tables.iter().map(|t| t.table.as_str()));
+    let backup = write_backup(&opts.backup_dir, &opts.node, host.ipv6(), &restore_point).map_err(
+        |error| RepairError::Backup {
+            dir: opts.backup_dir.clone(),
+            error,
+        },
+    )?;
+    report.backup = Some(backup.clone());
+    let started = Instant::now();
     let last = tables.len().saturating_sub(1);
     for (i, t) in tables.iter().enumerate() {
         let mut input = t.restore_input();
@@ -162,7 +165,10 @@ pub fn repair(
             inject_invalid_rule(&mut input);
         }
         if let Err(source) = host.restore_noflush(&input) {
-            let rollback = host.restore_exact(&saved).err().map(|e| e.to_string());
+            let rollback = host
+                .restore_exact(&restore_point)
+                .err()
+                .map(|e| e.to_string());
             return Err(RepairError::Apply {
                 table: t.table.clone(),
                 source: Box::new(source),
@@ -179,7 +185,10 @@ pub fn repair(
     report.verify_time = verify_started.elapsed();
     if !again.is_empty() {
         let remaining = again.tables.iter().map(|t| t.changes.len()).sum();
-        let rollback = host.restore_exact(&saved).err().map(|e| e.to_string());
+        let rollback = host
+            .restore_exact(&restore_point)
+            .err()
+            .map(|e| e.to_string());
         return Err(RepairError::Verify {
             remaining,
             backup,

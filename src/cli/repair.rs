@@ -94,8 +94,22 @@ pub struct RepairArgs {
     pub live: super::live::LiveArgs,
 }
 
-/// Runs `repair`.
-pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+/// Runs `repair`. With `-o json`, stdout holds exactly one JSON document, also when the
+/// repair fails (then `outcome` is `failed`, `rolled_back` or `rollback_failed`, see
+/// `failure_doc`); human text goes to stderr.
+pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let json = args.output == RepairFormat::Json;
+    let result = run_path(args, global);
+    if let (true, Err(e)) = (json, &result) {
+        println!("{}", serde_json::to_string_pretty(&failure_doc(e))?);
+    }
+    result
+}
+
+/// Runs the path of `repair` the arguments select: IPVS, through the API, this host, or the
+/// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
+/// stdout.
+fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if super::repair_ipvs::selected(&args)? {
         return super::repair_ipvs::run(args, _global);
     }
@@ -139,12 +153,16 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .context("parsing the render")?;
         let p = plan(&expected, &current, args.full);
         let refused = refusals(&guard, &current);
-        print_plan(&args, &p, &refused, painter)?;
-        return Ok(if p.is_empty() {
-            Outcome::Clean
-        } else {
-            Outcome::Drift
-        });
+        let ending = Ending {
+            refused: &refused,
+            nothing_to_do: p.is_empty(),
+            clean: None,
+            offline: true,
+            backup: None,
+            applied: String::new(),
+            figures: serde_json::json!({ "restore_bytes": p.restore_input().len() }),
+        };
+        return finish(&args, plan_doc(&args, &p, &refused, painter)?, &ending);
     }
 
     let (report, refused) = guarded_repair(
@@ -252,11 +270,11 @@ pub(super) fn report_outcome(
     refused: &[String],
     painter: Painter,
 ) -> anyhow::Result<Outcome> {
-    print_plan(args, &report.plan, refused, painter)?;
     let ending = Ending {
         refused,
         nothing_to_do: report.plan.is_empty(),
-        clean: "nothing to do: the node's kube-proxy rules already match",
+        clean: Some("nothing to do: the node's kube-proxy rules already match"),
+        offline: false,
         backup: report.backup.as_deref(),
         applied: format!(
             "applied and verified: {} bytes of restore input; restore {:.1} ms, read-back and verify {:.1} ms",
@@ -264,60 +282,215 @@ pub(super) fn report_outcome(
             report.restore_time.as_secs_f64() * 1000.0,
             report.verify_time.as_secs_f64() * 1000.0
         ),
+        figures: serde_json::json!({
+            "restore_bytes": report.restore_bytes,
+            "restore_ms": millis(report.restore_time),
+            "verify_ms": millis(report.verify_time),
+        }),
     };
-    Ok(finish(args, &ending, |line| println!("{line}")))
+    finish(
+        args,
+        plan_doc(args, &report.plan, refused, painter)?,
+        &ending,
+    )
 }
 
-/// What a repair came to, for the status lines after its plan.
+/// A duration in milliseconds, for JSON output.
+pub(super) fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// What a repair came to, for the status lines after its plan (text) or the outcome fields
+/// of its JSON document.
 pub(super) struct Ending<'a> {
     /// The guard's refusals.
     pub refused: &'a [String],
     /// The plan was empty.
     pub nothing_to_do: bool,
-    /// The line saying so.
-    pub clean: &'a str,
+    /// The line saying so (`None`: no line).
+    pub clean: Option<&'a str>,
+    /// A plan against saved dumps: nothing could be applied, so no dry-run line.
+    pub offline: bool,
     /// The backup taken before applying.
     pub backup: Option<&'a Path>,
     /// The line reporting the applied and verified plan.
     pub applied: String,
+    /// The figures of the repair (a JSON object: sizes, timings), added to the JSON document.
+    pub figures: serde_json::Value,
 }
 
-/// Prints (through `say`) the status lines of a repair whose plan was printed, and returns the
-/// exit outcome: 0 nothing to do or applied, 1 dry run with drift, 2 refused.
-pub(super) fn finish(args: &RepairArgs, ending: &Ending<'_>, say: impl Fn(&str)) -> Outcome {
-    if !ending.refused.is_empty() && args.apply {
+/// How a repair that ran to its end came out: the `outcome` field of `-o json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// The node (or the dumps) already match.
+    NothingToDo,
+    /// A plan was printed and nothing changed.
+    DryRun,
+    /// `--apply` was vetoed by the guard.
+    Refused,
+    /// The plan was applied and verified.
+    Applied,
+}
+
+impl Status {
+    fn of(args: &RepairArgs, ending: &Ending<'_>) -> Status {
+        if !ending.refused.is_empty() && args.apply {
+            Status::Refused
+        } else if ending.nothing_to_do {
+            Status::NothingToDo
+        } else if !args.apply {
+            Status::DryRun
+        } else {
+            Status::Applied
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Status::NothingToDo => "nothing_to_do",
+            Status::DryRun => "dry_run",
+            Status::Refused => "refused",
+            Status::Applied => "applied",
+        }
+    }
+
+    /// The exit outcome: 0 nothing to do or applied, 1 dry run with drift, 2 refused.
+    fn exit(self) -> Outcome {
+        match self {
+            Status::NothingToDo | Status::Applied => Outcome::Clean,
+            Status::DryRun => Outcome::Drift,
+            Status::Refused => Outcome::Error,
+        }
+    }
+}
+
+/// A plan ready to print: text (the status lines follow it) or the JSON object the outcome's
+/// fields are added to.
+pub(super) enum PlanDoc {
+    /// The plan as text.
+    Text(String),
+    /// The plan's JSON fields.
+    Json(serde_json::Map<String, serde_json::Value>),
+}
+
+/// Prints the plan `doc` and what the repair came to — the status lines after a text plan, or
+/// the outcome fields in the one JSON document — and returns the exit outcome: 0 nothing to do
+/// or applied, 1 dry run with drift, 2 refused.
+pub(super) fn finish(
+    args: &RepairArgs,
+    doc: PlanDoc,
+    ending: &Ending<'_>,
+) -> anyhow::Result<Outcome> {
+    use serde_json::Value;
+    let status = Status::of(args, ending);
+    match doc {
+        PlanDoc::Text(mut s) => {
+            match status {
+                Status::Refused => {}
+                Status::NothingToDo => {
+                    if let Some(line) = ending.clean {
+                        let _ = writeln!(s, "{line}");
+                    }
+                }
+                Status::DryRun => {
+                    if !ending.offline {
+                        let _ = writeln!(
+                            s,
+                            "dry run: nothing changed; re-run with --apply to install this plan"
+                        );
+                    }
+                }
+                Status::Applied => {
+                    if let Some(b) = ending.backup {
+                        let _ = writeln!(s, "backup: {}", b.display());
+                    }
+                    let _ = writeln!(s, "{}", ending.applied);
+                }
+            }
+            print!("{s}");
+        }
+        PlanDoc::Json(mut m) => {
+            m.insert("outcome".into(), status.name().into());
+            m.insert("applied".into(), (status == Status::Applied).into());
+            m.insert(
+                "backup".into(),
+                ending
+                    .backup
+                    .map_or(Value::Null, |b| b.display().to_string().into()),
+            );
+            if let Value::Object(figures) = &ending.figures {
+                m.extend(figures.clone());
+            }
+            println!("{}", serde_json::to_string_pretty(&Value::Object(m))?);
+        }
+    }
+    if status == Status::Refused {
         eprintln!("error: refusing to apply (use --force to override)");
-        return Outcome::Error;
     }
-    if ending.nothing_to_do {
-        say(ending.clean);
-        return Outcome::Clean;
-    }
-    if !args.apply {
-        say("dry run: nothing changed; re-run with --apply to install this plan");
-        return Outcome::Drift;
-    }
-    if let Some(b) = ending.backup {
-        say(&format!("backup: {}", b.display()));
-    }
-    say(&ending.applied);
-    Outcome::Clean
+    Ok(status.exit())
 }
 
-fn print_plan(
+/// The JSON document of a repair that failed: `outcome` is `rolled_back` (a change failed or
+/// did not verify, and the backup was restored), `rollback_failed` (restoring it failed too:
+/// `rollback_error` says why) or `failed` (nothing was changed); `backup` is the backup when
+/// one was taken, `error` the whole error message.
+pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
+    use crate::apply::ipvs::repair::IpvsRepairError;
+    let changed = match (
+        e.downcast_ref::<RepairError>(),
+        e.downcast_ref::<IpvsRepairError>(),
+    ) {
+        (
+            Some(
+                RepairError::Apply {
+                    backup, rollback, ..
+                }
+                | RepairError::Verify {
+                    backup, rollback, ..
+                },
+            ),
+            _,
+        )
+        | (
+            _,
+            Some(
+                IpvsRepairError::Apply {
+                    backup, rollback, ..
+                }
+                | IpvsRepairError::Verify {
+                    backup, rollback, ..
+                },
+            ),
+        ) => Some((backup, rollback)),
+        _ => None,
+    };
+    let outcome = match changed {
+        None => "failed",
+        Some((_, None)) => "rolled_back",
+        Some((_, Some(_))) => "rollback_failed",
+    };
+    serde_json::json!({
+        "outcome": outcome,
+        "applied": false,
+        "backup": changed.map(|(b, _)| b.display().to_string()),
+        "rollback_error": changed.and_then(|(_, r)| r.clone()),
+        "error": format!("{e:#}"),
+    })
+}
+
+/// The plan as `-o` asks: text, or the JSON fields `plan`, `refusals` and `restore_input`.
+fn plan_doc(
     args: &RepairArgs,
     p: &Plan,
     refused: &[String],
     painter: Painter,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<PlanDoc> {
     if args.output == RepairFormat::Json {
-        let doc = serde_json::json!({
-            "plan": p,
-            "refusals": refused,
-            "restore_input": p.restore_input(),
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        let mut doc = serde_json::Map::new();
+        doc.insert("plan".into(), serde_json::to_value(p)?);
+        doc.insert("refusals".into(), refused.into());
+        doc.insert("restore_input".into(), p.restore_input().into());
+        return Ok(PlanDoc::Json(doc));
     }
     let mut s = String::new();
     let _ = writeln!(
@@ -341,8 +514,7 @@ fn print_plan(
         );
     }
     write_refusals(&mut s, refused, painter);
-    print!("{s}");
-    Ok(())
+    Ok(PlanDoc::Text(s))
 }
 
 /// How [`write_chain_changes`] lays out a plan's chain changes.
@@ -428,4 +600,45 @@ fn state_age(files: &[PathBuf]) -> Option<Duration> {
         .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
         .max()
         .and_then(|m| m.elapsed().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::host::HostError;
+
+    fn apply_error(rollback: Option<&str>) -> anyhow::Error {
+        anyhow::Error::from(RepairError::Apply {
+            table: "nat".into(),
+            source: Box::new(HostError::Failed {
+                program: "iptables-restore".into(),
+                code: 2,
+                stderr: "bad rule".into(),
+            }),
+            backup: PathBuf::from("/b/node-ipv4-1.rules"),
+            rollback: rollback.map(str::to_string),
+        })
+        .context("repairing node n1")
+    }
+
+    #[test]
+    fn failure_documents_say_whether_the_node_was_restored() {
+        let doc = failure_doc(&apply_error(None));
+        assert_eq!(doc["outcome"], "rolled_back");
+        assert_eq!(doc["backup"], "/b/node-ipv4-1.rules");
+        assert_eq!(doc["rollback_error"], serde_json::Value::Null);
+        let error = doc["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("repairing node n1: applying table nat failed")
+                && error.ends_with("bad rule"),
+            "{error}"
+        );
+        let doc = failure_doc(&apply_error(Some("lock busy")));
+        assert_eq!(doc["outcome"], "rollback_failed");
+        assert_eq!(doc["rollback_error"], "lock busy");
+        let doc = failure_doc(&anyhow::anyhow!("no such state file"));
+        assert_eq!(doc["outcome"], "failed");
+        assert_eq!(doc["backup"], serde_json::Value::Null);
+        assert_eq!(doc["applied"], false);
+    }
 }

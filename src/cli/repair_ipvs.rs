@@ -5,8 +5,8 @@
 
 use super::common::{GlobalArgs, load_config, load_proxy_inputs, read_input};
 use super::repair::{
-    ChainListing, Ending, RepairArgs, RepairFormat, finish, input_facts, local_iptables,
-    unless_forced, write_chain_changes, write_refusals,
+    ChainListing, Ending, PlanDoc, RepairArgs, RepairFormat, finish, input_facts, local_iptables,
+    millis, unless_forced, write_chain_changes, write_refusals,
 };
 use crate::apply::ipvs::changes::{Ipvs0Change, IpvsChange};
 use crate::apply::ipvs::guard::{IpvsGuardInput, refusals};
@@ -107,15 +107,20 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .plan(&current, &rules, &ipt_text)
             .context("parsing the rendered IPVS-mode iptables rules")?;
         let refused = refusals(&guard, &current, &target.ownership(&current), &rules);
-        print_plan(&args, &plan, &refused, family, painter)?;
-        if plan.is_empty() {
-            say(
-                &args,
-                "nothing to do: the dumps already match kube-proxy's IPVS state",
-            );
-            return Ok(Outcome::Clean);
-        }
-        return Ok(Outcome::Drift);
+        let ending = Ending {
+            refused: &refused,
+            nothing_to_do: plan.is_empty(),
+            clean: Some("nothing to do: the dumps already match kube-proxy's IPVS state"),
+            offline: true,
+            backup: None,
+            applied: String::new(),
+            figures: serde_json::json!({}),
+        };
+        return finish(
+            &args,
+            plan_doc(&args, &plan, &refused, family, painter)?,
+            &ending,
+        );
     }
 
     let tools = IpvsTools {
@@ -133,11 +138,11 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             refusals(&guard, current, &target.ownership(current), rules)
         })
     })?;
-    print_plan(&args, &report.plan, &refused, family, painter)?;
     let ending = Ending {
         refused: &refused,
         nothing_to_do: report.plan.is_empty(),
-        clean: "nothing to do: the node's IPVS state and kube-proxy rules already match",
+        clean: Some("nothing to do: the node's IPVS state and kube-proxy rules already match"),
+        offline: false,
         backup: report.backup.as_deref(),
         applied: format!(
             "applied and verified: {} command(s) in {:.1} ms; read-back and verify {:.1} ms",
@@ -145,15 +150,17 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             report.apply_time.as_secs_f64() * 1000.0,
             report.verify_time.as_secs_f64() * 1000.0
         ),
+        figures: serde_json::json!({
+            "commands_run": report.commands,
+            "apply_ms": millis(report.apply_time),
+            "verify_ms": millis(report.verify_time),
+        }),
     };
-    Ok(finish(&args, &ending, |line| say(&args, line)))
-}
-
-/// Prints a status line after the plan (text output only: JSON stays one document).
-fn say(args: &RepairArgs, line: &str) {
-    if args.output == RepairFormat::Text {
-        println!("{line}");
-    }
+    finish(
+        &args,
+        plan_doc(&args, &report.plan, &refused, family, painter)?,
+        &ending,
+    )
 }
 
 /// Reads the offline dumps: the IPVS state and the iptables-save text.
@@ -214,24 +221,27 @@ pub fn commands(p: &IpvsPlan) -> Vec<String> {
     v
 }
 
-fn print_plan(
+/// The plan as `-o` asks: text, or the JSON fields `mode`, `plan`, `commands`,
+/// `ipset_restore_input`, `iptables_restore_input` and `refusals`.
+fn plan_doc(
     args: &RepairArgs,
     p: &IpvsPlan,
     refused: &[String],
     family: crate::state::ip::IpFamily,
     painter: Painter,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<PlanDoc> {
     if args.output == RepairFormat::Json {
-        let doc = serde_json::json!({
-            "mode": "ipvs",
-            "plan": p,
-            "commands": commands(p),
-            "ipset_restore_input": p.ipset_input(),
-            "iptables_restore_input": p.iptables.restore_input(),
-            "refusals": refused,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        let mut doc = serde_json::Map::new();
+        doc.insert("mode".into(), "ipvs".into());
+        doc.insert("plan".into(), serde_json::to_value(p)?);
+        doc.insert("commands".into(), commands(p).into());
+        doc.insert("ipset_restore_input".into(), p.ipset_input().into());
+        doc.insert(
+            "iptables_restore_input".into(),
+            p.iptables.restore_input().into(),
+        );
+        doc.insert("refusals".into(), refused.into());
+        return Ok(PlanDoc::Json(doc));
     }
     let mut s = String::new();
     let _ = writeln!(s, "plan (IPVS mode, {family}): {}", p.summary());
@@ -275,8 +285,7 @@ fn print_plan(
         let _ = writeln!(s, "{} {k}", painter.paint(Role::Dim, "keep:"));
     }
     write_refusals(&mut s, refused, painter);
-    print!("{s}");
-    Ok(())
+    Ok(PlanDoc::Text(s))
 }
 
 /// Writes `heading` and the indented `lines` under it, nothing when there are no lines.

@@ -137,3 +137,41 @@ pub fn web_reachable(topo: &Topology) -> bool {
         .map(|t| t.ok() == 12)
         .unwrap_or(false)
 }
+
+/// `o`'s stdout as the one JSON document `repair -o json` prints; fails the test when stdout
+/// is not exactly one JSON document (e.g. status lines after it).
+#[track_caller]
+pub fn json_doc(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", text(o)))
+}
+
+/// The `outcome` field of a `repair -o json` document.
+pub fn outcome(doc: &serde_json::Value) -> &str {
+    doc.get("outcome")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The rules of a save and the user chains it declares, each prefixed with its table, without
+/// counters: what must be equal before a repair and after its rollback. Empty tables, built-in
+/// chains and their policies are left out (a table the node gets only once a rule was written
+/// to it comes back empty).
+pub fn rules_and_user_chains(save: &str) -> Vec<String> {
+    const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+    let mut table = String::new();
+    let mut out = Vec::new();
+    for l in rules_only(save) {
+        if let Some(t) = l.strip_prefix('*') {
+            table = t.to_string();
+            continue;
+        }
+        let user_chain = l
+            .strip_prefix(':')
+            .is_some_and(|c| !BUILTIN.contains(&c.split_whitespace().next().unwrap_or_default()));
+        if l.starts_with("-A ") || user_chain {
+            out.push(format!("{table}: {l}"));
+        }
+    }
+    out
+}

@@ -537,7 +537,10 @@ fn roll_back(
     if let Err((step, e)) = exec.first_half(&back) {
         errors.push(format!("{step}: {e}"));
     }
-    if let Err(e) = ipt.restore_exact(&snap.iptables_save) {
+    // Tables the plan created (absent from the saved rules) are emptied too.
+    let touched = forward.iptables.tables.iter().map(|t| t.table.as_str());
+    let restore_point = crate::apply::backup::rollback_input(&snap.iptables_save, touched);
+    if let Err(e) = ipt.restore_exact(&restore_point) {
         errors.push(format!("iptables-restore of the saved rules: {e}"));
     }
     if let Err((step, e)) = exec.second_half(&back, false) {

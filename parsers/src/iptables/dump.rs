@@ -120,6 +120,11 @@ fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
 }
 
+/// What may end a line besides its words: blanks and the `\r` of a CRLF line end.
+fn is_line_end(c: char) -> bool {
+    is_blank(c) || c == '\r'
+}
+
 /// `word = 1*( any char except blank )` (memchr-fast).
 fn word(i: &str) -> IResult<&str, &str> {
     let n = memchr::memchr2(b' ', b'\t', i.as_bytes()).unwrap_or(i.len());
@@ -274,8 +279,10 @@ impl<'a> DumpParser<'a, '_> {
             "-P" | "--policy" => {
                 let (rest, name) = need_chain()?;
                 let r = rest.trim_start_matches(is_blank);
-                let (mut rest, policy) =
-                    word(r).map_err(|_| Fail::new(at(r), "a policy (`ACCEPT` or `DROP`)", r))?;
+                let (mut rest, policy) = word(r)
+                    .ok()
+                    .filter(|(_, p)| *p != "-")
+                    .ok_or_else(|| Fail::new(at(r), "a policy (`ACCEPT` or `DROP`)", r))?;
                 let mut counters = None;
                 let r = rest.trim_start_matches(is_blank);
                 if let Some(c) = r.strip_prefix("-c") {
@@ -496,10 +503,12 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
     let mut line_no: u32 = 0;
     while start < bytes.len() {
         let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |n| start + n);
-        let line = text[start..end].trim_end();
+        // Only blanks (and the `\r` of CRLF) surround a line: other whitespace (`\x0c`, …) is part
+        // of a word, as everywhere else in the line.
+        let line = text[start..end].trim_end_matches(is_line_end);
         start = end + 1;
         line_no = line_no.saturating_add(1);
-        let body = line.trim_start();
+        let body = line.trim_start_matches(is_blank);
         if body.is_empty() {
             continue;
         }
@@ -559,8 +568,8 @@ pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
         implicit_table: "filter",
         chain_index: Vec::new(),
     };
-    let trimmed = line.trim_end();
-    let body = trimmed.trim_start();
+    let trimmed = line.trim_end_matches(is_line_end);
+    let body = trimmed.trim_start_matches(is_blank);
     let lead = trimmed.len() - body.len();
     match p.command(body, 1) {
         Ok(Line::Rule(r)) => Ok(r),
@@ -687,6 +696,36 @@ mod tests {
         assert_eq!(d.tables[0].name, "filter");
         let e = parse_dump(text, &ParseOptions::strict().with_table("bogus")).unwrap_err();
         assert!(e.expected.contains("table name"));
+    }
+
+    /// Fuzzing (`round_trip`) found `:KUBE-FIREWALL\x0c - [0:0]` … `-X KUBE-FIREWALL\x0c`: the line
+    /// was trimmed of all Unicode whitespace but words split only at blanks, so the `-X` named
+    /// another chain than the declaration.
+    #[test]
+    fn only_blanks_are_trimmed_from_lines() {
+        let d =
+            strict("*filter\n:KUBE-FIREWALL\x0c - [0:0]\n-X KUBE-FIREWALL\x0c\nCOMMIT\n").unwrap();
+        let t = &d.tables[0];
+        assert_eq!(t.commands[0].chain, t.chains[0].name);
+        assert_eq!(t.commands[0].chain, "KUBE-FIREWALL\x0c");
+        let d = strict("*filter\r\n-A X -j ACCEPT \t\r\nCOMMIT\r\n").unwrap();
+        assert_eq!(d.tables[0].rules[0].raw, "-j ACCEPT");
+        assert_eq!(
+            parse_rule_line("-A X -j ACCEPT\x0c").unwrap().raw,
+            "-j ACCEPT\x0c"
+        );
+    }
+
+    /// Fuzzing (`round_trip`) found `-P INPU -`: read as the policy `-`, which the `:CHAIN -`
+    /// form means "no policy", so the printed ruleset lost it on re-parsing.
+    #[test]
+    fn dash_is_no_policy_for_p() {
+        let e = strict("-P INPU -\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.col, e.expected.as_str()),
+            (1, 9, "a policy (`ACCEPT` or `DROP`)")
+        );
+        assert!(strict("-P INPUT DROP\n").is_ok());
     }
 
     #[test]

@@ -83,10 +83,17 @@ impl<'a> Tok<'a> {
         !self.quoted && self.text == "!"
     }
 
-    /// The word as a slice of the input; quoted words with escapes cannot be borrowed.
+    /// The word as a slice of the input, for names and single-word values. Quoted words with
+    /// escapes cannot be borrowed; quoted words that are empty or hold blanks are no name (they
+    /// could not be printed back as the one bare word `iptables-save` prints).
     pub(crate) fn borrowed(&self) -> Result<&'a str, Fail> {
         match &self.text {
-            Cow::Borrowed(s) => Ok(s),
+            Cow::Borrowed(s) if !self.quoted || !(s.is_empty() || s.contains(is_blank)) => Ok(s),
+            Cow::Borrowed(s) => Err(Fail::new(
+                self.start,
+                "a name (not empty, without blanks)",
+                &format!("\"{s}\""),
+            )),
             Cow::Owned(s) => Err(Fail::new(self.start, "a name without escapes", s)),
         }
     }

@@ -50,6 +50,9 @@ struct TargetSpec<'a> {
     name: &'a str,
     name_start: usize,
     stray: Range<usize>,
+    /// One past the last word of the target's own run: the name, stray words, and the options
+    /// (with values) it owns that directly follow. Later words belong elsewhere.
+    run_end: usize,
 }
 
 /// Reusable buffers, so that parsing a line allocates only what the AST keeps.
@@ -132,6 +135,7 @@ pub(crate) fn parse_spec<'a>(
         if !tok.is_option() {
             if let Some(t) = target.as_mut().filter(|t| after_target && t.stray.end == i) {
                 t.stray.end = i + 1;
+                t.run_end = i + 1;
                 i += 1;
                 continue;
             }
@@ -210,6 +214,7 @@ pub(crate) fn parse_spec<'a>(
                     name: v.borrowed()?,
                     name_start: v.start,
                     stray: i + 2..i + 2,
+                    run_end: i + 2,
                 });
                 after_target = true;
                 i += 2;
@@ -257,6 +262,12 @@ pub(crate) fn parse_spec<'a>(
                         },
                     },
                 };
+                if let Some(t) = target
+                    .as_mut()
+                    .filter(|t| owner == Owner::Target && t.run_end == i)
+                {
+                    t.run_end = end;
+                }
                 opts.push(PendingOpt {
                     owner,
                     negated,
@@ -307,7 +318,14 @@ pub(crate) fn parse_spec<'a>(
     let target = match target {
         None => None,
         Some(t) => {
-            let raw = line[t.name_start..].trim_end();
+            // Only the target's own words: an option after it that a module owns is printed with
+            // that module, and must not be printed again as part of the target.
+            let run_end =
+                (t.run_end.checked_sub(1).and_then(|w| toks.get(w))).map_or(line.len(), |w| w.end);
+            let raw = line
+                .get(t.name_start..run_end)
+                .unwrap_or_default()
+                .trim_end();
             Some(build_target(
                 t.goto,
                 t.name,
@@ -639,5 +657,59 @@ mod tests {
     fn unquoted_multi_word_comment_is_one_comment() {
         let s = spec("-m comment --comment kubernetes service portals -j KUBE-SERVICES").unwrap();
         assert!(matches!(modules(&s)[0], Module::Comment(c) if c == "kubernetes service portals"));
+    }
+
+    /// Fuzzing (`round_trip`) found `-A ER1132 -p udp --sport 10 -j SNAT --`: the `--` after the
+    /// unreadable target went to the `udp` module *and* stayed in the target's text, so the
+    /// canonical form printed it twice and grew on every round trip.
+    #[test]
+    fn options_a_module_owns_are_not_part_of_an_unreadable_targets_text() {
+        let s = spec("-p udp --sport 10 -j SNAT --").unwrap();
+        assert!(matches!(modules(&s)[0], Module::Ports { other, .. } if other.len() == 1));
+        assert!(matches!(
+            s.target,
+            Some(Target::Unreadable { raw: "SNAT", .. })
+        ));
+        let s =
+            spec("-j DNAT [unsupported revision] --to-destination 0.0.0.0:0 -m foo --bar").unwrap();
+        assert!(matches!(
+            s.target,
+            Some(Target::Unreadable {
+                raw: "DNAT [unsupported revision] --to-destination 0.0.0.0:0",
+                ..
+            })
+        ));
+    }
+
+    /// Fuzzing (`round_trip`) found quoted names with blanks or empty (`-m "AWS, outbound
+    /// connections"`, `-p "lb_ traffic requiring SNAT"`, `-p " -j KUBE-PROXY-FIRtp"`): accepted as
+    /// names, then printed bare by the canonical form, which no longer parsed as the same rule.
+    #[test]
+    fn quoted_names_with_blanks_or_empty_are_errors() {
+        for (line, at) in [
+            (
+                r#"-m "AWS, outbound connections" -j AWS-CONNMARK-CHAIN-0"#,
+                3,
+            ),
+            (r#"-p "lb_ traffic requiring SNAT" -j MASQUERADE"#, 3),
+            (
+                r#"-d 10.43.143.108/32 -p " -j KUBE-PROXY-FIRtp" -j KUBE-MARK-MASQ"#,
+                23,
+            ),
+            (r#"-p tcp -p "" -j ACCEPT"#, 10),
+            (r#"-j "KUBE MARK""#, 3),
+            (
+                r#"-m conntrack --ctstate "RELATED, ESTABLISHED" -j ACCEPT"#,
+                23,
+            ),
+        ] {
+            let e = spec(line).unwrap_err();
+            assert_eq!(
+                (e.at, e.expected.as_ref()),
+                (at, "a name (not empty, without blanks)"),
+                "{line}"
+            );
+        }
+        assert!(spec(r#"-m "comment" --comment "a b" -p "tcp" -j "ACCEPT""#).is_ok());
     }
 }

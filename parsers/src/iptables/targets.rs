@@ -112,7 +112,8 @@ fn mark_op(opts: &[OptView<'_, '_>]) -> Result<Option<MarkOp>, Fail> {
 }
 
 /// Builds the target from `-j NAME` (or `-g NAME` when `goto`), the words that followed the name
-/// before any option (`stray`), its options, and its text (`raw`, from the name to the line end).
+/// before any option (`stray`), its options, and its text (`raw`, from the name to the end of
+/// its own words).
 pub(crate) fn build_target<'a>(
     goto: bool,
     name: &'a str,

@@ -552,14 +552,19 @@ mod tests {
         }
         // The direct path itself took the common layouts, including kubectl's (`items` first).
         assert!(direct::from_json(LIST).is_some());
-        let kubectl = LIST.replace(r#""kind":"List","items":"#, r#""items":"#).replace(
-            "\n]}",
-            "\n],\"kind\":\"List\",\"metadata\":{\"resourceVersion\":\"\"}}",
-        );
+        let kubectl = LIST
+            .replace(r#""kind":"List","items":"#, r#""items":"#)
+            .replace(
+                "\n]}",
+                "\n],\"kind\":\"List\",\"metadata\":{\"resourceVersion\":\"\"}}",
+            );
         assert!(kubectl.find("\"items\"") < kubectl.rfind("\"kind\":\"List\""));
         let direct = direct::from_json(&kubectl).map(|s| (s.services, s.endpoint_slices, s.nodes));
         let slow = from_str_via_values(&kubectl, "t.json").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(direct, Some((slow.services, slow.endpoint_slices, slow.nodes)));
+        assert_eq!(
+            direct,
+            Some((slow.services, slow.endpoint_slices, slow.nodes))
+        );
         assert!(direct::from_json(kind_last).is_some());
         // `items` first but not a list kind: left to the `Value` path.
         assert!(direct::from_json(r#"{"items":[],"kind":"Service"}"#).is_none());

@@ -229,8 +229,9 @@ pub fn write_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// A generic value: bare unless the lexer would misread it (blank, quote, backslash, empty, or
-/// looking like an option or `!`); hex numbers without leading zeros.
+/// A generic value: bare unless the lexer would misread it (blank, double quote, empty, or
+/// looking like an option or `!`; iptables-restore reads `\` and `'` literally outside quotes, as
+/// iptables-save prints them); hex numbers without leading zeros.
 fn write_value(out: &mut String, v: &str) {
     if let Some(n) = normalize_hex(v) {
         out.push_str(&n);
@@ -242,8 +243,7 @@ fn write_value(out: &mut String, v: &str) {
         || v == "!"
         || option_like
         || v.starts_with('"')
-        || v.bytes()
-            .any(|c| matches!(c, b' ' | b'\t' | b'"' | b'\\' | b'\''));
+        || v.bytes().any(|c| matches!(c, b' ' | b'\t' | b'"'));
     if needs {
         write_quoted(out, v);
     } else {
@@ -813,5 +813,24 @@ mod fast_format_tests {
             push_ip(&mut s, ip);
             assert_eq!(s, ip.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod quoting_tests {
+    use super::*;
+    use kproxy_parsers::iptables::parse_rule_line;
+
+    /// Values with `'` or `\` are printed bare, as iptables-save does, and read back the same
+    /// (found by the round-trip fuzz target: a quoted, escaped set name no longer parsed).
+    #[test]
+    fn apostrophes_and_backslashes_stay_bare_and_round_trip() {
+        let line = r"-A X -m set --match-set KUBE-HE'\x dst -j ACCEPT";
+        let rule = parse_rule_line(line).unwrap_or_else(|e| panic!("{e}"));
+        let canon = CanonicalRule::of(&rule, Family::V4);
+        assert!(canon.as_str().contains(r"KUBE-HE'\x dst"), "{canon}");
+        let text = format!("-A X {}", canon.as_str());
+        let again = parse_rule_line(&text).unwrap_or_else(|e| panic!("{canon}: {e}"));
+        assert_eq!(CanonicalRule::of(&again, Family::V4), canon);
     }
 }

@@ -49,11 +49,11 @@ pub struct RepairArgs {
     /// Rewrite every kube-proxy chain, as a kube-proxy full sync does.
     #[arg(long)]
     pub full: bool,
-    /// Where to save the backup taken before applying. For a remote node it is written on this
-    /// machine, and the default below is replaced by $XDG_STATE_HOME/kproxy/backups (else
-    /// ~/.local/state/kproxy/backups, else ./kproxy-backups).
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_BACKUP_DIR)]
-    pub backup_dir: PathBuf,
+    /// Where to save the backup taken before applying [default on the node: /var/lib/kproxy/backups;
+    /// for a remote node the backup is written on this machine, default
+    /// $XDG_STATE_HOME/kproxy/backups, else ~/.local/state/kproxy/backups, else ./kproxy-backups].
+    #[arg(long, value_name = "DIR")]
+    pub backup_dir: Option<PathBuf>,
     /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old state).
     #[arg(long)]
     pub force: bool,
@@ -92,6 +92,15 @@ pub struct RepairArgs {
     /// kube-proxy ConfigMap, command timeout).
     #[command(flatten)]
     pub live: super::live::LiveArgs,
+}
+
+impl RepairArgs {
+    /// `--backup-dir`, or the on-node default [`DEFAULT_BACKUP_DIR`] (local and IPVS repair).
+    pub fn local_backup_dir(&self) -> PathBuf {
+        self.backup_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKUP_DIR))
+    }
 }
 
 /// Runs `repair`. With `-o json`, stdout holds exactly one JSON document, also when the
@@ -171,7 +180,7 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         &expected_text,
         &guard,
         &inputs.facts.node_name,
-        args.backup_dir.clone(),
+        args.local_backup_dir(),
     )?;
     report_outcome(&args, &report, &refused, painter)
 }

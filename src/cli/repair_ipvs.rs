@@ -129,7 +129,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let ipt = local_iptables(&args, family == crate::state::ip::IpFamily::V6);
     let opts = IpvsRepairOptions {
         apply: args.apply,
-        backup_dir: args.backup_dir.clone(),
+        backup_dir: args.local_backup_dir(),
         node: inputs.facts.node_name.clone(),
         inject_fault: args.inject_fault,
     };

@@ -7,7 +7,6 @@
 use super::common::{GlobalArgs, ProxyInputs, print_warnings};
 use super::live::{CollectorChoice, LiveState};
 use super::repair::{RepairArgs, expected_and_guard, guarded_repair, report_outcome};
-use crate::apply::backup::DEFAULT_BACKUP_DIR;
 use crate::apply::host::{Backend, tool_name};
 use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
 use crate::collect::{self, CommandRunner, NodeSnapshot};
@@ -137,7 +136,7 @@ fn repair_through<R: CommandRunner>(
         &expected_text,
         &guard,
         &inputs.facts.node_name,
-        backup_dir(&args.backup_dir),
+        backup_dir(args.backup_dir.as_deref()),
     )
     .with_context(|| format!("repairing node {node} through {label}"))?;
     report_outcome(args, &report, &refused, Painter::for_stdout())
@@ -193,12 +192,11 @@ fn dump_of(snap: &NodeSnapshot, ipv6: bool, backend: Backend) -> Option<&str> {
     }
 }
 
-/// Where a remote node's backup goes on this machine: `--backup-dir` when it names another
-/// directory than the on-node default, else `$XDG_STATE_HOME/kproxy/backups`, else
-/// `~/.local/state/kproxy/backups`, else `./kproxy-backups`.
-fn backup_dir(given: &std::path::Path) -> PathBuf {
-    if given != std::path::Path::new(DEFAULT_BACKUP_DIR) {
-        return given.to_path_buf();
+/// Where a remote node's backup goes on this machine: `--backup-dir` when given, else
+/// `$XDG_STATE_HOME/kproxy/backups`, else `~/.local/state/kproxy/backups`, else `./kproxy-backups`.
+fn backup_dir(given: Option<&std::path::Path>) -> PathBuf {
+    if let Some(dir) = given {
+        return dir.to_path_buf();
     }
     let absolute = |v: Option<std::ffi::OsString>| {
         v.map(PathBuf::from)

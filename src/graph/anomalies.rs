@@ -87,11 +87,11 @@ fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: 
     if !complete {
         return;
     }
-    for (target, rules) in &ti.jumps_to {
-        if ti.is_declared(target) || BUILTIN_CHAINS.contains(target) {
+    for target in ti.table.jump_targets() {
+        if ti.is_declared(target) || BUILTIN_CHAINS.contains(&target) {
             continue;
         }
-        for r in rules {
+        for (_, r) in ti.table.jumps_to(target) {
             out.push(anomaly(
                 AnomalyKind::UndeclaredJump,
                 table,
@@ -109,7 +109,7 @@ fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<An
         let Some(kind) = classify(table, chain) else {
             continue;
         };
-        let referenced = ti.jumps_to.contains_key(chain);
+        let referenced = ti.table.is_jump_target(chain);
         let check = match kind {
             ChainKind::Fixed => full_dump && !NEVER_REFERENCED.contains(&chain),
             _ => true,

@@ -1,10 +1,9 @@
-//! A by-name view over a [`Ruleset`] for the graph builder: per table, each chain's rules in order,
-//! which chains are declared, and who jumps where (sorted maps, so the graph is deterministic).
+//! A by-name view over a [`Ruleset`] for the graph builder: per table, the chain names sorted (so
+//! the graph is deterministic) over the model's own chain and jump indexes.
 
 use crate::model::{RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Match, Module, Rule, Target};
-use kproxy_parsers::iptables::NameHash;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 pub(crate) use crate::model::BUILTIN_CHAINS;
 
@@ -15,8 +14,6 @@ pub(crate) struct TableIndex<'d, 'a> {
     pub table: &'d TableRules<'a>,
     /// Every chain name that is declared or has rules, sorted (iterate this for a stable order).
     pub names: Vec<&'a str>,
-    /// For each jump/goto target: the rules that jump there.
-    pub jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>, NameHash>,
     /// Whether any chain is declared with `:NAME` / `-N NAME` / `-P NAME`.
     pub any_declared: bool,
 }
@@ -55,17 +52,9 @@ impl<'d, 'a> DumpIndex<'d, 'a> {
             let mut names: Vec<&'a str> = t.chains.iter().map(|c| c.name).collect();
             names.sort_unstable();
             names.dedup();
-            let mut jumps_to: HashMap<&'a str, Vec<&'d RuleEntry<'a>>, NameHash> =
-                HashMap::default();
-            for r in t.chains.iter().flat_map(|c| c.rules.iter()) {
-                if let Some(target) = jump_target(r) {
-                    jumps_to.entry(target).or_default().push(r);
-                }
-            }
             let ti = TableIndex {
                 table: t,
                 names,
-                jumps_to,
                 any_declared: t.chains.iter().any(|c| c.declared_at.is_some()),
             };
             idx.tables.insert(t.name, ti);

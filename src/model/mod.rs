@@ -127,9 +127,9 @@ impl<'a> TableRules<'a> {
         self.chain(name).map_or(&[], |c| c.rules.as_slice())
     }
 
-    /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
-    pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
-        let jumps = self.jumps.get_or_init(|| {
+    /// Jump/goto target → the rules that jump there, built on first use.
+    fn jump_index(&self) -> &HashMap<&'a str, Vec<RuleRef>, NameHash> {
+        self.jumps.get_or_init(|| {
             let mut m: HashMap<&'a str, Vec<RuleRef>, NameHash> = HashMap::default();
             for (ci, c) in self.chains.iter().enumerate() {
                 for (ri, r) in c.rules.iter().enumerate() {
@@ -142,8 +142,22 @@ impl<'a> TableRules<'a> {
                 }
             }
             m
-        });
-        jumps
+        })
+    }
+
+    /// Every chain some rule jumps (`-j`) or goes (`-g`) to, in no particular order.
+    pub fn jump_targets(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.jump_index().keys().copied()
+    }
+
+    /// Whether some rule jumps or goes to chain `name`.
+    pub fn is_jump_target(&self, name: &str) -> bool {
+        self.jump_index().contains_key(name)
+    }
+
+    /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
+    pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
+        self.jump_index()
             .get(name)
             .map_or(&[][..], Vec::as_slice)
             .iter()

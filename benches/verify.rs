@@ -12,55 +12,17 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kproxy::compare::{DumpText, VerifyInput, verify};
-use kproxy::state::ip::IpFamily;
-use kproxy_parsers::iptables::ParseOptions;
-use std::hint::black_box;
-use std::path::PathBuf;
+#[path = "support/scale.rs"]
+mod scale;
 
-fn scale_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/scale")
-}
+use kproxy::compare::verify;
+use std::hint::black_box;
 
 fn benches(c: &mut Criterion) {
-    let dir = scale_dir();
-    let (Ok(state_text), Ok(config_text), Ok(dump)) = (
-        std::fs::read_to_string(dir.join("state.json")),
-        std::fs::read_to_string(dir.join("config.yaml")),
-        std::fs::read_to_string(dir.join("scale.nft.save")),
-    ) else {
-        eprintln!(
-            "verify bench: {} missing; run `sudo testdata/make-scale-dump.sh` first",
-            dir.join("scale.nft.save").display()
-        );
+    let Some(scale) = scale::Scale::load("verify bench") else {
         return;
     };
-    let state =
-        kproxy::state::load::from_str(&state_text, "state.json").unwrap_or_else(|e| panic!("{e}"));
-    let (config, _) =
-        kproxy::state::config::parse(&config_text, "config.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let args = kproxy::cli::common::NodeFactArgs {
-        ip_family: "4".into(),
-        random_fully: true,
-        nfacct: Some("none".into()),
-        ..Default::default()
-    };
-    let (facts, _) =
-        kproxy::state::node::build(&args, &state, &config).unwrap_or_else(|e| panic!("{e}"));
-    let input = VerifyInput {
-        node: "node-1",
-        state: &state,
-        config: &config,
-        facts: &facts,
-        dumps: vec![DumpText {
-            label: "scale.nft.save",
-            text: &dump,
-            family: IpFamily::V4,
-        }],
-        legacy: None,
-        nft_ruleset: None,
-        parse: ParseOptions::strict(),
-    };
+    let input = scale.verify_input();
     // Sanity: the dump is what kube-proxy would write, so the report is clean.
     let report = verify(&input).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(

@@ -185,18 +185,18 @@ fn real_world_samples_carry_the_details_that_make_them_interesting() {
     assert_eq!(d.version, Some("v1.8.10"));
     assert_eq!(d.family, Family::V4);
     let all: Vec<_> = d.tables.iter().flat_map(|t| &t.rules).collect();
-    assert!(all.iter().any(|r| r.matches.iter().any(
-        |m| matches!(m, Match::Module(Module::Comment(c)) if c.contains("pod's local node"))
+    assert!(all.iter().any(|r| r.matches().any(
+        |m| matches!(m, Match::Module(Module::Comment(c)) if c.value().contains("pod's local node"))
     )));
     assert!(
         all.iter()
-            .any(|r| matches!(&r.target, Some(Target::Generic { name: "NFLOG", .. })))
+            .any(|r| matches!(&r.target(), Some(Target::Generic { name: "NFLOG", .. })))
     );
 
     // 06: `[p:b]` rule counters.
     let d = parse_dump(get("06-").expect("06"), &ParseOptions::lenient()).expect("06");
     let nat = d.tables.iter().find(|t| t.name == "nat").expect("nat");
-    assert_eq!(nat.rules[0].counters.map(|c| c.packets), Some(402_612));
+    assert_eq!(nat.rules[0].counters().map(|c| c.packets), Some(402_612));
 
     // 29: inline `-c 0 0` counters of `-S -v`.
     let d = parse_dump(
@@ -207,7 +207,7 @@ fn real_world_samples_carry_the_details_that_make_them_interesting() {
     let inline = d.tables[0]
         .rules
         .iter()
-        .filter(|r| r.counters.is_some())
+        .filter(|r| r.counters().is_some())
         .count();
     assert_eq!(inline, 4);
 
@@ -218,12 +218,12 @@ fn real_world_samples_carry_the_details_that_make_them_interesting() {
     )
     .expect("31");
     let rules = &d.tables[0].rules;
-    assert!(rules.iter().any(|r| r.matches.iter().any(|m| matches!(
+    assert!(rules.iter().any(|r| r.matches().any(|m| matches!(
         m,
         Match::Module(Module::Nfacct("localhost_nps_accepted_pkts"))
     ))));
     assert!(rules.iter().any(|r| matches!(
-        r.target,
+        r.target(),
         Some(Target::Snat {
             random_fully: true,
             ..
@@ -249,8 +249,8 @@ fn real_world_samples_carry_the_details_that_make_them_interesting() {
         .iter()
         .find(|r| r.raw.contains("--rcheck"))
         .expect("rcheck rule");
-    assert!(matches!(&r.target, Some(Target::Jump(c)) if c.starts_with("KUBE-SEP-")));
-    assert!(r.matches.iter().any(
+    assert!(matches!(&r.target(), Some(Target::Jump(c)) if c.starts_with("KUBE-SEP-")));
+    assert!(r.matches().any(
         |m| matches!(m, Match::Module(Module::Recent(x)) if x.seconds == Some(10800) && x.reap)
     ));
 }
@@ -323,7 +323,7 @@ fn every_packetflow_ruleset_parses_strictly() {
         let jump = rs
             .rules("filter", "INPUT")
             .first()
-            .map(|r| r.canonical.to_string());
+            .map(|r| r.canonical(rs.family).to_string());
         if let Some(j) = jump.filter(|j| j.contains("health check")) {
             assert!(
                 j.contains(r#"--comment "kubernetes health check service ports""#),
@@ -518,7 +518,7 @@ fn ruleset_lookups() {
     let rs = Ruleset::parse(text, &ParseOptions::strict()).expect("parse");
     assert_eq!(rs.rules("nat", "KUBE-SVC-A").len(), 2);
     assert!(matches!(
-        rs.rules("nat", "KUBE-SVC-A")[0].target,
+        rs.rules("nat", "KUBE-SVC-A")[0].target(),
         Some(Target::Jump("KUBE-MARK-MASQ"))
     ));
     assert!(rs.chain("nat", "KUBE-STALE").is_none());
@@ -789,7 +789,7 @@ fn restore_payloads_equal_what_iptables_save_prints() {
                 t.chains
                     .iter()
                     .flat_map(|c| &c.rules)
-                    .all(|r| match r.target {
+                    .all(|r| match r.target() {
                         Some(Target::Jump(j) | Target::Goto(j)) => t.chain(j).is_some(),
                         _ => true,
                     })
@@ -817,14 +817,17 @@ fn restore_payloads_equal_what_iptables_save_prints() {
                     let back = saved.chain(t.name, c.name).unwrap_or_else(|| {
                         panic!("{backend:?} {name}: {} {} missing", t.name, c.name)
                     });
-                    let want: Vec<&str> = c.rules.iter().map(|r| r.canonical.as_str()).collect();
-                    let got: Vec<&str> = back.rules.iter().map(|r| r.canonical.as_str()).collect();
+                    let canon = |rs: &Ruleset<'_>, r: &kproxy::model::RuleEntry<'_>| {
+                        r.canonical(rs.family).into_string()
+                    };
+                    let want: Vec<String> = c.rules.iter().map(|r| canon(&written, r)).collect();
+                    let got: Vec<String> = back.rules.iter().map(|r| canon(&saved, r)).collect();
                     assert_eq!(want, got, "{backend:?} {name}: {} {}", t.name, c.name);
                     if t.name == "nat" {
-                        let via_s: Vec<&str> = listed
+                        let via_s: Vec<String> = listed
                             .rules("nat", c.name)
                             .iter()
-                            .map(|r| r.canonical.as_str())
+                            .map(|r| canon(&listed, r))
                             .collect();
                         assert_eq!(want, via_s, "{backend:?} {name}: -S nat {}", c.name);
                     }

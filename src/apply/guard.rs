@@ -108,7 +108,7 @@ pub fn unreadable_refusal(current: &Ruleset<'_>) -> Option<String> {
         .iter()
         .flat_map(|t| &t.chains)
         .flat_map(|c| &c.rules)
-        .filter(|r| matches!(r.rule.target, Some(Target::Unreadable { .. })))
+        .filter(|r| matches!(r.rule.target(), Some(Target::Unreadable { .. })))
         .count();
     (unreadable > 0).then(|| format!(
         "{unreadable} rules are unreadable by this host's iptables (userspace/kernel version mismatch): the dump cannot be trusted"

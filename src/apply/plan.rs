@@ -7,7 +7,8 @@
 //! collection rule, spec §12) and no rule outside the rewritten chains still jumps to them.
 
 use crate::graph::ownership::{is_kube_proxy_chain, service_chain};
-use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
+use crate::model::{Chain, Fingerprint, RuleEntry, Ruleset, TableRules};
+use kproxy_parsers::iptables::{Family, Match, Module};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -173,16 +174,20 @@ fn plan_table(
         let cc = current.and_then(|t| t.chain(ec.name));
         let action = match cc {
             None => Some(ChainAction::Create),
-            Some(cc) if full || !chain_equal(expected.name, ec, cc) => Some(ChainAction::Rewrite),
+            Some(cc) if full || !chain_equal(expected.name, ec, cc, expected.family) => {
+                Some(ChainAction::Rewrite)
+            }
             Some(_) => None,
         };
         if let Some(action) = action {
             rewritten.insert(ec.name);
-            changes.push(rewrite_change(ec, cc, action));
+            changes.push(rewrite_change(ec, cc, action, expected.family));
         }
     }
     for ec in expected.chains.iter().filter(|c| BUILTIN.contains(&c.name)) {
-        if let Some(change) = missing_jumps(ec, current.and_then(|t| t.chain(ec.name))) {
+        if let Some(change) =
+            missing_jumps(ec, current.and_then(|t| t.chain(ec.name)), expected.family)
+        {
             changes.push(change);
         }
     }
@@ -226,7 +231,7 @@ fn plan_table(
                 rules_before: cc.rules.len(),
                 rules_after: 0,
                 added: Vec::new(),
-                removed: canon_list(&cc.rules),
+                removed: canon_list(&cc.rules, ct.family),
                 restore_rules: Vec::new(),
                 note,
             });
@@ -238,16 +243,21 @@ fn plan_table(
     }
 }
 
-fn canon_list(rules: &[RuleEntry<'_>]) -> Vec<String> {
+fn canon_list(rules: &[RuleEntry<'_>], family: Family) -> Vec<String> {
     rules
         .iter()
-        .map(|r| r.canonical.as_str().to_string())
+        .map(|r| r.canonical(family).into_string())
         .collect()
 }
 
-fn rewrite_change(ec: &Chain<'_>, cc: Option<&Chain<'_>>, action: ChainAction) -> ChainChange {
-    let after = canon_list(&ec.rules);
-    let before = cc.map(|c| canon_list(&c.rules)).unwrap_or_default();
+fn rewrite_change(
+    ec: &Chain<'_>,
+    cc: Option<&Chain<'_>>,
+    action: ChainAction,
+    family: Family,
+) -> ChainChange {
+    let after = canon_list(&ec.rules, family);
+    let before = cc.map(|c| canon_list(&c.rules, family)).unwrap_or_default();
     let (added, removed) = multiset_diff(&after, &before);
     ChainChange {
         chain: ec.name.to_string(),
@@ -275,14 +285,20 @@ fn restore_line(op: &str, chain: &str, raw: &str) -> String {
 
 /// Jump rules of an expected built-in chain that the current chain lacks, inserted at the top in
 /// the expected relative order.
-fn missing_jumps(ec: &Chain<'_>, cc: Option<&Chain<'_>>) -> Option<ChainChange> {
-    let have: HashSet<&str> = cc
-        .map(|c| c.rules.iter().map(|r| r.canonical.as_str()).collect())
+fn missing_jumps(ec: &Chain<'_>, cc: Option<&Chain<'_>>, family: Family) -> Option<ChainChange> {
+    let mut buf = String::new();
+    let have: HashSet<Fingerprint> = cc
+        .map(|c| {
+            c.rules
+                .iter()
+                .map(|r| Fingerprint::of(&r.rule, family, &mut buf))
+                .collect()
+        })
         .unwrap_or_default();
     let missing: Vec<&RuleEntry<'_>> = ec
         .rules
         .iter()
-        .filter(|r| !have.contains(r.canonical.as_str()))
+        .filter(|r| !have.contains(&Fingerprint::of(&r.rule, family, &mut buf)))
         .collect();
     if missing.is_empty() {
         return None;
@@ -295,7 +311,7 @@ fn missing_jumps(ec: &Chain<'_>, cc: Option<&Chain<'_>>) -> Option<ChainChange> 
         rules_after: before + missing.len(),
         added: missing
             .iter()
-            .map(|r| r.canonical.as_str().to_string())
+            .map(|r| r.canonical(family).into_string())
             .collect(),
         removed: Vec::new(),
         // Inserting each at position 1 in reverse order leaves them in the expected order.
@@ -311,33 +327,37 @@ fn missing_jumps(ec: &Chain<'_>, cc: Option<&Chain<'_>>) -> Option<ChainChange> 
 /// Semantic chain equality for repair: ordered canonical equality, except the chains whose order
 /// kube-proxy does not define, which compare as multisets (with the nat KUBE-SERVICES nodeport
 /// tail rules required to stay last).
-pub fn chain_equal(table: &str, expected: &Chain<'_>, current: &Chain<'_>) -> bool {
+pub fn chain_equal(table: &str, expected: &Chain<'_>, current: &Chain<'_>, family: Family) -> bool {
     if expected.rules.len() != current.rules.len() {
         return false;
     }
     if !UNORDERED_CHAINS.contains(&expected.name) {
-        return expected.same_rules(current);
+        return expected.same_rules(current, family);
     }
-    let mut a: Vec<&str> = expected
-        .rules
-        .iter()
-        .map(|r| r.canonical.as_str())
-        .collect();
-    let mut b: Vec<&str> = current.rules.iter().map(|r| r.canonical.as_str()).collect();
     if table == "nat" && expected.name == "KUBE-SERVICES" {
-        let tail = |v: &[&str]| v.iter().filter(|r| is_tail(r)).count();
-        let n = tail(&a);
+        let n = expected.rules.iter().filter(|r| is_tail(r)).count();
+        let b = &current.rules;
         if n > 0 && b.len() >= n && b[b.len() - n..].iter().any(|r| !is_tail(r)) {
             return false;
         }
     }
-    a.sort_unstable();
-    b.sort_unstable();
-    a == b
+    let mut buf = String::new();
+    let mut prints = |rules: &[RuleEntry<'_>]| -> Vec<Fingerprint> {
+        let mut v: Vec<Fingerprint> = rules
+            .iter()
+            .map(|r| Fingerprint::of(&r.rule, family, &mut buf))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    prints(&expected.rules) == prints(&current.rules)
 }
 
-fn is_tail(canonical: &str) -> bool {
-    canonical.contains("must be the last rule")
+/// The nat `KUBE-SERVICES` → `KUBE-NODEPORTS` tail rule (by its comment).
+fn is_tail(r: &RuleEntry<'_>) -> bool {
+    r.matches().any(|m| {
+        matches!(m, Match::Module(Module::Comment(c)) if c.raw.contains("must be the last rule"))
+    })
 }
 
 /// Rules in `a` not in `b` and in `b` not in `a`, as multisets, keeping `a`'s and `b`'s order.

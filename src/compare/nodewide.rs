@@ -99,7 +99,7 @@ fn has_chain(t: &Table<'_>, chain: &str) -> bool {
 }
 
 fn jump_target<'a>(r: &Rule<'a>) -> Option<&'a str> {
-    match r.target {
+    match r.target() {
         Some(Target::Jump(c)) | Some(Target::Goto(c)) => Some(c),
         _ => None,
     }
@@ -159,7 +159,7 @@ pub fn is_unreadable(dump: &Dump<'_>) -> bool {
     dump.tables.iter().any(|t| {
         t.rules
             .iter()
-            .any(|r| matches!(r.target, Some(Target::Unreadable { .. })))
+            .any(|r| matches!(r.target(), Some(Target::Unreadable { .. })))
     })
 }
 
@@ -170,7 +170,7 @@ pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut first: Option<(&Rule<'_>, &str, &str)> = None;
     for t in &dump.tables {
         for r in &t.rules {
-            if let Some(Target::Unreadable { reason, .. }) = &r.target {
+            if let Some(Target::Unreadable { reason, .. }) = &r.target() {
                 count += 1;
                 if first.is_none() {
                     first = Some((r, t.name, reason));
@@ -230,9 +230,9 @@ pub fn foreign_mode(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
         let sets: HashSet<&str> = t
             .rules
             .iter()
-            .flat_map(|r| r.matches.iter())
+            .flat_map(|r| r.matches())
             .filter_map(|m| match m {
-                Match::Module(Module::Set { name, .. }) if name.starts_with("KUBE-") => Some(*name),
+                Match::Module(Module::Set { name, .. }) if name.starts_with("KUBE-") => Some(name),
                 _ => None,
             })
             .collect();
@@ -426,7 +426,7 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             .collect();
         let mut saw_mark = false;
         for r in &masq {
-            if let Some(Target::Mark(op)) = &r.target {
+            if let Some(Target::Mark(op)) = &r.target() {
                 saw_mark = true;
                 let ok = match *op {
                     MarkOp::Or(v) => v == m,
@@ -473,7 +473,7 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             .collect();
         if !post
             .iter()
-            .any(|r| matches!(r.target, Some(Target::Masquerade { .. })))
+            .any(|r| matches!(r.target(), Some(Target::Masquerade { .. })))
         {
             out.push(
                 cat::MASQ_MACHINERY
@@ -501,14 +501,14 @@ fn mark_matches_in(rules: &[&Rule<'_>], chain: &str, m: u32) -> Vec<Finding> {
     let mut out = Vec::new();
     for r in rules {
         let mut bad: Option<String> = None;
-        for mt in &r.matches {
+        for mt in r.matches() {
             if let Match::Module(Module::Mark(v)) = mt
                 && !(v.value.value == m && v.value.mask == Some(m))
             {
-                bad = Some(mark_match_text(v));
+                bad = Some(mark_match_text(&v));
             }
         }
-        if let Some(Target::Mark(op)) = &r.target {
+        if let Some(Target::Mark(op)) = &r.target() {
             let v = match *op {
                 MarkOp::Xor(v) | MarkOp::Or(v) => v,
                 MarkOp::SetXmark { value, .. } | MarkOp::SetMark { value, .. } => value,
@@ -539,7 +539,7 @@ pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             if matches!(r.chain, "KUBE-MARK-MASQ" | "KUBE-POSTROUTING") {
                 continue;
             }
-            if let Some(Target::Mark(op)) = &r.target
+            if let Some(Target::Mark(op)) = &r.target()
                 && mark_bits_changed(op) & cx.mark != 0
             {
                 out.push(
@@ -563,7 +563,7 @@ pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
 fn shadowed_service(r: &Rule<'_>, services: &ServiceAddresses) -> Option<String> {
     let mut hit = String::new();
     let mut proto: Option<&str> = None;
-    for m in &r.matches {
+    for m in r.matches() {
         match m {
             Match::Source(s) if !s.negated => return None,
             Match::Destination(d) if !d.negated => {
@@ -604,7 +604,7 @@ fn shadowed_service(r: &Rule<'_>, services: &ServiceAddresses) -> Option<String>
                 ctstate: Some(st), ..
             })
             | Match::Module(Module::State(st)) => {
-                if st.negated || !st.value.contains(&"NEW") {
+                if st.negated || !st.value.contains("NEW") {
                     return None;
                 }
             }
@@ -667,7 +667,7 @@ pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
         };
         for (i, r) in rules.iter().enumerate().take(last) {
             let terminal = matches!(
-                (&r.target, j.table),
+                (&r.target(), j.table),
                 (Some(Target::Drop | Target::Reject { .. }), _)
                     | (Some(Target::Accept | Target::Return), "nat")
             );

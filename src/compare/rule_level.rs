@@ -13,7 +13,7 @@ use super::graph_level::Explained;
 use crate::graph::names::{NameResolver, parse_comment};
 use crate::graph::ownership::service_chain;
 use crate::model::{RuleEntry, Ruleset};
-use kproxy_parsers::iptables::{Match, Module, Target};
+use kproxy_parsers::iptables::{Family, Match, Module, Target};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -38,30 +38,30 @@ fn skipped_chain(chain: &str) -> bool {
 /// A rule's comparison key: the canonical text without what legitimately varies; `None` for rules
 /// that are optional (present or not depending on kernel features). Borrows the canonical text
 /// when nothing is dropped from it (the common case: no allocation per rule).
-fn key<'r>(table: &str, chain: &str, r: &'r RuleEntry<'_>) -> Option<Cow<'r, str>> {
+fn key<'r>(table: &str, chain: &str, r: &'r RuleEntry<'_>, family: Family) -> Option<Cow<'r, str>> {
     let has_nfacct = r
-        .matches
-        .iter()
+        .matches()
         .any(|m| matches!(m, Match::Module(Module::Nfacct(_))));
     if table == "nat" && chain == "KUBE-NODEPORTS" && has_nfacct {
         return None; // localhost NodePort rule: only with the nfacct counter
     }
-    if table == "filter" && chain == "KUBE-FORWARD" && matches!(r.target, Some(Target::Drop)) {
-        let invalid = r.matches.iter().any(|m| {
-            matches!(m, Match::Module(Module::Conntrack { ctstate: Some(s), .. }) if s.value.contains(&"INVALID"))
+    if table == "filter" && chain == "KUBE-FORWARD" && matches!(r.target(), Some(Target::Drop)) {
+        let invalid = r.matches().any(|m| {
+            matches!(m, Match::Module(Module::Conntrack { ctstate: Some(s), .. }) if s.value.contains("INVALID"))
         });
         if invalid {
             return None; // INVALID drop: depends on nf_conntrack_tcp_be_liberal
         }
     }
-    let canonical = r.canonical.as_str();
-    let masquerade = matches!(r.target, Some(Target::Masquerade { .. }));
+    let canonical = r.canonical(family).into_string();
+    let canonical = canonical.as_str();
+    let masquerade = matches!(r.target(), Some(Target::Masquerade { .. }));
     // Splitting on ' ' and joining again is the identity, so without the words dropped below the
     // key is the canonical text itself.
     let drops_nfacct = canonical.contains("-m nfacct");
     let drops_random_fully = masquerade && canonical.contains("--random-fully");
     if !drops_nfacct && !drops_random_fully {
-        return Some(Cow::Borrowed(canonical));
+        return Some(Cow::Owned(canonical.to_string()));
     }
     let words: Vec<&str> = canonical.split(' ').collect();
     let mut kept: Vec<&str> = Vec::with_capacity(words.len());
@@ -88,11 +88,11 @@ fn key<'r>(table: &str, chain: &str, r: &'r RuleEntry<'_>) -> Option<Cow<'r, str
 
 /// The service port a rule belongs to: its comment, its own chain's hash, or its jump target's hash.
 fn owner(r: &RuleEntry<'_>, chain: &str, names: &NameResolver) -> Option<String> {
-    let comment = r.matches.iter().find_map(|m| match m {
-        Match::Module(Module::Comment(c)) => Some(c.as_ref()),
+    let comment = r.matches().find_map(|m| match m {
+        Match::Module(Module::Comment(c)) => Some(c.value()),
         _ => None,
     });
-    if let Some(c) = comment.and_then(parse_comment) {
+    if let Some(c) = comment.as_deref().and_then(parse_comment) {
         return Some(c.name.to_string());
     }
     let by_hash = |c: &str| {
@@ -100,7 +100,7 @@ fn owner(r: &RuleEntry<'_>, chain: &str, names: &NameResolver) -> Option<String>
             .and_then(|(_, h)| names.resolve(h))
             .map(|(n, _)| n.to_string())
     };
-    by_hash(chain).or_else(|| match r.target {
+    by_hash(chain).or_else(|| match r.target() {
         Some(Target::Jump(t) | Target::Goto(t)) => by_hash(t),
         _ => None,
     })
@@ -110,7 +110,7 @@ fn explained(r: &RuleEntry<'_>, chain: &str, names: &NameResolver, ex: &Explaine
     if ex.chains.contains(chain) {
         return true;
     }
-    if let Some(Target::Jump(t) | Target::Goto(t)) = r.target
+    if let Some(Target::Jump(t) | Target::Goto(t)) = r.target()
         && ex.chains.contains(t)
     {
         return true;
@@ -118,8 +118,8 @@ fn explained(r: &RuleEntry<'_>, chain: &str, names: &NameResolver, ex: &Explaine
     owner(r, chain, names).is_some_and(|s| ex.services.contains(&s))
 }
 
-fn rule_line(chain: &str, r: &RuleEntry<'_>) -> String {
-    format!("-A {chain} {}", r.canonical)
+fn rule_line(chain: &str, r: &RuleEntry<'_>, family: Family) -> String {
+    format!("-A {chain} {}", r.canonical(family))
 }
 
 /// Compares every chain of `expected` (the render) with `actual` (the dump).
@@ -164,12 +164,12 @@ pub fn compare(
             let want: Vec<(Option<Cow<'_, str>>, &RuleEntry<'_>)> = ec
                 .rules
                 .iter()
-                .map(|r| (key(et.name, ec.name, r), r))
+                .map(|r| (key(et.name, ec.name, r, expected.family), r))
                 .collect();
             let got: Vec<(Option<Cow<'_, str>>, &RuleEntry<'_>)> = ac
                 .rules
                 .iter()
-                .map(|r| (key(et.name, ec.name, r), r))
+                .map(|r| (key(et.name, ec.name, r, actual.family), r))
                 .collect();
             // The common case: the very same keys in the same order — nothing missing or extra.
             let same =
@@ -229,8 +229,8 @@ pub fn compare(
                         "a rule of {table_chain} differs from what kube-proxy writes"
                     ))
                     .chain(table_chain.clone())
-                    .expected(rule_line(ec.name, w))
-                    .actual(rule_line(ec.name, g));
+                    .expected(rule_line(ec.name, w, expected.family))
+                    .actual(rule_line(ec.name, g, actual.family));
                 if let Some(s) = owner(w, ec.name, names) {
                     f = f.service(s);
                 }
@@ -240,7 +240,7 @@ pub fn compare(
                 let mut f = cat::RULE_MISSING
                     .finding(format!("{table_chain} lacks a rule kube-proxy writes"))
                     .chain(table_chain.clone())
-                    .expected(rule_line(ec.name, r))
+                    .expected(rule_line(ec.name, r, expected.family))
                     .actual("no such rule");
                 if let Some(s) = owner(r, ec.name, names) {
                     f = f.service(s);
@@ -254,7 +254,7 @@ pub fn compare(
                     ))
                     .chain(table_chain.clone())
                     .expected("no such rule")
-                    .actual(rule_line(ec.name, r));
+                    .actual(rule_line(ec.name, r, actual.family));
                 if let Some(s) = owner(r, ec.name, names) {
                     f = f.service(s);
                 }

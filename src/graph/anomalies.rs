@@ -5,9 +5,9 @@
 use super::index::{BUILTIN_CHAINS, DumpIndex, TableIndex, is_unconditional, jump_target};
 use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
-use crate::model::RuleEntry;
+use crate::model::{Fingerprint, RuleEntry};
 use crate::parsers::iptables::NameHash;
-use crate::parsers::iptables::{Rule, Target};
+use crate::parsers::iptables::{Family, Rule, Target};
 use std::collections::HashMap;
 
 /// Fixed chains that legitimately have no jump to them.
@@ -24,14 +24,14 @@ pub(crate) fn find(idx: &DumpIndex<'_, '_>, save_form: bool) -> Vec<Anomaly> {
             if classify(table, chain).is_none() && !BUILTIN_CHAINS.contains(&chain) {
                 continue;
             }
-            duplicates(table, chain, rules, &mut out);
+            duplicates(table, chain, rules, ti.table.family, &mut out);
             unreachable(table, chain, rules, ti, &mut out);
             if let Some((ChainKind::Sep, _)) = service_chain(chain)
                 && *table == "nat"
                 && !rules.is_empty()
                 && !rules
                     .iter()
-                    .any(|r| matches!(r.target, Some(Target::Dnat { .. })))
+                    .any(|r| matches!(r.target(), Some(Target::Dnat { .. })))
             {
                 out.push(anomaly(
                     AnomalyKind::MissingDnat,
@@ -44,7 +44,7 @@ pub(crate) fn find(idx: &DumpIndex<'_, '_>, save_form: bool) -> Vec<Anomaly> {
         }
         for &chain in &ti.names {
             for r in ti.rules(chain) {
-                if let Some(Target::Unreadable { reason, raw }) = &r.target {
+                if let Some(Target::Unreadable { reason, raw }) = &r.target() {
                     out.push(anomaly(
                         AnomalyKind::UnreadableRule,
                         table,
@@ -135,8 +135,17 @@ fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<An
     }
 }
 
-fn duplicates(table: &str, chain: &str, rules: &[RuleEntry<'_>], out: &mut Vec<Anomaly>) {
-    // Equal canonical forms (crate::model) are the same rule, however they were written.
+fn duplicates(
+    table: &str,
+    chain: &str,
+    rules: &[RuleEntry<'_>],
+    family: Family,
+    out: &mut Vec<Anomaly>,
+) {
+    // Equal canonical forms (crate::model) are the same rule, however they were written. Equal
+    // rules jump to the same chain (or to none), so the jump target sorts rules into buckets
+    // first: most chains (a SEP chain's masquerade jump and DNAT, a SVC chain's jumps to distinct
+    // SEP chains) then need no canonical form at all.
     let mut report = |r: &RuleEntry<'_>, first: u32| {
         out.push(anomaly(
             AnomalyKind::DuplicateRule,
@@ -146,23 +155,46 @@ fn duplicates(table: &str, chain: &str, rules: &[RuleEntry<'_>], out: &mut Vec<A
             format!("same rule as line {first}"),
         ));
     };
-    // Most chains hold a handful of rules: comparing pairs is cheaper than hashing them.
+    let mut buf = String::new();
     if rules.len() <= 16 {
+        // Pairs of a handful of rules: cheaper than a map.
         for (i, r) in rules.iter().enumerate() {
-            if let Some(first) = rules[..i].iter().find(|e| e.canonical == r.canonical) {
-                report(r, first.line);
+            let target = r.jump_target();
+            let mut fp = None;
+            for e in &rules[..i] {
+                if e.jump_target() != target {
+                    continue;
+                }
+                let mine = *fp.get_or_insert_with(|| Fingerprint::of(&r.rule, family, &mut buf));
+                if Fingerprint::of(&e.rule, family, &mut buf) == mine {
+                    report(r, e.line);
+                    break;
+                }
             }
         }
         return;
     }
-    let mut seen: HashMap<&str, u32, NameHash> = HashMap::default();
-    for r in rules {
-        let key = r.canonical.as_str();
-        if let Some(&first) = seen.get(key) {
-            report(r, first);
-        } else {
-            seen.insert(key, r.line);
+    let mut buckets: HashMap<Option<&str>, Vec<usize>, NameHash> = HashMap::default();
+    for (i, r) in rules.iter().enumerate() {
+        buckets.entry(r.jump_target()).or_default().push(i);
+    }
+    let mut dups: Vec<(usize, u32)> = Vec::new();
+    for members in buckets.values().filter(|m| m.len() > 1) {
+        let mut seen: HashMap<Fingerprint, u32> = HashMap::default();
+        for &i in members {
+            let r = &rules[i];
+            let fp = Fingerprint::of(&r.rule, family, &mut buf);
+            match seen.get(&fp) {
+                Some(&first) => dups.push((i, first)),
+                None => {
+                    seen.insert(fp, r.line);
+                }
+            }
         }
+    }
+    dups.sort_unstable();
+    for (i, first) in dups {
+        report(&rules[i], first);
     }
 }
 
@@ -170,7 +202,7 @@ fn duplicates(table: &str, chain: &str, rules: &[RuleEntry<'_>], out: &mut Vec<A
 /// verdict, or a jump into a chain that always ends in a verdict.
 fn stops_all(r: &Rule<'_>, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
     is_unconditional(r)
-        && match &r.target {
+        && match &r.target() {
             Some(
                 Target::Accept
                 | Target::Drop
@@ -192,13 +224,13 @@ fn always_ends(chain: &str, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
         return false;
     }
     for r in ti.rules(chain) {
-        match &r.target {
+        match &r.target() {
             Some(Target::Return) => return false,
             Some(Target::Jump(_) | Target::Goto(_)) | None if !is_unconditional(r) => continue,
             _ => {}
         }
         if is_unconditional(r) {
-            match &r.target {
+            match &r.target() {
                 Some(
                     Target::Accept
                     | Target::Drop

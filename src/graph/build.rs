@@ -396,10 +396,10 @@ impl Builder {
     }
 
     fn is_masq(&self, r: &Rule<'_>) -> bool {
-        match &r.target {
+        match r.target() {
             Some(Target::Jump("KUBE-MARK-MASQ")) => true,
             Some(Target::Mark(op)) => {
-                let v = match *op {
+                let v = match op {
                     MarkOp::SetXmark { value, mask } if mask != 0 => value,
                     MarkOp::SetMark { value, .. } | MarkOp::Or(value) => value,
                     _ => return false,
@@ -606,16 +606,15 @@ impl Builder {
             };
             p.endpoint(chain);
             for r in rules {
-                if let Some(Target::Dnat { to, .. }) = &r.target {
+                if let Some(Target::Dnat { to, .. }) = r.target() {
                     let proto = protocol(r);
                     p.set_protocol(proto);
                     let set = recent(r).is_some_and(|rc| rc.action == RecentAction::Set);
                     let ep = p.endpoint(chain);
                     if ep.dnat_line.is_none() {
-                        let first = to.first();
-                        ep.destination = first.map(|n| n.raw.to_string());
-                        ep.ip = first.and_then(|n| n.addr);
-                        ep.port = first.and_then(|n| n.ports).map(|pr| pr.first);
+                        ep.destination = Some(to.raw.to_string());
+                        ep.ip = to.addr;
+                        ep.port = to.ports.map(|pr| pr.first);
                         ep.dnat_line = Some(r.line);
                         ep.counters = counters(r);
                     }
@@ -640,7 +639,7 @@ impl Builder {
                     continue;
                 };
                 let proto = protocol(r);
-                let (verdict_name, health) = match &r.target {
+                let (verdict_name, health) = match r.target() {
                     Some(Target::Reject { .. }) => ("REJECT", false),
                     Some(Target::Drop) => ("DROP", false),
                     Some(Target::Accept) if c.role == CommentRole::HealthCheck => ("ACCEPT", true),
@@ -747,7 +746,7 @@ fn find_masq_mark(idx: &DumpIndex<'_, '_>) -> (Option<u32>, Option<String>) {
     let nat = idx.table("nat");
     if let Some(nat) = nat {
         for r in nat.rules("KUBE-MARK-MASQ") {
-            match r.target {
+            match r.target() {
                 Some(Target::Mark(MarkOp::SetXmark { value, mask })) if value != 0 => {
                     return (Some(value), Some(format!("{value:#x}/{mask:#x}")));
                 }
@@ -761,7 +760,7 @@ fn find_masq_mark(idx: &DumpIndex<'_, '_>) -> (Option<u32>, Option<String>) {
             }
         }
         let old = nat.all_rules().any(|r| {
-            matches!(r.target, Some(Target::Mark(MarkOp::SetXmark { value, .. })) | Some(Target::Mark(MarkOp::SetMark { value, .. })) if value == OLD_MASQ_MARK)
+            matches!(r.target(), Some(Target::Mark(MarkOp::SetXmark { value, .. })) | Some(Target::Mark(MarkOp::SetMark { value, .. })) if value == OLD_MASQ_MARK)
         });
         if old {
             return (Some(OLD_MASQ_MARK), Some(format!("{OLD_MASQ_MARK:#x}")));
@@ -772,14 +771,13 @@ fn find_masq_mark(idx: &DumpIndex<'_, '_>) -> (Option<u32>, Option<String>) {
 
 /// `-p PROTO` (or the implicit protocol module), lower-cased.
 pub(crate) fn protocol(r: &Rule<'_>) -> Option<String> {
-    r.matches
-        .iter()
+    r.matches()
         .find_map(|m| match m {
             Match::Protocol(p) if !p.negated => Some(p.value.to_ascii_lowercase()),
             _ => None,
         })
         .or_else(|| {
-            r.matches.iter().find_map(|m| match m {
+            r.matches().find_map(|m| match m {
                 Match::Module(Module::Ports { proto, .. }) => Some(proto.to_ascii_lowercase()),
                 _ => None,
             })
@@ -798,17 +796,15 @@ pub(crate) fn addr_text(a: &AddrSpec<'_>) -> String {
 
 /// The non-negated `-d`.
 pub(crate) fn destination(r: &Rule<'_>) -> Option<String> {
-    r.matches.iter().find_map(|m| match m {
+    r.matches().find_map(|m| match m {
         Match::Destination(d) if !d.negated => Some(addr_text(&d.value)),
         _ => None,
     })
 }
 
 /// The `-s` match, negated or not.
-pub(crate) fn source<'r, 'a>(
-    r: &'r Rule<'a>,
-) -> Option<&'r crate::parsers::iptables::Neg<AddrSpec<'a>>> {
-    r.matches.iter().find_map(|m| match m {
+pub(crate) fn source<'a>(r: &Rule<'a>) -> Option<crate::parsers::iptables::Neg<AddrSpec<'a>>> {
+    r.matches().find_map(|m| match m {
         Match::Source(s) => Some(s),
         _ => None,
     })
@@ -816,7 +812,7 @@ pub(crate) fn source<'r, 'a>(
 
 /// The first port of a non-negated `--dport`.
 pub(crate) fn dport(r: &Rule<'_>) -> Option<u16> {
-    r.matches.iter().find_map(|m| match m {
+    r.matches().find_map(|m| match m {
         Match::Module(Module::Ports { dport: Some(d), .. }) if !d.negated => Some(d.value.first),
         _ => None,
     })
@@ -824,15 +820,15 @@ pub(crate) fn dport(r: &Rule<'_>) -> Option<u16> {
 
 /// Rule counters, converted.
 pub(crate) fn counters(r: &Rule<'_>) -> Option<Counters> {
-    r.counters.map(|c| Counters {
+    r.counters().map(|c| Counters {
         packets: c.packets,
         bytes: c.bytes,
     })
 }
 
 /// The `-m recent` match.
-pub(crate) fn recent<'r, 'a>(r: &'r Rule<'a>) -> Option<&'r Recent<'a>> {
-    r.matches.iter().find_map(|m| match m {
+pub(crate) fn recent<'a>(r: &Rule<'a>) -> Option<Recent<'a>> {
+    r.matches().find_map(|m| match m {
         Match::Module(Module::Recent(rc)) => Some(rc),
         _ => None,
     })
@@ -840,36 +836,36 @@ pub(crate) fn recent<'r, 'a>(r: &'r Rule<'a>) -> Option<&'r Recent<'a>> {
 
 /// The conditional probability of a `-m statistic` match (`--mode nth --every N` counts as 1/N).
 pub(crate) fn probability(r: &Rule<'_>) -> Option<f64> {
-    r.matches.iter().find_map(|m| match m {
+    r.matches().find_map(|m| match m {
         Match::Module(Module::Statistic(Statistic::Random {
             probability,
             negated: false,
             ..
-        })) => Some(*probability),
+        })) => Some(probability),
         Match::Module(Module::Statistic(Statistic::Nth {
             every,
             negated: false,
             ..
-        })) if *every > 0 => Some(1.0 / f64::from(*every)),
+        })) if every > 0 => Some(1.0 / f64::from(every)),
         _ => None,
     })
 }
 
 fn has_local_src_type(r: &Rule<'_>) -> bool {
-    r.matches.iter().any(|m| {
+    r.matches().any(|m| {
         matches!(m, Match::Module(Module::Addrtype { src_type: Some(t), .. }) if !t.negated && t.value.eq_ignore_ascii_case("LOCAL"))
     })
 }
 
 fn negated_in_interface<'a>(r: &Rule<'a>) -> Option<&'a str> {
-    r.matches.iter().find_map(|m| match m {
+    r.matches().find_map(|m| match m {
         Match::InInterface(i) if i.negated => Some(i.value),
         _ => None,
     })
 }
 
 fn in_interface<'a>(r: &Rule<'a>) -> Option<&'a str> {
-    r.matches.iter().find_map(|m| match m {
+    r.matches().find_map(|m| match m {
         Match::InInterface(i) if !i.negated => Some(i.value),
         _ => None,
     })

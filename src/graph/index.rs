@@ -2,7 +2,7 @@
 //! the graph is deterministic) over the model's own chain and jump indexes.
 
 use crate::model::{RuleEntry, Ruleset, TableRules};
-use crate::parsers::iptables::{Match, Module, Rule, Target};
+use crate::parsers::iptables::{Match, Module, Rule};
 use std::collections::BTreeMap;
 
 pub(crate) use crate::model::BUILTIN_CHAINS;
@@ -70,16 +70,15 @@ impl<'d, 'a> DumpIndex<'d, 'a> {
 
 /// The user chain a rule jumps or goes to.
 pub(crate) fn jump_target<'a>(r: &Rule<'a>) -> Option<&'a str> {
-    match r.target {
-        Some(Target::Jump(c)) | Some(Target::Goto(c)) => Some(c),
-        _ => None,
-    }
+    r.jump_target()
 }
 
-/// The rule's comment, if any.
-pub(crate) fn comment<'r>(r: &'r Rule<'_>) -> Option<&'r str> {
-    r.matches.iter().find_map(|m| match m {
-        Match::Module(Module::Comment(c)) => Some(c.as_ref()),
+/// The rule's comment, if any and written without escapes. Comments with escapes (`\"`, `\'`,
+/// `\\`) are never kube-proxy's: its comments are built from service names, which cannot hold
+/// those characters.
+pub(crate) fn comment<'a>(r: &Rule<'a>) -> Option<&'a str> {
+    r.matches().find_map(|m| match m {
+        Match::Module(Module::Comment(c)) => c.borrowed(),
         _ => None,
     })
 }
@@ -87,7 +86,7 @@ pub(crate) fn comment<'r>(r: &'r Rule<'_>) -> Option<&'r str> {
 /// True when the rule's only matches are ones every packet reaching the chain satisfies in
 /// practice: comments, a plain `-p`/`-m tcp` without ports, and nfacct counters.
 pub(crate) fn is_unconditional(r: &Rule<'_>) -> bool {
-    r.matches.iter().all(|m| match m {
+    r.matches().all(|m| match m {
         Match::Module(Module::Comment(_)) | Match::Module(Module::Nfacct(_)) => true,
         Match::Protocol(p) => !p.negated,
         Match::Module(Module::Ports {

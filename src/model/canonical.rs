@@ -25,7 +25,7 @@ use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
 use kproxy_parsers::iptables::{
-    AddrSpec, Family, GenericOpt, MarkOp, Match, Module, NatRange, Neg, PortRange, Recent,
+    AddrSpec, Family, GenericOpt, List, MarkOp, Match, Module, NatRange, Neg, PortRange, Recent,
     RecentAction, Rule, Statistic, Target,
 };
 
@@ -45,11 +45,6 @@ impl CanonicalRule {
         CanonicalRule(out)
     }
 
-    /// Wraps text already in canonical form (as written by [`write_rule`]); allocates exactly its length.
-    pub(crate) fn from_text(text: &str) -> Self {
-        CanonicalRule(text.to_owned())
-    }
-
     /// The canonical text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -67,28 +62,60 @@ impl fmt::Display for CanonicalRule {
     }
 }
 
+/// A rule's identity as 128 bits: the XXH3-128 hash of its canonical text. Two rules are the same
+/// rule exactly when their fingerprints are equal (a collision is a 2^-128 event); computing one
+/// writes the canonical text into a reused buffer, so comparing 400k rules allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Fingerprint(pub u128);
+
+impl Fingerprint {
+    /// The fingerprint of `rule` in a ruleset of `family`; `buf` is scratch space.
+    pub fn of(rule: &Rule<'_>, family: Family, buf: &mut String) -> Self {
+        buf.clear();
+        write_rule(buf, rule, family);
+        Self::of_text(buf)
+    }
+
+    /// The fingerprint of canonical text (as [`write_rule`] writes it).
+    pub fn of_text(text: &str) -> Self {
+        Fingerprint(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+    }
+}
+
 /// Writes the canonical specification of `rule` to `out`.
 pub fn write_rule(out: &mut String, rule: &Rule<'_>, family: Family) {
-    let basics = [
-        |m: &Match<'_>| matches!(m, Match::Source(_)),
-        |m: &Match<'_>| matches!(m, Match::Destination(_)),
-        |m: &Match<'_>| matches!(m, Match::InInterface(_)),
-        |m: &Match<'_>| matches!(m, Match::OutInterface(_)),
-        |m: &Match<'_>| matches!(m, Match::Protocol(_)),
-        |m: &Match<'_>| matches!(m, Match::Fragment(_)),
-    ];
-    for pick in basics {
-        for m in rule.matches.iter().filter(|m| pick(m)) {
-            write_basic(out, m);
+    // Rank of each basic match in iptables-save's order `-s -d -i -o -p -f`.
+    fn rank(m: &Match<'_>) -> Option<u8> {
+        match m {
+            Match::Source(_) => Some(0),
+            Match::Destination(_) => Some(1),
+            Match::InInterface(_) => Some(2),
+            Match::OutInterface(_) => Some(3),
+            Match::Protocol(_) => Some(4),
+            Match::Fragment(_) => Some(5),
+            Match::Module(_) => None,
         }
     }
-    for m in &rule.matches {
+    let mut present = 0u8;
+    for m in rule.matches() {
+        if let Some(r) = rank(&m) {
+            present |= 1 << r;
+        }
+    }
+    for r in 0..6u8 {
+        if present & (1 << r) != 0 {
+            for m in rule.matches().filter(|m| rank(m) == Some(r)) {
+                write_basic(out, &m);
+            }
+        }
+    }
+    for m in rule.matches() {
         if let Match::Module(module) = m {
-            write_module(out, module, family);
+            write_module(out, rule, &module, family);
         }
     }
-    if let Some(t) = &rule.target {
-        write_target(out, t, family);
+    if let Some(t) = rule.target() {
+        write_target(out, rule, &t, family);
     }
 }
 
@@ -263,14 +290,14 @@ fn normalize_hex(v: &str) -> Option<String> {
     }
 }
 
-fn write_generic_opts(out: &mut String, opts: &[GenericOpt<'_>]) {
+fn write_generic_opts<'a>(out: &mut String, opts: impl Iterator<Item = GenericOpt<'a>>) {
     for o in opts {
         bang(out, o.negated);
         word(out, "--");
         out.push_str(o.name);
-        for v in &o.values {
+        for v in o.values.iter() {
             out.push(' ');
-            write_value(out, v);
+            write_value(out, &v);
         }
     }
 }
@@ -319,8 +346,8 @@ fn state_rank(s: &str) -> (u8, &str) {
     (r, s)
 }
 
-fn write_states(out: &mut String, states: &[&str]) {
-    let mut sorted: Vec<&str> = states.to_vec();
+fn write_states(out: &mut String, states: List<'_>) {
+    let mut sorted: Vec<&str> = states.iter().collect();
     sorted.sort_by_key(|s| state_rank(s));
     sorted.dedup();
     out.push(' ');
@@ -387,11 +414,11 @@ fn write_recent(out: &mut String, r: &Recent<'_>, family: Family) {
     word(out, if r.rdest { "--rdest" } else { "--rsource" });
 }
 
-fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
+fn write_module(out: &mut String, rule: &Rule<'_>, m: &Module<'_>, family: Family) {
     match m {
         Module::Comment(c) => {
             word(out, "-m comment --comment ");
-            write_quoted(out, c);
+            write_quoted(out, &c.value());
         }
         Module::Ports {
             proto,
@@ -403,19 +430,19 @@ fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
             word(out, proto);
             write_port_opt(out, "--sport", sport);
             write_port_opt(out, "--dport", dport);
-            write_generic_opts(out, other);
+            write_generic_opts(out, rule.options(*other));
         }
         Module::Multiport { kind, ports } => {
             word(out, "-m multiport");
             bang(out, ports.negated);
             word(out, "--");
-            out.push_str(kind);
+            out.push_str(kind.name());
             out.push(' ');
             for (i, p) in ports.value.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_ports(out, *p, ':');
+                write_ports(out, p, ':');
             }
         }
         Module::Statistic(Statistic::Random {
@@ -425,8 +452,8 @@ fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
         }) => {
             word(out, "-m statistic --mode random");
             bang(out, *negated);
-            let k = probability_fixed(*probability);
-            let _ = write!(out, " --probability {:.11}", f64::from(k) / 2_147_483_648.0);
+            word(out, "--probability ");
+            push_probability(out, probability_fixed(*probability));
         }
         Module::Statistic(Statistic::Nth {
             every,
@@ -478,15 +505,15 @@ fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
             if let Some(n) = ctstate {
                 bang(out, n.negated);
                 word(out, "--ctstate");
-                write_states(out, &n.value);
+                write_states(out, n.value);
             }
-            write_generic_opts(out, other);
+            write_generic_opts(out, rule.options(*other));
         }
         Module::State(n) => {
             word(out, "-m state");
             bang(out, n.negated);
             word(out, "--state");
-            write_states(out, &n.value);
+            write_states(out, n.value);
         }
         Module::Set {
             name,
@@ -500,7 +527,7 @@ fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
             write_value(out, name);
             out.push(' ');
             out.push_str(flags);
-            write_generic_opts(out, other);
+            write_generic_opts(out, rule.options(*other));
         }
         Module::Nfacct(name) => {
             word(out, "-m nfacct --nfacct-name ");
@@ -509,7 +536,7 @@ fn write_module(out: &mut String, m: &Module<'_>, family: Family) {
         Module::Generic { name, options } => {
             word(out, "-m");
             word(out, name);
-            write_generic_opts(out, options);
+            write_generic_opts(out, rule.options(*options));
         }
     }
 }
@@ -539,6 +566,33 @@ fn push_u32(out: &mut String, mut n: u32) {
         }
     }
     for &d in buf.get(i..).unwrap_or(&[]) {
+        out.push(char::from(d));
+    }
+}
+
+/// Appends the kernel's fixed-point probability `k / 2^31` with 11 decimals, exactly as
+/// `format!("{:.11}", k as f64 / 2^31)` prints it (the quotient is exact in binary, so the decimal
+/// rounding — half to even on the exact value — is done in integers; the float formatter is slow
+/// for 100k endpoints).
+fn push_probability(out: &mut String, k: u32) {
+    const SCALE: u128 = 100_000_000_000; // 10^11
+    let num = u128::from(k) * SCALE;
+    let mut q = num >> 31;
+    let rem = num & ((1u128 << 31) - 1);
+    let half = 1u128 << 30;
+    if rem > half || (rem == half && q % 2 == 1) {
+        q += 1;
+    }
+    push_u32(out, (q / SCALE) as u32);
+    out.push('.');
+    let frac = q % SCALE;
+    let mut digits = [b'0'; 11];
+    let mut f = frac;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    for d in digits {
         out.push(char::from(d));
     }
 }
@@ -611,9 +665,10 @@ pub fn xmark(op: MarkOp) -> (u32, u32) {
 }
 
 /// CONNMARK in save form, or `None` when its options do not fit (kept verbatim then).
-fn connmark_save(opts: &[GenericOpt<'_>]) -> Option<String> {
-    let num = |o: &GenericOpt<'_>| -> Option<(u32, Option<u32>)> {
-        let [v] = o.values.as_slice() else {
+fn connmark_save<'a>(opts: impl Iterator<Item = GenericOpt<'a>>) -> Option<String> {
+    let num = |o: GenericOpt<'_>| -> Option<(u32, Option<u32>)> {
+        let mut vals = o.values.iter();
+        let (Some(v), None) = (vals.next(), vals.next()) else {
             return None;
         };
         let (a, b) = match v.split_once('/') {
@@ -684,7 +739,7 @@ fn connmark_save(opts: &[GenericOpt<'_>]) -> Option<String> {
     })
 }
 
-fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
+fn write_target(out: &mut String, rule: &Rule<'_>, t: &Target<'_>, family: Family) {
     match t {
         Target::Jump(c) => {
             word(out, "-j");
@@ -701,7 +756,7 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
         Target::Notrack => word(out, "-j CT --notrack"),
         Target::Ct(opts) => {
             word(out, "-j CT");
-            write_generic_opts(out, opts);
+            write_generic_opts(out, rule.options(*opts));
         }
         Target::Dnat {
             to,
@@ -709,10 +764,8 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
             persistent,
         } => {
             word(out, "-j DNAT");
-            for r in to {
-                word(out, "--to-destination ");
-                write_nat_range(out, r);
-            }
+            word(out, "--to-destination ");
+            write_nat_range(out, to);
             if *random {
                 word(out, "--random");
             }
@@ -727,10 +780,8 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
             persistent,
         } => {
             word(out, "-j SNAT");
-            for r in to {
-                word(out, "--to-source ");
-                write_nat_range(out, r);
-            }
+            word(out, "--to-source ");
+            write_nat_range(out, to);
             if *random {
                 word(out, "--random");
             }
@@ -765,9 +816,9 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
         }
         Target::Connmark(opts) => {
             word(out, "-j CONNMARK");
-            match connmark_save(opts) {
+            match connmark_save(rule.options(*opts)) {
                 Some(s) => word(out, &s),
-                None => write_generic_opts(out, opts),
+                None => write_generic_opts(out, rule.options(*opts)),
             }
         }
         Target::Reject { with } => {
@@ -776,12 +827,12 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
         }
         Target::Log(opts) => {
             word(out, "-j LOG");
-            write_generic_opts(out, opts);
+            write_generic_opts(out, rule.options(*opts));
         }
         Target::Generic { name, options } => {
             word(out, "-j");
             word(out, name);
-            write_generic_opts(out, options);
+            write_generic_opts(out, rule.options(*options));
         }
         Target::Unreadable { raw, .. } => {
             word(out, "-j");
@@ -793,6 +844,29 @@ fn write_target(out: &mut String, t: &Target<'_>, family: Family) {
 #[cfg(test)]
 mod fast_format_tests {
     use super::*;
+
+    #[test]
+    fn probabilities_print_as_the_float_formatter_does() {
+        let mut ks: Vec<u32> = (0..=20_000).collect();
+        ks.extend((1..=1000u32).map(|n| probability_fixed(1.0 / f64::from(n))));
+        ks.extend([1 << 30, (1 << 31) - 1, 1 << 31, 715_827_883, 1_431_655_765]);
+        let mut x = 0x2545_f491_u32;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            ks.push(x % (1 << 31));
+        }
+        for k in ks {
+            let mut s = String::new();
+            push_probability(&mut s, k);
+            assert_eq!(
+                s,
+                format!("{:.11}", f64::from(k) / 2_147_483_648.0),
+                "k = {k}"
+            );
+        }
+    }
 
     #[test]
     fn hand_written_numbers_and_addresses_match_display() {

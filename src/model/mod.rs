@@ -1,10 +1,11 @@
 //! The one canonical representation of rules; every comparison goes through its equality.
 //!
 //! A [`Ruleset`] is built from one parsed [`Dump`]: tables → chains (declaration and ordered rules),
-//! indexed by name, with the effect of `-I`, `-F` and `-X` applied. Each rule carries its
-//! [`CanonicalRule`] — the rule as `iptables-save` would print it — and rules are equal exactly when
-//! their canonical forms are ([`canonical`] lists the normalisations). [`serialize`] prints a
-//! ruleset back as `iptables-restore` input.
+//! indexed by name, with the effect of `-I`, `-F` and `-X` applied. Rules are equal exactly when
+//! their canonical forms are — the rule as `iptables-save` would print it ([`canonical`] lists the
+//! normalisations). The canonical text is made on demand ([`RuleEntry::canonical`]); comparisons
+//! of whole rulesets go through its 128-bit [`Fingerprint`] instead, which needs no allocation per
+//! rule. [`serialize`] prints a ruleset back as `iptables-restore` input.
 
 pub mod canonical;
 pub mod serialize;
@@ -16,21 +17,19 @@ use std::sync::OnceLock;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     ChainCommandKind, ChainDecl, Counters, Dump, Family, NameHash, ParseOptions, Rule, RuleOp,
-    Target, parse_dump,
+    parse_dump,
 };
 
-pub use canonical::CanonicalRule;
+pub use canonical::{CanonicalRule, Fingerprint};
 
 /// Built-in chains (of any table); never "undeclared".
 pub const BUILTIN_CHAINS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
-/// One rule of a chain: the parsed rule and its canonical identity.
+/// One rule of a chain: the parsed rule (matches, target, raw text, line).
 #[derive(Debug, Clone)]
 pub struct RuleEntry<'a> {
-    /// The parsed rule (matches, target, raw text, line).
+    /// The parsed rule.
     pub rule: Rule<'a>,
-    /// Its canonical form; compare rules with this.
-    pub canonical: CanonicalRule,
 }
 
 impl<'a> Deref for RuleEntry<'a> {
@@ -40,14 +39,19 @@ impl<'a> Deref for RuleEntry<'a> {
     }
 }
 
-impl PartialEq for RuleEntry<'_> {
-    /// Semantic equality: equal canonical forms.
-    fn eq(&self, other: &Self) -> bool {
-        self.canonical == other.canonical
+impl RuleEntry<'_> {
+    /// The rule's canonical form in a ruleset of `family` (what `iptables-save` prints).
+    pub fn canonical(&self, family: Family) -> CanonicalRule {
+        CanonicalRule::of(&self.rule, family)
+    }
+
+    /// Whether both rules are the same rule (equal canonical forms) in a ruleset of `family`.
+    pub fn same_as(&self, other: &RuleEntry<'_>, family: Family) -> bool {
+        let mut buf = String::new();
+        Fingerprint::of(&self.rule, family, &mut buf)
+            == Fingerprint::of(&other.rule, family, &mut buf)
     }
 }
-
-impl Eq for RuleEntry<'_> {}
 
 /// A chain: declaration facts and its rules in effective order.
 #[derive(Debug, Clone)]
@@ -70,14 +74,15 @@ impl<'a> Chain<'a> {
         BUILTIN_CHAINS.contains(&self.name)
     }
 
-    /// Whether both chains hold the same rules in the same order (canonical equality).
-    pub fn same_rules(&self, other: &Chain<'_>) -> bool {
+    /// Whether both chains hold the same rules in the same order (canonical equality in a
+    /// ruleset of `family`).
+    pub fn same_rules(&self, other: &Chain<'_>, family: Family) -> bool {
+        let mut buf = String::new();
         self.rules.len() == other.rules.len()
-            && self
-                .rules
-                .iter()
-                .zip(&other.rules)
-                .all(|(a, b)| a.canonical == b.canonical)
+            && self.rules.iter().zip(&other.rules).all(|(a, b)| {
+                Fingerprint::of(&a.rule, family, &mut buf)
+                    == Fingerprint::of(&b.rule, family, &mut buf)
+            })
     }
 }
 
@@ -101,17 +106,20 @@ pub struct TableRules<'a> {
     pub deleted: Vec<&'a str>,
     /// Whether every text block of this table ended with `COMMIT`.
     pub committed: bool,
+    /// The ruleset's address family (canonical forms depend on it).
+    pub family: Family,
     index: HashMap<&'a str, usize, NameHash>,
     jumps: OnceLock<HashMap<&'a str, Vec<RuleRef>, NameHash>>,
 }
 
 impl<'a> TableRules<'a> {
-    fn new(name: &'a str) -> Self {
+    fn new(name: &'a str, family: Family) -> Self {
         TableRules {
             name,
             chains: Vec::new(),
             deleted: Vec::new(),
             committed: true,
+            family,
             index: HashMap::default(),
             jumps: OnceLock::new(),
         }
@@ -133,7 +141,7 @@ impl<'a> TableRules<'a> {
             let mut m: HashMap<&'a str, Vec<RuleRef>, NameHash> = HashMap::default();
             for (ci, c) in self.chains.iter().enumerate() {
                 for (ri, r) in c.rules.iter().enumerate() {
-                    if let Some(Target::Jump(t) | Target::Goto(t)) = r.rule.target {
+                    if let Some(t) = r.rule.jump_target() {
                         m.entry(t).or_default().push(RuleRef {
                             chain: ci,
                             rule: ri,
@@ -165,6 +173,11 @@ impl<'a> TableRules<'a> {
                 let c = self.chains.get(r.chain)?;
                 Some((c, c.rules.get(r.rule)?))
             })
+    }
+
+    /// The canonical form of `r` (a rule of this table).
+    pub fn canonical(&self, r: &RuleEntry<'_>) -> CanonicalRule {
+        r.canonical(self.family)
     }
 
     /// The rule at `r`.
@@ -231,7 +244,7 @@ pub struct Ruleset<'a> {
 }
 
 impl<'a> Ruleset<'a> {
-    /// Builds the ruleset of `dump`, computing each rule's canonical form.
+    /// Builds the ruleset of `dump`.
     pub fn from_dump(dump: Dump<'a>) -> Self {
         let family = dump.family;
         let mut tables: Vec<TableRules<'a>> = Vec::new();
@@ -239,7 +252,7 @@ impl<'a> Ruleset<'a> {
             let ti = match tables.iter().position(|x| x.name == t.name) {
                 Some(i) => i,
                 None => {
-                    tables.push(TableRules::new(t.name));
+                    tables.push(TableRules::new(t.name, family));
                     tables.len() - 1
                 }
             };
@@ -274,7 +287,6 @@ impl<'a> Ruleset<'a> {
             for (c, n) in table.chains.iter_mut().zip(&counts) {
                 c.rules.reserve_exact(*n);
             }
-            let mut canonical_buf = String::with_capacity(512);
             last = None;
             // Consume the parsed rules from the back of a reversed list, handing their memory back
             // as we go: without this the dump's whole rule list and the chains' copies of it are
@@ -298,14 +310,11 @@ impl<'a> Ruleset<'a> {
                         i
                     }
                 };
-                canonical_buf.clear();
-                canonical::write_rule(&mut canonical_buf, &rule, family);
-                let canonical = CanonicalRule::from_text(canonical_buf.as_str());
                 let op = rule.op;
                 let Some(chain) = table.chains.get_mut(ci) else {
                     continue;
                 };
-                let entry = RuleEntry { rule, canonical };
+                let entry = RuleEntry { rule };
                 match op {
                     RuleOp::Append => chain.rules.push(entry),
                     RuleOp::Insert(n) => {
@@ -363,15 +372,17 @@ impl<'a> Ruleset<'a> {
     }
 
     /// Semantic equality of two rulesets: same tables, same chains (by name, any order), same
-    /// policies, and the same rules in the same order per chain. Counters are ignored.
+    /// policies, and the same rules in the same order per chain (canonical forms in this
+    /// ruleset's family). Counters are ignored.
     pub fn same_rules(&self, other: &Ruleset<'_>) -> bool {
         self.tables.len() == other.tables.len()
             && self.tables.iter().all(|t| {
                 other.table(t.name).is_some_and(|o| {
                     t.chains.len() == o.chains.len()
                         && t.chains.iter().all(|c| {
-                            o.chain(c.name)
-                                .is_some_and(|oc| oc.policy == c.policy && c.same_rules(oc))
+                            o.chain(c.name).is_some_and(|oc| {
+                                oc.policy == c.policy && c.same_rules(oc, self.family)
+                            })
                         })
                 })
             })

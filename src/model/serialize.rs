@@ -45,12 +45,17 @@ pub fn write_table(out: &mut String, t: &TableRules<'_>, style: Style) {
     for name in &t.deleted {
         let _ = writeln!(out, ":{name} - [0:0]");
     }
+    let mut canonical = String::new();
     for c in &t.chains {
         for r in &c.rules {
             out.push_str("-A ");
             out.push_str(c.name);
             let spec = match style {
-                Style::Canonical => r.canonical.as_str(),
+                Style::Canonical => {
+                    canonical.clear();
+                    super::canonical::write_rule(&mut canonical, &r.rule, t.family);
+                    canonical.as_str()
+                }
                 Style::Raw => r.rule.raw,
             };
             if !spec.is_empty() {

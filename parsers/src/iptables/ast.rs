@@ -4,6 +4,12 @@
 //! `-c`), the `iptables-restore` input kube-proxy writes (`:CHAIN - [0:0]`, `-X`, `-F`), and
 //! `iptables -S` / `-S -v` listings. Options keep the order in which they were written, so a rule
 //! can be printed back as written ([`Rule::raw`]) while its typed view drives matching.
+//!
+//! A [`Rule`] is compact: its text plus a few bytes of parsed facts (the parser's encoding, see
+//! `code.rs`). Its typed view — [`Rule::matches`], [`Rule::target`], [`Rule::counters`] — is
+//! decoded on each call into small `Copy` values that borrow the dump text; decoding allocates
+//! nothing and costs a few nanoseconds per match. A node with 10,000 services has ~400,000 rules;
+//! a tree of owned vectors per rule was five times the dump's size, this is about one.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -142,8 +148,11 @@ pub enum RuleOp {
     Insert(u32),
 }
 
-/// One rule.
-#[derive(Debug, Clone, PartialEq)]
+/// One rule: where it stands, its text, and its parsed facts.
+///
+/// The typed view is decoded on demand: [`Rule::matches`] (in written order), [`Rule::target`],
+/// [`Rule::counters`], [`Rule::jump_target`]. Every string in the view is a slice of the dump text.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Rule<'a> {
     /// 1-based line number.
     pub line: u32,
@@ -151,19 +160,130 @@ pub struct Rule<'a> {
     pub op: RuleOp,
     /// The chain the rule belongs to.
     pub chain: &'a str,
-    /// `[p:b]` prefix (`-c`) or inline `-c P B` counters (`-S -v`).
-    pub counters: Option<Counters>,
-    /// The matches, in the order written.
-    pub matches: Vec<Match<'a>>,
-    /// The target (`-j`/`-g`); `None` for a rule without one (a pure counter rule).
-    pub target: Option<Target<'a>>,
     /// The rule's specification as written, after `-A CHAIN ` and without a `[p:b]` prefix
     /// (inline `-c P B` counters of `iptables -S -v` stay in it; they are valid restore syntax).
     pub raw: &'a str,
+    /// The parsed facts, encoded (`code.rs`); read through the methods.
+    pub(crate) code: Box<[u8]>,
 }
 
+impl<'a> Rule<'a> {
+    /// `[p:b]` prefix (`-c`) or inline `-c P B` counters (`-S -v`).
+    pub fn counters(&self) -> Option<Counters> {
+        super::code::counters(&self.code)
+    }
+
+    /// The target (`-j`/`-g`); `None` for a rule without one (a pure counter rule).
+    pub fn target(&self) -> Option<Target<'a>> {
+        super::code::target(self.raw, &self.code)
+    }
+
+    /// The chain of a `-j CHAIN` / `-g CHAIN` target (cheaper than [`Rule::target`]).
+    pub fn jump_target(&self) -> Option<&'a str> {
+        super::code::jump_target(self.raw, &self.code)
+    }
+
+    /// The matches, in the order written.
+    pub fn matches(&self) -> Matches<'_, 'a> {
+        super::code::matches(self.raw, &self.code)
+    }
+
+    /// The generic options `list` refers to (a list inside one of this rule's matches or its
+    /// target; a list of another rule reads as empty or garbage-free nonsense, never a panic).
+    pub fn options(&self, list: OptList) -> Options<'_, 'a> {
+        super::code::options(self.raw, &self.code, list)
+    }
+}
+
+impl std::fmt::Debug for Rule<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule")
+            .field("line", &self.line)
+            .field("op", &self.op)
+            .field("chain", &self.chain)
+            .field("counters", &self.counters())
+            .field("matches", &self.matches().collect::<Vec<_>>())
+            .field("target", &self.target())
+            .field("raw", &self.raw)
+            .finish()
+    }
+}
+
+/// The matches of one rule, decoded one at a time ([`Rule::matches`]).
+#[derive(Debug, Clone)]
+pub struct Matches<'r, 'a> {
+    pub(crate) raw: &'a str,
+    pub(crate) code: &'r [u8],
+    pub(crate) pos: usize,
+    pub(crate) left: u32,
+}
+
+impl<'a> Iterator for Matches<'_, 'a> {
+    type Item = Match<'a>;
+
+    fn next(&mut self) -> Option<Match<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        super::code::next_match(self)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Matches<'_, '_> {}
+
+/// A list of generic options inside a rule's match or target; read it with [`Rule::options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct OptList {
+    pub(crate) at: u32,
+    pub(crate) len: u32,
+}
+
+impl OptList {
+    /// Number of options.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The options of an [`OptList`], decoded one at a time.
+#[derive(Debug, Clone)]
+pub struct Options<'r, 'a> {
+    pub(crate) raw: &'a str,
+    pub(crate) code: &'r [u8],
+    pub(crate) pos: usize,
+    pub(crate) left: u32,
+}
+
+impl<'a> Iterator for Options<'_, 'a> {
+    type Item = GenericOpt<'a>;
+
+    fn next(&mut self) -> Option<GenericOpt<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        super::code::next_option(self)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Options<'_, '_> {}
+
 /// A value that may be negated with `!`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Neg<T> {
     /// True when written with `!`.
     pub negated: bool,
@@ -171,8 +291,116 @@ pub struct Neg<T> {
     pub value: T,
 }
 
+/// Free text as written: a double-quoted word (its content, escapes still in place) or bare
+/// word(s). [`Text::value`] is the text iptables stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Text<'a> {
+    /// The content as written: between the quotes, or the bare word(s).
+    pub raw: &'a str,
+    /// True when `raw` holds backslash escapes (`\"`, `\\`, `\'`).
+    pub escaped: bool,
+}
+
+impl<'a> Text<'a> {
+    /// The text with escapes resolved (borrowed unless it had escapes).
+    pub fn value(&self) -> Cow<'a, str> {
+        if self.escaped {
+            Cow::Owned(super::lexer::unescape(self.raw))
+        } else {
+            Cow::Borrowed(self.raw)
+        }
+    }
+
+    /// The text, when it has no escapes (the common case) and so can be borrowed from the dump.
+    pub fn borrowed(&self) -> Option<&'a str> {
+        (!self.escaped).then_some(self.raw)
+    }
+}
+
+/// The value words of a generic option, as written; [`Words::iter`] unquotes and unescapes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Words<'a> {
+    /// The text from the first to the last value word (empty without values).
+    pub raw: &'a str,
+}
+
+impl<'a> Words<'a> {
+    /// The words, unquoted and unescaped.
+    pub fn iter(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+        super::lexer::words(self.raw)
+    }
+
+    /// Number of words.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether there are no words.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The words, owned (for tests and messages).
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(Cow::into_owned).collect()
+    }
+}
+
+/// A comma-separated list word (`RELATED,ESTABLISHED`, `dst,dst`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct List<'a> {
+    /// The word as written.
+    pub raw: &'a str,
+}
+
+impl<'a> List<'a> {
+    /// The items.
+    pub fn iter(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.raw.split(',')
+    }
+
+    /// Whether `item` is in the list.
+    pub fn contains(&self, item: &str) -> bool {
+        self.iter().any(|i| i == item)
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether the list is empty (never, for a parsed list).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+}
+
+/// A port list of `multiport` (`80,443,1000:2000`), checked when parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortList<'a> {
+    /// The word as written.
+    pub raw: &'a str,
+}
+
+impl<'a> PortList<'a> {
+    /// The ports and ranges.
+    pub fn iter(&self) -> impl Iterator<Item = PortRange> + 'a {
+        self.raw.split(',').filter_map(super::values::port_range)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.raw.split(',').count()
+    }
+
+    /// Whether the list is empty (never, for a parsed list).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+}
+
 /// An address or network as written in `-s`/`-d` (`10.0.0.1`, `10.0.0.0/8`, `10.0.0.0/255.0.0.0`, `fd00::/64`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AddrSpec<'a> {
     /// The text as written.
     pub raw: &'a str,
@@ -203,18 +431,18 @@ pub struct MarkValue {
 }
 
 /// A generic option inside a module or target we do not type: `[!] --name [values…]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GenericOpt<'a> {
     /// True when written with `!`.
     pub negated: bool,
     /// Option name without leading dashes (`tcp-flags`).
     pub name: &'a str,
-    /// The values that followed, unquoted.
-    pub values: Vec<Cow<'a, str>>,
+    /// The values that followed.
+    pub values: Words<'a>,
 }
 
 /// One match criterion.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Match<'a> {
     /// `[!] -s ADDR[/MASK]`.
     Source(Neg<AddrSpec<'a>>),
@@ -232,11 +460,33 @@ pub enum Match<'a> {
     Module(Module<'a>),
 }
 
+/// Which ports a `multiport` list applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MultiportKind {
+    /// `--sports` / `--source-ports`.
+    Sports,
+    /// `--dports` / `--destination-ports`.
+    Dports,
+    /// `--ports`.
+    Ports,
+}
+
+impl MultiportKind {
+    /// The option name iptables-save prints (`sports`, `dports`, `ports`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MultiportKind::Sports => "sports",
+            MultiportKind::Dports => "dports",
+            MultiportKind::Ports => "ports",
+        }
+    }
+}
+
 /// A match module and its options.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Module<'a> {
     /// `-m comment --comment TEXT`.
-    Comment(Cow<'a, str>),
+    Comment(Text<'a>),
     /// `-m tcp|udp|sctp [[!] --sport P] [[!] --dport P] …`.
     Ports {
         /// The module name (`tcp`, `udp`, `sctp`).
@@ -246,14 +496,14 @@ pub enum Module<'a> {
         /// `--dport`/`--destination-port`.
         dport: Option<Neg<PortRange>>,
         /// Other options (`--tcp-flags`, `--syn`, …).
-        other: Vec<GenericOpt<'a>>,
+        other: OptList,
     },
     /// `-m multiport [!] --dports|--sports|--ports P,P:P`.
     Multiport {
-        /// Which ports the list applies to: `sports`, `dports` or `ports`.
-        kind: &'a str,
+        /// Which ports the list applies to.
+        kind: MultiportKind,
         /// The port list.
-        ports: Neg<Vec<PortRange>>,
+        ports: Neg<PortList<'a>>,
     },
     /// `-m statistic --mode random --probability P` or `--mode nth --every N [--packet P]`.
     Statistic(Statistic<'a>),
@@ -277,12 +527,12 @@ pub enum Module<'a> {
     /// `-m conntrack [!] --ctstate S,S …` (other conntrack options kept generic).
     Conntrack {
         /// `--ctstate` states.
-        ctstate: Option<Neg<Vec<&'a str>>>,
+        ctstate: Option<Neg<List<'a>>>,
         /// Other options.
-        other: Vec<GenericOpt<'a>>,
+        other: OptList,
     },
     /// `-m state [!] --state S,S`.
-    State(Neg<Vec<&'a str>>),
+    State(Neg<List<'a>>),
     /// `-m set [!] --match-set NAME FLAGS`.
     Set {
         /// Set name.
@@ -292,7 +542,7 @@ pub enum Module<'a> {
         /// Negated.
         negated: bool,
         /// Other options (`--return-nomatch`, …).
-        other: Vec<GenericOpt<'a>>,
+        other: OptList,
     },
     /// `-m nfacct --nfacct-name NAME`.
     Nfacct(&'a str),
@@ -301,12 +551,12 @@ pub enum Module<'a> {
         /// Module name.
         name: &'a str,
         /// Options in order.
-        options: Vec<GenericOpt<'a>>,
+        options: OptList,
     },
 }
 
 /// `-m statistic`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Statistic<'a> {
     /// `--mode random --probability P`.
     Random {
@@ -342,7 +592,7 @@ pub enum RecentAction {
 }
 
 /// `-m recent`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Recent<'a> {
     /// `--name` (default `DEFAULT`).
     pub name: &'a str,
@@ -365,7 +615,7 @@ pub struct Recent<'a> {
 }
 
 /// A NAT target address/port range: `10.0.0.1:80`, `[fd00::1]:80`, `10.0.0.1-10.0.0.9:80-90`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NatRange<'a> {
     /// The text as written.
     pub raw: &'a str,
@@ -403,7 +653,7 @@ pub enum MarkOp {
 }
 
 /// A rule's target.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Target<'a> {
     /// `-j CHAIN`: jump to a user chain.
     Jump(&'a str),
@@ -415,10 +665,11 @@ pub enum Target<'a> {
     Drop,
     /// `-j RETURN`.
     Return,
-    /// `-j DNAT --to-destination R [--random] [--persistent]`.
+    /// `-j DNAT --to-destination R [--random] [--persistent]` (exactly one range: iptables-save
+    /// prints one per rule; more is [`Target::Unreadable`]).
     Dnat {
-        /// Destinations.
-        to: Vec<NatRange<'a>>,
+        /// Destination.
+        to: NatRange<'a>,
         /// `--random`.
         random: bool,
         /// `--persistent`.
@@ -426,8 +677,8 @@ pub enum Target<'a> {
     },
     /// `-j SNAT --to-source R [--random] [--random-fully] [--persistent]`.
     Snat {
-        /// Sources.
-        to: Vec<NatRange<'a>>,
+        /// Source.
+        to: NatRange<'a>,
         /// `--random`.
         random: bool,
         /// `--random-fully`.
@@ -447,26 +698,26 @@ pub enum Target<'a> {
     /// `-j MARK …`.
     Mark(MarkOp),
     /// `-j CONNMARK …` (options kept generic).
-    Connmark(Vec<GenericOpt<'a>>),
+    Connmark(OptList),
     /// `-j REJECT [--reject-with TYPE]`.
     Reject {
         /// `--reject-with`.
         with: Option<&'a str>,
     },
     /// `-j LOG [options]`.
-    Log(Vec<GenericOpt<'a>>),
+    Log(OptList),
     /// `-j TRACE`.
     Trace,
     /// `-j NOTRACK`.
     Notrack,
     /// `-j CT [options]`.
-    Ct(Vec<GenericOpt<'a>>),
+    Ct(OptList),
     /// Any other target extension with options, kept verbatim.
     Generic {
         /// Target name.
         name: &'a str,
         /// Options in order.
-        options: Vec<GenericOpt<'a>>,
+        options: OptList,
     },
     /// A target that the iptables userspace could not decode (version skew between the
     /// iptables binary and the kernel's rules): `DNAT [unsupported revision]`, a DNAT with an empty

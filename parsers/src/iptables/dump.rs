@@ -255,15 +255,19 @@ impl<'a> DumpParser<'a, '_> {
                     }
                 }
                 let spec_from = at(rest);
-                let spec = parse_spec(body, spec_from, &mut self.scratch, &mut self.first_addr)?;
+                let spec = parse_spec(
+                    body,
+                    spec_from,
+                    prefix,
+                    &mut self.scratch,
+                    &mut self.first_addr,
+                )?;
                 Ok(Line::Rule(Rule {
                     line: line_no,
                     op,
                     chain,
-                    counters: prefix.or(spec.counters),
-                    matches: spec.matches,
-                    target: spec.target,
-                    raw: body[spec_from..].trim_matches(is_blank),
+                    raw: spec.raw,
+                    code: spec.code,
                 }))
             }
             "-N" | "--new-chain" => {
@@ -637,7 +641,7 @@ mod tests {
         let d = strict("*nat\n[402612:15051273] -A PREROUTING -j KUBE-SERVICES\nCOMMIT\n").unwrap();
         let r = &d.tables[0].rules[0];
         assert_eq!(
-            r.counters,
+            r.counters(),
             Some(Counters {
                 packets: 402_612,
                 bytes: 15_051_273
@@ -650,7 +654,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            d.tables[0].rules[0].counters,
+            d.tables[0].rules[0].counters(),
             Some(Counters {
                 packets: 5,
                 bytes: 6

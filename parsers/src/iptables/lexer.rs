@@ -19,6 +19,8 @@ use std::borrow::Cow;
 use nom::character::complete::{anychar, char};
 use nom::{IResult, Parser};
 
+use super::ast::Text;
+
 /// A failure inside one line: byte offset in the line, what was expected, what was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fail {
@@ -66,6 +68,8 @@ pub(crate) struct Tok<'a> {
     pub end: usize,
     /// True when the word was written in double quotes.
     pub quoted: bool,
+    /// The word as written (with its quotes).
+    pub written: &'a str,
 }
 
 impl<'a> Tok<'a> {
@@ -81,6 +85,24 @@ impl<'a> Tok<'a> {
     /// True for the negation word `!`.
     pub(crate) fn is_bang(&self) -> bool {
         !self.quoted && self.text == "!"
+    }
+
+    /// The word as free text (`comment` values): the content between the quotes, or the bare word.
+    pub(crate) fn text_view(&self) -> Text<'a> {
+        if self.quoted {
+            Text {
+                raw: self
+                    .written
+                    .get(1..self.written.len().saturating_sub(1))
+                    .unwrap_or(""),
+                escaped: matches!(self.text, Cow::Owned(_)),
+            }
+        } else {
+            Text {
+                raw: self.written,
+                escaped: false,
+            }
+        }
     }
 
     /// The word as a slice of the input, for names and single-word values. Quoted words with
@@ -182,9 +204,47 @@ pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -
             start: pos,
             end,
             quoted: was_quoted,
+            written: &line[pos..end],
         });
         pos = end;
     }
+}
+
+/// Resolves the backslash escapes of a quoted word's content (`\"` → `"`, `\\` → `\`): a
+/// backslash keeps the next character literally, as in [`quoted`].
+pub(crate) fn unescape(content: &str) -> String {
+    let mut out = String::with_capacity(content.len());
+    let mut chars = content.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The words of `text` (already tokenized once, so well formed), unquoted and unescaped, without
+/// collecting them.
+pub(crate) fn words(text: &str) -> impl Iterator<Item = Cow<'_, str>> + '_ {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        rest = rest.trim_start_matches(is_blank);
+        if rest.is_empty() {
+            return None;
+        }
+        let (r, w) = if rest.starts_with('"') {
+            quoted(rest).ok()?
+        } else {
+            let (r, w) = bare(rest).ok()?;
+            (r, Cow::Borrowed(w))
+        };
+        rest = r;
+        Some(w)
+    })
 }
 
 #[cfg(test)]
@@ -234,6 +294,14 @@ mod tests {
         let mut v = Vec::new();
         let e = tokenize(r#""a"b"#, 0, &mut v).unwrap_err();
         assert_eq!(e.at, 3);
+    }
+
+    #[test]
+    fn words_iterate_like_the_tokenizer() {
+        let text = r#"a  "b c" "d\"e" \x"#;
+        let got: Vec<String> = super::words(text).map(Cow::into_owned).collect();
+        assert_eq!(got, words(text));
+        assert_eq!(super::unescape(r#"pod\'s \"x\" \\"#), r#"pod's "x" \"#);
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //! [`Module::Generic`] — never an error — so it round-trips. A known option with a malformed value
 //! (`--dport http`, `--mark 0xZZ`) is an error.
 
-use std::borrow::Cow;
-
-use super::ast::{GenericOpt, MarkValue, Module, Neg, PortRange, Recent, RecentAction, Statistic};
+use super::ast::{
+    List, MarkValue, Module, MultiportKind, Neg, PortList, PortRange, Recent, RecentAction,
+    Statistic, Text,
+};
 use super::lexer::{Fail, Tok};
+use super::rule::Pool;
 use super::values;
 
 /// One option of a module or target, as gathered by the rule grammar.
@@ -44,15 +46,6 @@ impl<'t, 'a> OptView<'t, 'a> {
                 "an option or `-j TARGET`",
                 &extra.text,
             )),
-        }
-    }
-
-    /// The generic (verbatim) form of this option.
-    pub(crate) fn generic(&self) -> GenericOpt<'a> {
-        GenericOpt {
-            negated: self.negated,
-            name: self.name,
-            values: self.values.iter().map(|t| t.text.clone()).collect(),
         }
     }
 }
@@ -185,10 +178,11 @@ fn word_opt<'a>(o: &OptView<'_, 'a>, what: &'static str) -> Result<&'a str, Fail
     o.one(what)?.borrowed()
 }
 
-/// A comma-separated list value (`RELATED,ESTABLISHED`), split without allocating the words.
-fn list_opt<'a>(o: &OptView<'_, 'a>, what: &'static str) -> Result<Vec<&'a str>, Fail> {
-    let w = word_opt(o, what)?;
-    Ok(w.split(',').collect())
+/// A comma-separated list value (`RELATED,ESTABLISHED`).
+fn list_opt<'a>(o: &OptView<'_, 'a>, what: &'static str) -> Result<List<'a>, Fail> {
+    Ok(List {
+        raw: word_opt(o, what)?,
+    })
 }
 
 /// A decimal number value.
@@ -207,54 +201,68 @@ fn flag(o: &OptView<'_, '_>) -> Result<(), Fail> {
     }
 }
 
-/// Types module `name` from its options; `Ok(None)` means "keep generic".
-fn typed<'a>(name: &'a str, opts: &[OptView<'_, 'a>]) -> Result<Option<Module<'a>>, Fail> {
+/// Types module `name` from its options; `Ok(None)` means "keep generic". Options a typed module
+/// keeps generic (`other`) go to `pool` only once the module is known to be typed.
+fn typed<'a>(
+    name: &'a str,
+    opts: &[OptView<'_, 'a>],
+    pool: &mut Pool<'_, 'a>,
+) -> Result<Option<Module<'a>>, Fail> {
     Ok(Some(match name {
         // comment = "--comment" TEXT
         // (kube-proxy's test fake stores multi-word comments unquoted: `--comment kubernetes service
         // portals`; such words are read as one comment.)
         "comment" => match opts {
             [o] if o.name == "comment" && !o.negated => match o.values {
-                [_, _, ..] if o.values.iter().all(|t| !t.quoted) => {
-                    Module::Comment(Cow::Borrowed(o.span))
-                }
-                _ => Module::Comment(o.one("a comment text")?.text.clone()),
+                [_, _, ..] if o.values.iter().all(|t| !t.quoted) => Module::Comment(Text {
+                    raw: o.span,
+                    escaped: false,
+                }),
+                _ => Module::Comment(o.one("a comment text")?.text_view()),
             },
             _ => return Ok(None),
         },
         // tcp/udp/sctp = { [!] --sport P | [!] --dport P | other }
         "tcp" | "udp" | "sctp" | "udplite" => {
-            let (mut sport, mut dport, mut other) = (None, None, Vec::new());
+            let (mut sport, mut dport) = (None, None);
             for o in opts {
                 match o.name {
                     "sport" | "source-port" => sport = Some(port_opt(o)?),
                     "dport" | "destination-port" => dport = Some(port_opt(o)?),
-                    _ => other.push(o.generic()),
+                    _ => {}
                 }
             }
+            let is_port = |o: &&OptView<'_, 'a>| {
+                matches!(
+                    o.name,
+                    "sport" | "source-port" | "dport" | "destination-port"
+                )
+            };
             Module::Ports {
                 proto: name,
                 sport,
                 dport,
-                other,
+                other: pool.push(opts.iter().filter(|o| !is_port(o))),
             }
         }
         // multiport = [!] ( --ports | --sports | --dports ) P{,P}
         "multiport" => match opts {
             [o] => {
                 let kind = match o.name {
-                    "source-ports" => "sports",
-                    "destination-ports" => "dports",
-                    k => k,
+                    "sports" | "source-ports" => MultiportKind::Sports,
+                    "dports" | "destination-ports" => MultiportKind::Dports,
+                    _ => MultiportKind::Ports,
                 };
                 let v = o.one("a port list")?;
-                let ports = values::port_list(&v.text)
-                    .ok_or_else(|| Fail::new(v.start, "a port list", &v.text))?;
+                let raw = v.borrowed()?;
+                if !values::is_port_list(raw) {
+                    return Err(Fail::new(v.start, "a port list", &v.text));
+                }
                 Module::Multiport {
                     kind,
                     ports: Neg {
                         negated: o.negated,
-                        value: ports,
+                        value: PortList { raw },
                     },
                 }
             }
@@ -317,18 +325,23 @@ fn typed<'a>(name: &'a str, opts: &[OptView<'_, 'a>]) -> Result<Option<Module<'a
         },
         // conntrack = [!] --ctstate S{,S} | other
         "conntrack" => {
-            let (mut ctstate, mut other) = (None, Vec::new());
-            for o in opts {
-                match o.name {
-                    "ctstate" if ctstate.is_none() => {
-                        ctstate = Some(Neg {
-                            negated: o.negated,
-                            value: list_opt(o, "conntrack states")?,
-                        })
-                    }
-                    _ => other.push(o.generic()),
+            let mut ctstate = None;
+            let mut state_at = None;
+            for (i, o) in opts.iter().enumerate() {
+                if o.name == "ctstate" && ctstate.is_none() {
+                    ctstate = Some(Neg {
+                        negated: o.negated,
+                        value: list_opt(o, "conntrack states")?,
+                    });
+                    state_at = Some(i);
                 }
             }
+            let other = pool.push(
+                opts.iter()
+                    .enumerate()
+                    .filter(|(i, _)| Some(*i) != state_at)
+                    .map(|(_, o)| o),
+            );
             Module::Conntrack { ctstate, other }
         }
         // state = [!] --state S{,S}
@@ -342,21 +355,25 @@ fn typed<'a>(name: &'a str, opts: &[OptView<'_, 'a>]) -> Result<Option<Module<'a
         // set = [!] --match-set NAME FLAGS { other }
         "set" => {
             let mut found = None;
-            let mut other = Vec::new();
-            for o in opts {
+            for (i, o) in opts.iter().enumerate() {
                 match (o.name, o.values) {
                     ("match-set" | "set", [n, f]) if found.is_none() => {
-                        found = Some((n.borrowed()?, f.borrowed()?, o.negated))
+                        found = Some((n.borrowed()?, f.borrowed()?, o.negated, i))
                     }
-                    _ => other.push(o.generic()),
+                    _ => {}
                 }
             }
             match found {
-                Some((name, flags, negated)) => Module::Set {
+                Some((name, flags, negated, at)) => Module::Set {
                     name,
                     flags,
                     negated,
-                    other,
+                    other: pool.push(
+                        opts.iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != at)
+                            .map(|(_, o)| o),
+                    ),
                 },
                 None => return Ok(None),
             }
@@ -478,12 +495,13 @@ fn recent<'a>(opts: &[OptView<'_, 'a>]) -> Result<Option<Recent<'a>>, Fail> {
 pub(crate) fn build_module<'a>(
     name: &'a str,
     opts: &[OptView<'_, 'a>],
+    pool: &mut Pool<'_, 'a>,
 ) -> Result<Module<'a>, Fail> {
-    if let Some(m) = typed(name, opts)? {
+    if let Some(m) = typed(name, opts, pool)? {
         return Ok(m);
     }
     Ok(Module::Generic {
         name,
-        options: opts.iter().map(OptView::generic).collect(),
+        options: pool.push(opts),
     })
 }

@@ -4,6 +4,7 @@
 //! lenient reading and the table of `-S` input) and [`parse_rule_line`] for one `-A CHAIN …` line.
 
 pub mod ast;
+mod code;
 mod dump;
 mod lexer;
 mod matches;

@@ -18,7 +18,8 @@
 
 use std::ops::Range;
 
-use super::ast::{Counters, Match, Neg, Target};
+use super::ast::{Counters, Match, Neg, OptList};
+use super::code::{Enc, assemble};
 use super::lexer::{Fail, Tok, tokenize};
 use super::matches::{OptView, accepts, build_module, implicit_module};
 use super::targets::{build_target, target_accepts};
@@ -55,7 +56,7 @@ struct TargetSpec<'a> {
     run_end: usize,
 }
 
-/// Reusable buffers, so that parsing a line allocates only what the AST keeps.
+/// Reusable buffers, so that parsing a line allocates only the rule's code.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch<'a> {
     toks: Vec<Tok<'a>>,
@@ -63,14 +64,47 @@ pub(crate) struct Scratch<'a> {
     module_names: Vec<&'a str>,
     module_slots: Vec<usize>,
     matches: Vec<Match<'a>>,
+    /// Encoded option lists of this rule (the code's option area).
+    pool: Vec<u8>,
+    /// Encoded match records.
+    match_code: Vec<u8>,
+    /// Encoded target record.
+    target_code: Vec<u8>,
 }
 
-/// What a rule specification holds.
+/// Where a rule's generic options are written while its matches and target are typed.
+pub(crate) struct Pool<'s, 'a> {
+    raw: &'a str,
+    buf: &'s mut Vec<u8>,
+}
+
+impl<'a> Pool<'_, 'a> {
+    /// Writes `opts` as one list.
+    pub(crate) fn push<'v, 't: 'v>(
+        &mut self,
+        opts: impl IntoIterator<Item = &'v OptView<'t, 'a>>,
+    ) -> OptList
+    where
+        'a: 't,
+    {
+        let at = self.buf.len() as u32;
+        let mut len = 0u32;
+        let mut e = Enc::new(self.raw, self.buf);
+        for o in opts {
+            e.option(o.negated, o.name, o.span);
+            len += 1;
+        }
+        OptList { at, len }
+    }
+}
+
+/// What a rule specification holds: its text and its encoded facts.
 #[derive(Debug)]
 pub(crate) struct Spec<'a> {
-    pub matches: Vec<Match<'a>>,
-    pub target: Option<Target<'a>>,
-    pub counters: Option<Counters>,
+    /// The specification as written (blanks trimmed).
+    pub raw: &'a str,
+    /// The encoded matches, target and counters.
+    pub code: Box<[u8]>,
 }
 
 /// The value word of a single-valued option at word `i` (the option itself).
@@ -99,6 +133,7 @@ fn counter(t: &Tok<'_>) -> Result<u64, Fail> {
 pub(crate) fn parse_spec<'a>(
     line: &'a str,
     from: usize,
+    prefix: Option<Counters>,
     scratch: &mut Scratch<'a>,
     first_addr: &mut Option<bool>,
 ) -> Result<Spec<'a>, Fail> {
@@ -108,7 +143,13 @@ pub(crate) fn parse_spec<'a>(
         module_names,
         module_slots,
         matches,
+        pool,
+        match_code,
+        target_code,
     } = scratch;
+    pool.clear();
+    match_code.clear();
+    target_code.clear();
     toks.clear();
     opts.clear();
     module_names.clear();
@@ -284,7 +325,12 @@ pub(crate) fn parse_spec<'a>(
         return Err(Fail::new(at, "an option after `!`", ""));
     }
 
-    // Type the modules and the target from their gathered options.
+    // Type the modules and the target from their gathered options, writing generic option lists
+    // to the pool as they are made.
+    let raw = line
+        .get(from..)
+        .unwrap_or("")
+        .trim_matches(|c| c == ' ' || c == '\t');
     opts.sort_by_key(|o| o.owner);
     let views: Vec<OptView<'_, 'a>> = opts
         .iter()
@@ -304,13 +350,14 @@ pub(crate) fn parse_spec<'a>(
             },
         })
         .collect();
-    let owners = |owner: Owner| {
+    let owned = |owner: Owner| {
         let lo = opts.partition_point(|o| o.owner < owner);
         let hi = opts.partition_point(|o| o.owner <= owner);
         &views[lo..hi]
     };
+    let mut pool = Pool { raw, buf: pool };
     for (n, (&name, &slot)) in module_names.iter().zip(module_slots.iter()).enumerate() {
-        let module = build_module(name, owners(Owner::Module(n)))?;
+        let module = build_module(name, owned(Owner::Module(n)), &mut pool)?;
         if let Some(m) = matches.get_mut(slot) {
             *m = Match::Module(module);
         }
@@ -322,7 +369,7 @@ pub(crate) fn parse_spec<'a>(
             // that module, and must not be printed again as part of the target.
             let run_end =
                 (t.run_end.checked_sub(1).and_then(|w| toks.get(w))).map_or(line.len(), |w| w.end);
-            let raw = line
+            let target_text = line
                 .get(t.name_start..run_end)
                 .unwrap_or_default()
                 .trim_end();
@@ -330,39 +377,67 @@ pub(crate) fn parse_spec<'a>(
                 t.goto,
                 t.name,
                 &toks[t.stray.clone()],
-                owners(Owner::Target),
-                raw,
+                owned(Owner::Target),
+                target_text,
+                &mut pool,
             )?)
         }
     };
-    // Collecting from the drain allocates exactly the length and keeps the scratch buffer for the
-    // next line (`mem::take` would hand out the over-sized buffer instead).
-    #[allow(clippy::drain_collect)]
-    let matches = matches.drain(..).collect();
-    Ok(Spec {
-        matches,
-        target,
-        counters,
-    })
+    let mut e = Enc::new(raw, match_code);
+    for m in matches.iter() {
+        e.matcher(m);
+    }
+    if let Some(t) = &target {
+        Enc::new(raw, target_code).target(t);
+    }
+    let code = assemble(
+        prefix.or(counters),
+        target_code,
+        target.is_some(),
+        matches.len(),
+        match_code,
+        pool.buf,
+    );
+    Ok(Spec { raw, code })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::ast::{MarkOp, MarkValue, Module, PortRange, RecentAction, Statistic};
+    use crate::iptables::ast::{
+        MarkOp, MarkValue, Module, MultiportKind, PortRange, RecentAction, Rule, RuleOp, Statistic,
+        Target,
+    };
 
-    fn spec(line: &str) -> Result<Spec<'_>, Fail> {
+    fn spec(line: &str) -> Result<Rule<'_>, Fail> {
         let mut s = Scratch::default();
-        parse_spec(line, 0, &mut s, &mut None)
+        let spec = parse_spec(line, 0, None, &mut s, &mut None)?;
+        Ok(Rule {
+            line: 1,
+            op: RuleOp::Append,
+            chain: "",
+            raw: spec.raw,
+            code: spec.code,
+        })
     }
 
-    fn modules<'a>(s: &'a Spec<'a>) -> Vec<&'a Module<'a>> {
-        s.matches
-            .iter()
+    fn all<'a>(s: &Rule<'a>) -> Vec<Match<'a>> {
+        s.matches().collect()
+    }
+
+    fn modules<'a>(s: &Rule<'a>) -> Vec<Module<'a>> {
+        s.matches()
             .filter_map(|m| match m {
                 Match::Module(m) => Some(m),
                 _ => None,
             })
+            .collect()
+    }
+
+    /// The options of list `l` of rule `s`, as (name, values).
+    fn opts(s: &Rule<'_>, l: OptList) -> Vec<(String, Vec<String>)> {
+        s.options(l)
+            .map(|o| (o.name.to_string(), o.values.to_vec()))
             .collect()
     }
 
@@ -371,7 +446,7 @@ mod tests {
         let s =
             spec(r#"-m comment --comment "x" -m tcp -p tcp -d 10.0.0.1 --dport 80 -j KUBE-SVC-A"#)
                 .unwrap();
-        assert_eq!(s.matches.len(), 4);
+        assert_eq!(s.matches().len(), 4);
         let m = modules(&s);
         assert!(matches!(
             m[1],
@@ -387,7 +462,7 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(s.target, Some(Target::Jump("KUBE-SVC-A")));
+        assert_eq!(s.target(), Some(Target::Jump("KUBE-SVC-A")));
     }
 
     #[test]
@@ -402,7 +477,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(matches!(m[1], Module::Comment(c) if c == "c"));
+        assert!(matches!(m[1], Module::Comment(c) if c.raw == "c"));
         // Without -p and without a module the option has no owner.
         let e = spec("--dport 53 -j ACCEPT").unwrap_err();
         assert_eq!(e.at, 0);
@@ -414,8 +489,8 @@ mod tests {
     fn negation_applies_to_the_next_option_only() {
         let s = spec("! -s 10.0.0.0/8 -d 10.96.0.1/32 -m mark ! --mark 0x4000/0x4000 -j RETURN")
             .unwrap();
-        assert!(matches!(&s.matches[0], Match::Source(n) if n.negated && n.value.prefix == 8));
-        assert!(matches!(&s.matches[1], Match::Destination(n) if !n.negated));
+        assert!(matches!(&all(&s)[0], Match::Source(n) if n.negated && n.value.prefix == 8));
+        assert!(matches!(&all(&s)[1], Match::Destination(n) if !n.negated));
         assert!(matches!(
             modules(&s)[0],
             Module::Mark(Neg {
@@ -493,9 +568,9 @@ mod tests {
                 ..
             }
         ));
-        assert!(matches!(m[1], Module::State(n) if n.value == ["NEW"]));
+        assert!(matches!(m[1], Module::State(n) if n.value.raw == "NEW"));
         assert!(
-            matches!(m[2], Module::Multiport { kind: "dports", ports } if ports.value.len() == 3)
+            matches!(m[2], Module::Multiport { kind: MultiportKind::Dports, ports } if ports.value.len() == 3)
         );
     }
 
@@ -503,16 +578,31 @@ mod tests {
     fn unknown_modules_and_options_stay_generic() {
         let s = spec("-m physdev --physdev-is-bridged -m limit --limit 10/min --limit-burst 10 -m foo --bar a b -j NFLOG --nflog-group 100").unwrap();
         let m = modules(&s);
-        assert!(
-            matches!(m[0], Module::Generic { name: "physdev", options } if options[0].name == "physdev-is-bridged" && options[0].values.is_empty())
-        );
+        let Module::Generic {
+            name: "physdev",
+            options,
+        } = m[0]
+        else {
+            panic!("{:?}", m[0])
+        };
+        assert_eq!(opts(&s, options), [("physdev-is-bridged".into(), vec![])]);
         assert!(matches!(m[1], Module::Generic { name: "limit", options } if options.len() == 2));
-        assert!(
-            matches!(m[2], Module::Generic { name: "foo", options } if options[0].values == ["a", "b"])
-        );
-        assert!(
-            matches!(&s.target, Some(Target::Generic { name: "NFLOG", options }) if options[0].values == ["100"])
-        );
+        let Module::Generic {
+            name: "foo",
+            options,
+        } = m[2]
+        else {
+            panic!("{:?}", m[2])
+        };
+        assert_eq!(opts(&s, options)[0].1, ["a", "b"]);
+        let Some(Target::Generic {
+            name: "NFLOG",
+            options,
+        }) = s.target()
+        else {
+            panic!("{:?}", s.target())
+        };
+        assert_eq!(opts(&s, options)[0].1, ["100"]);
         // A typed module with an option it does not know degrades to generic.
         let s = spec("-m comment --comment x --frobnicate").unwrap();
         assert!(
@@ -523,10 +613,10 @@ mod tests {
     #[test]
     fn targets() {
         fn t(l: &'static str) -> Target<'static> {
-            spec(l).unwrap().target.unwrap()
+            spec(l).unwrap().target().unwrap()
         }
         assert!(
-            matches!(t("-j DNAT --to-destination [fd00::1]:80"), Target::Dnat { to, random: false, .. } if to[0].ports == Some(PortRange { first: 80, last: 80 }))
+            matches!(t("-j DNAT --to-destination [fd00::1]:80"), Target::Dnat { to, random: false, .. } if to.ports == Some(PortRange { first: 80, last: 80 }))
         );
         assert!(matches!(
             t("-j SNAT --to-source 192.168.0.174 --random-fully"),
@@ -576,9 +666,11 @@ mod tests {
         assert!(
             matches!(t("-j CONNMARK --restore-mark --nfmask 0x80 --ctmask 0x80"), Target::Connmark(o) if o.len() == 3)
         );
-        assert!(
-            matches!(t("-j LOG --log-prefix \"x y\""), Target::Log(o) if o[0].values == ["x y"])
-        );
+        let s = spec("-j LOG --log-prefix \"x y\"").unwrap();
+        let Some(Target::Log(o)) = s.target() else {
+            panic!()
+        };
+        assert_eq!(opts(&s, o)[0].1, ["x y"]);
         assert!(matches!(t("-j CT --notrack"), Target::Ct(o) if o.len() == 1));
         assert_eq!(t("-j NOTRACK"), Target::Notrack);
         assert_eq!(t("-j TRACE"), Target::Trace);
@@ -593,7 +685,7 @@ mod tests {
     #[test]
     fn undecodable_targets_are_unreadable() {
         fn t(l: &'static str) -> Target<'static> {
-            spec(l).unwrap().target.unwrap()
+            spec(l).unwrap().target().unwrap()
         }
         let reason = |l: &'static str| match t(l) {
             Target::Unreadable { reason, raw } => (reason, raw.to_string()),
@@ -631,12 +723,12 @@ mod tests {
     #[test]
     fn long_forms_fragment_and_interfaces() {
         let s = spec("--source 1.2.3.4 --dst ::1/128 --protocol tcp --in-interface eth0 ! -o cni+ ! -f --match tcp --destination-port 1:2 --jump ACCEPT").unwrap();
-        assert!(matches!(&s.matches[0], Match::Source(_)));
-        assert!(matches!(&s.matches[1], Match::Destination(n) if n.value.addr.is_ipv6()));
-        assert!(matches!(&s.matches[3], Match::InInterface(n) if n.value == "eth0"));
-        assert!(matches!(&s.matches[4], Match::OutInterface(n) if n.negated && n.value == "cni+"));
-        assert!(matches!(&s.matches[5], Match::Fragment(true)));
-        assert_eq!(s.target, Some(Target::Accept));
+        assert!(matches!(&all(&s)[0], Match::Source(_)));
+        assert!(matches!(&all(&s)[1], Match::Destination(n) if n.value.addr.is_ipv6()));
+        assert!(matches!(&all(&s)[3], Match::InInterface(n) if n.value == "eth0"));
+        assert!(matches!(&all(&s)[4], Match::OutInterface(n) if n.negated && n.value == "cni+"));
+        assert!(matches!(&all(&s)[5], Match::Fragment(true)));
+        assert_eq!(s.target(), Some(Target::Accept));
     }
 
     #[test]
@@ -656,7 +748,9 @@ mod tests {
     #[test]
     fn unquoted_multi_word_comment_is_one_comment() {
         let s = spec("-m comment --comment kubernetes service portals -j KUBE-SERVICES").unwrap();
-        assert!(matches!(modules(&s)[0], Module::Comment(c) if c == "kubernetes service portals"));
+        assert!(
+            matches!(modules(&s)[0], Module::Comment(c) if c.raw == "kubernetes service portals")
+        );
     }
 
     /// Fuzzing (`round_trip`) found `-A ER1132 -p udp --sport 10 -j SNAT --`: the `--` after the
@@ -667,13 +761,13 @@ mod tests {
         let s = spec("-p udp --sport 10 -j SNAT --").unwrap();
         assert!(matches!(modules(&s)[0], Module::Ports { other, .. } if other.len() == 1));
         assert!(matches!(
-            s.target,
+            s.target(),
             Some(Target::Unreadable { raw: "SNAT", .. })
         ));
         let s =
             spec("-j DNAT [unsupported revision] --to-destination 0.0.0.0:0 -m foo --bar").unwrap();
         assert!(matches!(
-            s.target,
+            s.target(),
             Some(Target::Unreadable {
                 raw: "DNAT [unsupported revision] --to-destination 0.0.0.0:0",
                 ..

@@ -15,6 +15,7 @@
 use super::ast::{MarkOp, NatRange, PortRange, Target};
 use super::lexer::{Fail, Tok};
 use super::matches::OptView;
+use super::rule::Pool;
 use super::values;
 
 /// Options a known target extension accepts (used to tell a target's options from a match's when a
@@ -44,12 +45,11 @@ fn garbled(r: &NatRange<'_>) -> Option<&'static str> {
     }
 }
 
-/// `--to-destination R` / `--to-source R` values; `Err(reason)` when the text is undecodable.
-fn nat_ranges<'a>(
-    opts: &[OptView<'_, 'a>],
-    option: &str,
-) -> Result<Vec<NatRange<'a>>, &'static str> {
-    let mut to = Vec::new();
+/// The one `--to-destination R` / `--to-source R` value; `Err(reason)` when the text is
+/// undecodable (or the option is missing or repeated: iptables-save prints one range per rule).
+fn nat_range<'a>(opts: &[OptView<'_, 'a>], option: &str) -> Result<NatRange<'a>, &'static str> {
+    let mut to = None;
+    let mut count = 0;
     for o in opts.iter().filter(|o| o.name == option) {
         let [v] = o.values else {
             return Err(if o.values.is_empty() {
@@ -65,11 +65,12 @@ fn nat_ranges<'a>(
         if let Some(why) = garbled(&r) {
             return Err(why);
         }
-        to.push(r);
+        to.get_or_insert(r);
+        count += 1;
     }
-    match to.len() {
-        0 => Err("missing NAT range"),
-        1 => Ok(to),
+    match (to, count) {
+        (Some(r), 1) => Ok(r),
+        (None, _) => Err("missing NAT range"),
         _ => Err("repeated NAT range"),
     }
 }
@@ -113,13 +114,14 @@ fn mark_op(opts: &[OptView<'_, '_>]) -> Result<Option<MarkOp>, Fail> {
 
 /// Builds the target from `-j NAME` (or `-g NAME` when `goto`), the words that followed the name
 /// before any option (`stray`), its options, and its text (`raw`, from the name to the end of
-/// its own words).
+/// its own words). Generic option lists are written to `pool`.
 pub(crate) fn build_target<'a>(
     goto: bool,
     name: &'a str,
     stray: &[Tok<'a>],
     opts: &[OptView<'_, 'a>],
     raw: &'a str,
+    pool: &mut Pool<'_, 'a>,
 ) -> Result<Target<'a>, Fail> {
     if goto {
         return match (stray.first(), opts.first()) {
@@ -140,9 +142,9 @@ pub(crate) fn build_target<'a>(
         };
         return Ok(Target::Unreadable { raw, reason });
     }
-    let generic = || Target::Generic {
+    let generic = |pool: &mut Pool<'_, 'a>| Target::Generic {
         name,
-        options: opts.iter().map(OptView::generic).collect(),
+        options: pool.push(opts),
     };
     let no_opts = opts.is_empty();
     let typed = match name {
@@ -159,16 +161,16 @@ pub(crate) fn build_target<'a>(
             };
             let known = ["random", "random-fully", "persistent", option];
             if opts.iter().any(|o| !known.contains(&o.name) || o.negated) {
-                return Ok(generic());
+                return Ok(generic(pool));
             }
-            let to = match nat_ranges(opts, option) {
+            let to = match nat_range(opts, option) {
                 Ok(to) => to,
                 Err(reason) => return Ok(Target::Unreadable { raw, reason }),
             };
             let (random, persistent) = (has_flag(opts, "random"), has_flag(opts, "persistent"));
             if name == "DNAT" {
                 if has_flag(opts, "random-fully") {
-                    return Ok(generic());
+                    return Ok(generic(pool));
                 }
                 Target::Dnat {
                     to,
@@ -191,13 +193,12 @@ pub(crate) fn build_target<'a>(
                 match o.name {
                     "to-ports" => {
                         let v = o.one("a port or port range")?;
-                        let r = values::nat_range(&format!(":{}", v.text))
-                            .and_then(|r| r.ports)
+                        let r = values::nat_ports(&v.text)
                             .ok_or_else(|| Fail::new(v.start, "a port or port range", &v.text))?;
                         to_ports = Some(r);
                     }
                     "random" | "random-fully" => {}
-                    _ => return Ok(generic()),
+                    _ => return Ok(generic(pool)),
                 }
             }
             Target::Masquerade {
@@ -208,7 +209,7 @@ pub(crate) fn build_target<'a>(
         }
         "MARK" => match mark_op(opts)? {
             Some(op) => Target::Mark(op),
-            None => generic(),
+            None => generic(pool),
         },
         // REJECT = [--reject-with TYPE]
         "REJECT" => match opts {
@@ -216,13 +217,13 @@ pub(crate) fn build_target<'a>(
             [o] if o.name == "reject-with" && !o.negated => Target::Reject {
                 with: Some(o.one("an ICMP reject type")?.borrowed()?),
             },
-            _ => generic(),
+            _ => generic(pool),
         },
-        "CONNMARK" => Target::Connmark(opts.iter().map(OptView::generic).collect()),
-        "LOG" => Target::Log(opts.iter().map(OptView::generic).collect()),
-        "CT" => Target::Ct(opts.iter().map(OptView::generic).collect()),
+        "CONNMARK" => Target::Connmark(pool.push(opts)),
+        "LOG" => Target::Log(pool.push(opts)),
+        "CT" => Target::Ct(pool.push(opts)),
         _ if no_opts && !is_extension_name(name) => Target::Jump(name),
-        _ => generic(),
+        _ => generic(pool),
     };
     Ok(typed)
 }

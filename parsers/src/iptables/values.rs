@@ -74,9 +74,17 @@ pub(crate) fn port_range(word: &str) -> Option<PortRange> {
         .map(|(_, p)| p)
 }
 
-/// A port list of `multiport`: `portrange { "," portrange }`.
-pub(crate) fn port_list(word: &str) -> Option<Vec<PortRange>> {
-    word.split(',').map(port_range).collect()
+/// Whether `word` is a port list of `multiport`: `portrange { "," portrange }`.
+pub(crate) fn is_port_list(word: &str) -> bool {
+    word.split(',').all(|p| port_range(p).is_some())
+}
+
+/// The ports of `MASQUERADE --to-ports`: `port [ "-" port ]`.
+pub(crate) fn nat_ports(word: &str) -> Option<PortRange> {
+    all_consuming(port_range_sep('-'))
+        .parse(word)
+        .ok()
+        .map(|(_, p)| p)
 }
 
 /// Whether a dotted mask is a prefix; returns its length.
@@ -253,8 +261,15 @@ mod tests {
         );
         assert_eq!(port_range("70000"), None);
         assert_eq!(port_range(":"), None);
-        assert_eq!(port_list("80,443,1000:2000").map(|v| v.len()), Some(3));
-        assert_eq!(port_list("80,,443"), None);
+        assert!(is_port_list("80,443,1000:2000"));
+        assert!(!is_port_list("80,,443"));
+        assert_eq!(
+            nat_ports("1000-2000"),
+            Some(PortRange {
+                first: 1000,
+                last: 2000
+            })
+        );
     }
 
     #[test]

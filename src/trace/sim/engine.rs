@@ -22,7 +22,8 @@
 
 use super::packet::Protocol;
 use kproxy_parsers::iptables::{
-    AddrSpec, GenericOpt, MarkValue, Match, Module, Neg, PortRange, RecentAction, Rule, Statistic,
+    AddrSpec, GenericOpt, List, MarkValue, Match, Module, MultiportKind, Neg, PortRange,
+    RecentAction, Rule, Statistic,
 };
 use std::net::IpAddr;
 
@@ -156,8 +157,8 @@ fn holds(value: bool, negated: bool) -> Cond {
 pub fn matches(rule: &Rule<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> RuleMatch {
     let mut probability = 1.0_f64;
     let mut undecided: Option<(usize, &'static str)> = None;
-    for (at, m) in rule.matches.iter().enumerate() {
-        match criterion(m, pkt, ctx) {
+    for (at, m) in rule.matches().enumerate() {
+        match criterion(rule, &m, pkt, ctx) {
             Cond::Yes => {}
             Cond::No => {
                 return RuleMatch::Fails {
@@ -182,8 +183,7 @@ pub fn matches(rule: &Rule<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Rul
     } else if probability <= 0.0 {
         // A statistic that can never fire: report it as the failing criterion.
         let at = rule
-            .matches
-            .iter()
+            .matches()
             .position(|m| matches!(m, Match::Module(Module::Statistic(_))))
             .unwrap_or(0);
         RuleMatch::Fails {
@@ -198,7 +198,7 @@ pub fn matches(rule: &Rule<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Rul
 /// True if the rule carries `-m statistic --mode random --probability P` (the test tracer's
 /// "this jump does not terminate" marker).
 pub fn has_probability(rule: &Rule<'_>) -> bool {
-    rule.matches.iter().any(|m| {
+    rule.matches().any(|m| {
         matches!(
             m,
             Match::Module(Module::Statistic(Statistic::Random { .. }))
@@ -208,12 +208,10 @@ pub fn has_probability(rule: &Rule<'_>) -> bool {
 
 /// True if the rule has a `-d` criterion.
 pub fn has_destination_match(rule: &Rule<'_>) -> bool {
-    rule.matches
-        .iter()
-        .any(|m| matches!(m, Match::Destination(_)))
+    rule.matches().any(|m| matches!(m, Match::Destination(_)))
 }
 
-fn criterion(m: &Match<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Cond {
+fn criterion(rule: &Rule<'_>, m: &Match<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Cond {
     let kernel = ctx.policy == MatchPolicy::Kernel;
     match m {
         Match::Source(n) => holds(addr_contains(&n.value, pkt.src), n.negated),
@@ -242,8 +240,8 @@ fn criterion(m: &Match<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Cond {
         // The packet is never a fragment; the test tracer does not see `-f`.
         Match::Fragment(negated) if kernel => holds(false, *negated),
         Match::Fragment(_) => Cond::Yes,
-        Match::Module(module) if kernel => kernel_module(module, pkt, ctx),
-        Match::Module(module) => test_module(module, pkt, ctx),
+        Match::Module(module) if kernel => kernel_module(rule, module, pkt, ctx),
+        Match::Module(module) => test_module(rule, module, pkt, ctx),
     }
 }
 
@@ -391,12 +389,18 @@ fn tcp_flags_hold(opt: &GenericOpt<'_>) -> Option<bool> {
         }
         Some(bits)
     };
-    let mask = parse(opt.values.first()?)?;
-    let comp = parse(opt.values.get(1)?)?;
+    let mut values = opt.values.iter();
+    let mask = parse(&values.next()?)?;
+    let comp = parse(&values.next()?)?;
     Some((0x02 & mask == comp) != opt.negated)
 }
 
-fn kernel_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Cond {
+fn kernel_module(
+    rule: &Rule<'_>,
+    module: &Module<'_>,
+    pkt: &PacketView<'_>,
+    ctx: &MatchCtx<'_>,
+) -> Cond {
     match module {
         Module::Comment(_) | Module::Nfacct(_) => Cond::Yes,
         Module::Ports {
@@ -423,10 +427,10 @@ fn kernel_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) 
                     }
                 }
             }
-            for opt in other {
+            for opt in rule.options(*other) {
                 let decided = match (pkt.proto, opt.name) {
                     (Protocol::Tcp, "syn") => Some(!opt.negated),
-                    (Protocol::Tcp, "tcp-flags") => tcp_flags_hold(opt),
+                    (Protocol::Tcp, "tcp-flags") => tcp_flags_hold(&opt),
                     _ => None,
                 };
                 match decided {
@@ -438,10 +442,10 @@ fn kernel_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) 
             result
         }
         Module::Multiport { kind, ports } => {
-            let any_in = |p: u16| ports.value.iter().any(|r| port_in(r, p));
-            let hit = match *kind {
-                k if k.starts_with('d') => any_in(pkt.dport),
-                k if k.starts_with('s') => match pkt.sport {
+            let any_in = |p: u16| ports.value.iter().any(|r| port_in(&r, p));
+            let hit = match kind {
+                MultiportKind::Dports => any_in(pkt.dport),
+                MultiportKind::Sports => match pkt.sport {
                     Some(p) => any_in(p),
                     None => {
                         return Cond::Undecidable("the source port is not known (give SRC:SPORT)");
@@ -499,7 +503,7 @@ fn kernel_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) 
 
 /// `--ctstate`/`--state` for the first packet: `NEW` (or `UNTRACKED`), plus `DNAT`/`SNAT`
 /// (conntrack only) once the connection was NATed.
-fn ctstate_holds(states: &Neg<Vec<&str>>, pkt: &PacketView<'_>, virtual_states: bool) -> Cond {
+fn ctstate_holds(states: &Neg<List<'_>>, pkt: &PacketView<'_>, virtual_states: bool) -> Cond {
     let hit = states
         .value
         .iter()
@@ -513,7 +517,12 @@ fn ctstate_holds(states: &Neg<Vec<&str>>, pkt: &PacketView<'_>, virtual_states: 
     holds(hit, states.negated)
 }
 
-fn test_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) -> Cond {
+fn test_module(
+    rule: &Rule<'_>,
+    module: &Module<'_>,
+    pkt: &PacketView<'_>,
+    ctx: &MatchCtx<'_>,
+) -> Cond {
     match module {
         // The tracer compares `--dport` as a decimal string: a range never equals a port.
         Module::Ports { dport: Some(d), .. } => holds(
@@ -530,8 +539,8 @@ fn test_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) ->
         } => Cond::No,
         Module::Recent(r) if r.action == RecentAction::Rcheck => Cond::No,
         Module::Generic { options, .. }
-            if options
-                .iter()
+            if rule
+                .options(*options)
                 .any(|o| matches!(o.name, "mark" | "ctstate" | "rcheck")) =>
         {
             Cond::No
@@ -542,7 +551,7 @@ fn test_module(module: &Module<'_>, pkt: &PacketView<'_>, ctx: &MatchCtx<'_>) ->
 
 /// One criterion in iptables-save syntax (`! -d 10.0.0.0/8`, `-m mark --mark 0x4000/0x4000`),
 /// for explaining why a rule was skipped.
-pub fn describe_match(m: &Match<'_>) -> String {
+pub fn describe_match(rule: &Rule<'_>, m: &Match<'_>) -> String {
     let bang = |negated: bool| if negated { "! " } else { "" };
     let range = |r: &PortRange| {
         if r.first == r.last {
@@ -559,7 +568,7 @@ pub fn describe_match(m: &Match<'_>) -> String {
         Match::OutInterface(n) => format!("{}-o {}", bang(n.negated), n.value),
         Match::Fragment(negated) => format!("{}-f", bang(*negated)),
         Match::Module(module) => match module {
-            Module::Comment(c) => format!("-m comment --comment {c:?}"),
+            Module::Comment(c) => format!("-m comment --comment {:?}", c.value()),
             Module::Ports {
                 proto,
                 sport,
@@ -573,15 +582,21 @@ pub fn describe_match(m: &Match<'_>) -> String {
                 if let Some(p) = dport {
                     s += &format!(" {}--dport {}", bang(p.negated), range(&p.value));
                 }
-                for o in other {
-                    s += &format!(" {}", describe_opt(o));
+                for o in rule.options(*other) {
+                    s += &format!(" {}", describe_opt(&o));
                 }
                 s
             }
             Module::Multiport { kind, ports } => format!(
-                "-m multiport {}--{kind} {}",
+                "-m multiport {}--{} {}",
                 bang(ports.negated),
-                ports.value.iter().map(range).collect::<Vec<_>>().join(",")
+                kind.name(),
+                ports
+                    .value
+                    .iter()
+                    .map(|r| range(&r))
+                    .collect::<Vec<_>>()
+                    .join(",")
             ),
             Module::Statistic(Statistic::Random { text, negated, .. }) => {
                 format!(
@@ -636,18 +651,14 @@ pub fn describe_match(m: &Match<'_>) -> String {
             Module::Conntrack { ctstate, other } => {
                 let mut s = "-m conntrack".to_string();
                 if let Some(st) = ctstate {
-                    s += &format!(" {}--ctstate {}", bang(st.negated), st.value.join(","));
+                    s += &format!(" {}--ctstate {}", bang(st.negated), st.value.raw);
                 }
-                for o in other {
-                    s += &format!(" {}", describe_opt(o));
+                for o in rule.options(*other) {
+                    s += &format!(" {}", describe_opt(&o));
                 }
                 s
             }
-            Module::State(st) => format!(
-                "-m state {}--state {}",
-                bang(st.negated),
-                st.value.join(",")
-            ),
+            Module::State(st) => format!("-m state {}--state {}", bang(st.negated), st.value.raw),
             Module::Set {
                 name,
                 flags,
@@ -657,8 +668,8 @@ pub fn describe_match(m: &Match<'_>) -> String {
             Module::Nfacct(name) => format!("-m nfacct --nfacct-name {name}"),
             Module::Generic { name, options } => {
                 let mut s = format!("-m {name}");
-                for o in options {
-                    s += &format!(" {}", describe_opt(o));
+                for o in rule.options(*options) {
+                    s += &format!(" {}", describe_opt(&o));
                 }
                 s
             }
@@ -668,9 +679,9 @@ pub fn describe_match(m: &Match<'_>) -> String {
 
 fn describe_opt(o: &GenericOpt<'_>) -> String {
     let mut s = format!("{}--{}", if o.negated { "! " } else { "" }, o.name);
-    for v in &o.values {
+    for v in o.values.iter() {
         s.push(' ');
-        s.push_str(v);
+        s.push_str(&v);
     }
     s
 }

@@ -492,9 +492,9 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                 RuleMatch::Fails { at, undecidable } => {
                     if let Some(why) = undecidable {
                         let what = rule
-                            .matches
-                            .get(at)
-                            .map(super::engine::describe_match)
+                            .matches()
+                            .nth(at)
+                            .map(|m| super::engine::describe_match(rule, &m))
                             .unwrap_or_default();
                         self.note(format!(
                             "`{what}` ({table}/{chain_name}#{number}): {why}; taken as not matching"
@@ -515,7 +515,9 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
             }
             record_recent(rule, &mut b.recent);
             let here = format!("{table}/{chain_name}#{number}");
-            let Some(target) = &rule.target else { continue };
+            let Some(target) = &rule.target() else {
+                continue;
+            };
             match target {
                 Target::Jump(next) | Target::Goto(next) => {
                     if rules.chain(table, next).is_none() {
@@ -563,29 +565,24 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                         b.stack.pop();
                     }
                 }
-                Target::Dnat { to, .. } => {
-                    if let Some(range) = to.first() {
-                        if range.addr_last.is_some()
-                            || range.ports.is_some_and(|p| p.first != p.last)
-                            || to.len() > 1
-                        {
-                            self.note(format!(
-                                "{here}: DNAT to a range; the first address/port is used"
-                            ));
-                        }
-                        if let Some(addr) = range.addr {
-                            b.dst = addr;
-                        }
-                        if let Some(ports) = range.ports {
-                            b.dport = ports.first;
-                        }
-                        b.dnat = Some((b.dst, b.dport));
-                        b.ct.dnat = true;
+                Target::Dnat { to: range, .. } => {
+                    if range.addr_last.is_some() || range.ports.is_some_and(|p| p.first != p.last) {
+                        self.note(format!(
+                            "{here}: DNAT to a range; the first address/port is used"
+                        ));
                     }
+                    if let Some(addr) = range.addr {
+                        b.dst = addr;
+                    }
+                    if let Some(ports) = range.ports {
+                        b.dport = ports.first;
+                    }
+                    b.dnat = Some((b.dst, b.dport));
+                    b.ct.dnat = true;
                     b.stack.clear();
                 }
                 Target::Snat { to, .. } => {
-                    if let Some(addr) = to.first().and_then(|r| r.addr) {
+                    if let Some(addr) = to.addr {
                         b.src = addr;
                         b.snat = Some(addr);
                         b.ct.snat = true;
@@ -608,7 +605,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                 }
                 Target::Mark(op) => b.mark = apply_mark(*op, b.mark),
                 Target::Notrack => b.ct.untracked = true,
-                Target::Ct(opts) if opts.iter().any(|o| o.name == "notrack") => {
+                Target::Ct(opts) if rule.options(*opts).any(|o| o.name == "notrack") => {
                     b.ct.untracked = true
                 }
                 Target::Ct(_) | Target::Connmark(_) | Target::Log(_) | Target::Trace => {}
@@ -625,7 +622,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                             .find(same_family)
                             .unwrap_or(loopback_of(b.dst))
                     };
-                    if let Some(port) = to_ports(options) {
+                    if let Some(port) = to_ports(rule.options(*options)) {
                         b.dport = port;
                     }
                     b.dnat = Some((b.dst, b.dport));
@@ -647,7 +644,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
 
 /// `recent --set` adds the source to the list for the rest of the walk; `--remove` takes it off.
 fn record_recent<'a>(rule: &Rule<'a>, recent: &mut Vec<&'a str>) {
-    for m in &rule.matches {
+    for m in rule.matches() {
         if let Match::Module(Module::Recent(r)) = m {
             match r.action {
                 RecentAction::Set if !r.negated => recent.push(r.name),
@@ -676,9 +673,15 @@ fn loopback_of(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn to_ports(options: &[GenericOpt<'_>]) -> Option<u16> {
-    let opt = options.iter().find(|o| o.name == "to-ports")?;
-    opt.values.first()?.split(['-', ':']).next()?.parse().ok()
+fn to_ports<'a>(mut options: impl Iterator<Item = GenericOpt<'a>>) -> Option<u16> {
+    let opt = options.find(|o| o.name == "to-ports")?;
+    opt.values
+        .iter()
+        .next()?
+        .split(['-', ':'])
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The address MASQUERADE picks: loopback for a loopback destination, else the non-loopback

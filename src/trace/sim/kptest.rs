@@ -122,7 +122,7 @@ impl<'a> Walk<'_, 'a> {
             local: self.local,
         };
         for (i, rule) in ch.rules.iter().map(|e| &e.rule).enumerate() {
-            let Some(jump) = jump_name(&rule.target) else {
+            let Some(jump) = jump_name(&rule.target()) else {
                 continue;
             };
             if let Dest::Garbled(text) = self.dst
@@ -160,8 +160,8 @@ impl<'a> Walk<'_, 'a> {
 
 /// The `--to-destination` word as the test's parser records it.
 fn dnat_text<'a>(rule: &Rule<'a>) -> &'a str {
-    match &rule.target {
-        Some(Target::Dnat { to, .. }) => to.first().map_or("", |r| r.raw),
+    match &rule.target() {
+        Some(Target::Dnat { to, .. }) => to.raw,
         _ => "",
     }
 }

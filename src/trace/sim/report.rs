@@ -34,8 +34,7 @@ fn because(step: &Step<'_, '_>) -> Option<String> {
         StepResult::Skipped { at, undecidable } => {
             let what = step
                 .rule
-                .and_then(|r| r.matches.get(at))
-                .map(describe_match)
+                .and_then(|r| r.matches().nth(at).map(|m| describe_match(r, &m)))
                 .unwrap_or_default();
             Some(match undecidable {
                 Some(why) => format!("{what} (undecidable: {why})"),

@@ -1,0 +1,58 @@
+//! Peak working memory (heap bytes added, counted by the allocator) of the large-node pipelines,
+//! as a multiple of the dump size: parse, parse + model, parse + model + graph, verify. Input:
+//! `target/scale/` made by `testdata/make-scale-dump.sh` (root). Prints one line per pipeline;
+//! the dump text and the preloaded API state are inputs and not counted.
+
+#[path = "support/counting.rs"]
+mod counting;
+#[path = "support/scale.rs"]
+mod scale;
+
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
+
+use kproxy::compare::verify;
+use kproxy::graph::{self, GraphOptions};
+use kproxy::model::Ruleset;
+use kproxy_parsers::iptables::{ParseOptions, parse_dump};
+use std::hint::black_box;
+
+fn main() {
+    // `cargo test --all-targets` runs bench binaries without `--bench`: measuring a debug build
+    // says nothing, so only `cargo bench` measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("footprint: measured only under `cargo bench --bench footprint`");
+        return;
+    }
+    let Some(scale) = scale::Scale::load("footprint") else {
+        return;
+    };
+    let dump = scale.dump.as_str();
+    let size = dump.len() as f64;
+    let report = |what: &str, peak: usize| {
+        println!(
+            "{what:<28} peak heap {:>7.1} MB = {:.2}x dump ({:.1} MB)",
+            peak as f64 / 1e6,
+            peak as f64 / size,
+            size / 1e6
+        )
+    };
+    let strict = ParseOptions::strict();
+    let (_, p) = counting::peak_of(|| black_box(parse_dump(dump, &strict).map(|d| d.tables.len())));
+    report("parse_dump", p);
+    let (_, p) =
+        counting::peak_of(|| black_box(Ruleset::parse(dump, &strict).map(|r| r.rule_count())));
+    report("parse + model", p);
+    let (_, p) = counting::peak_of(|| {
+        black_box(
+            graph::from_text(dump, "scale", &strict, &GraphOptions::default())
+                .map(|g| g.service_ports.len()),
+        )
+    });
+    report("parse + model + graph", p);
+    let input = scale.verify_input();
+    let (r, p) =
+        counting::peak_of(|| verify(&input).map(|r| r.summary.errors + r.summary.warnings));
+    assert_eq!(r.ok(), Some(0), "scale dump is not clean");
+    report("verify (state preloaded)", p);
+}

@@ -1,0 +1,76 @@
+//! The large-node inputs of the benches: `target/scale/` made by `testdata/make-scale-dump.sh`
+//! (root; a real `iptables-save` of the rendered 10,000 services × 10 endpoints).
+
+use kproxy::compare::{DumpText, VerifyInput};
+use kproxy::state::ClusterState;
+use kproxy::state::config::ProxyConfig;
+use kproxy::state::ip::IpFamily;
+use kproxy::state::node::NodeFacts;
+use kproxy_parsers::iptables::ParseOptions;
+use std::path::PathBuf;
+
+/// The scale inputs, loaded: the API state and config parsed, the dump as text.
+pub struct Scale {
+    /// `state.json`, parsed.
+    pub state: ClusterState,
+    /// `config.yaml`, parsed.
+    pub config: ProxyConfig,
+    /// Node facts as `verify node-1 --random-fully true --nfacct none` builds them.
+    pub facts: NodeFacts,
+    /// `scale.nft.save`.
+    pub dump: String,
+}
+
+impl Scale {
+    /// Loads `target/scale/`; `None` (with a printed hint) when it was not made.
+    pub fn load(bench: &str) -> Option<Scale> {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/scale");
+        let (Ok(state_text), Ok(config_text), Ok(dump)) = (
+            std::fs::read_to_string(dir.join("state.json")),
+            std::fs::read_to_string(dir.join("config.yaml")),
+            std::fs::read_to_string(dir.join("scale.nft.save")),
+        ) else {
+            eprintln!(
+                "{bench}: {} missing; run `sudo testdata/make-scale-dump.sh` first",
+                dir.join("scale.nft.save").display()
+            );
+            return None;
+        };
+        let state = kproxy::state::load::from_str(&state_text, "state.json")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (config, _) = kproxy::state::config::parse(&config_text, "config.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let args = kproxy::cli::common::NodeFactArgs {
+            ip_family: "4".into(),
+            random_fully: true,
+            nfacct: Some("none".into()),
+            ..Default::default()
+        };
+        let (facts, _) =
+            kproxy::state::node::build(&args, &state, &config).unwrap_or_else(|e| panic!("{e}"));
+        Some(Scale {
+            state,
+            config,
+            facts,
+            dump,
+        })
+    }
+
+    /// `verify node-1` of the dump against the state.
+    pub fn verify_input(&self) -> VerifyInput<'_> {
+        VerifyInput {
+            node: "node-1",
+            state: &self.state,
+            config: &self.config,
+            facts: &self.facts,
+            dumps: vec![DumpText {
+                label: "scale.nft.save",
+                text: &self.dump,
+                family: IpFamily::V4,
+            }],
+            legacy: None,
+            nft_ruleset: None,
+            parse: ParseOptions::strict(),
+        }
+    }
+}

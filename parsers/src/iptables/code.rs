@@ -1,0 +1,1074 @@
+//! The compact encoding of a rule's parsed facts, and its decoder.
+//!
+//! The parser types each rule once and writes what it found into a few bytes; [`Rule`]'s methods
+//! decode them into the `Copy` views of [`super::ast`] on demand. Strings are never copied: they are
+//! `(offset, length)` pairs into the rule's text ([`Rule::raw`]), so every decoded `&str` borrows
+//! the dump. A typical kube-proxy rule takes 15–40 bytes.
+//!
+//! Layout of one rule (integers are LEB128 varints unless noted):
+//!
+//! ```text
+//! code    = flags:u8 [ packets bytes ] [ target-len target ] match-count matches-len
+//!           { match } { option }
+//! flags   = bit 0: counters present, bit 1: target present
+//! string  = offset length          ; into Rule::raw
+//! address = 4:u8 4×u8 | 6:u8 16×u8
+//! option  = negated:u8 name:string values:string
+//! ```
+//!
+//! An [`OptList`] is `(byte offset in the option area, count)`. Decoding never panics: bytes that
+//! are not a valid encoding (they cannot come from the parser) decode as empty values.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::ast::{
+    AddrSpec, Counters, GenericOpt, List, MarkOp, MarkValue, Match, Matches, Module, MultiportKind,
+    NatRange, Neg, OptList, Options, PortList, PortRange, Recent, RecentAction, Statistic, Target,
+    Text, Words,
+};
+
+/// Why a target is unreadable; encoded as an index into this table.
+pub(crate) const UNREADABLE_REASONS: [&str; 9] = [
+    "unsupported revision",
+    "unexpected words after the target name",
+    "empty NAT range",
+    "extra words in NAT range",
+    "undecodable NAT range",
+    "NAT range without an address",
+    "NAT range 0.0.0.0:0",
+    "missing NAT range",
+    "repeated NAT range",
+];
+
+const HAS_COUNTERS: u8 = 1;
+const HAS_TARGET: u8 = 2;
+
+// Match tags.
+const M_SOURCE: u8 = 0;
+const M_DESTINATION: u8 = 1;
+const M_PROTOCOL: u8 = 2;
+const M_IN: u8 = 3;
+const M_OUT: u8 = 4;
+const M_FRAGMENT: u8 = 5;
+const M_COMMENT: u8 = 6;
+const M_PORTS: u8 = 7;
+const M_MULTIPORT: u8 = 8;
+const M_RANDOM: u8 = 9;
+const M_NTH: u8 = 10;
+const M_RECENT: u8 = 11;
+const M_ADDRTYPE: u8 = 12;
+const M_MARK: u8 = 13;
+const M_CONNMARK: u8 = 14;
+const M_CONNTRACK: u8 = 15;
+const M_STATE: u8 = 16;
+const M_SET: u8 = 17;
+const M_NFACCT: u8 = 18;
+const M_GENERIC: u8 = 19;
+
+// Target tags.
+const T_JUMP: u8 = 0;
+const T_GOTO: u8 = 1;
+const T_ACCEPT: u8 = 2;
+const T_DROP: u8 = 3;
+const T_RETURN: u8 = 4;
+const T_DNAT: u8 = 5;
+const T_SNAT: u8 = 6;
+const T_MASQUERADE: u8 = 7;
+const T_MARK: u8 = 8;
+const T_CONNMARK: u8 = 9;
+const T_REJECT: u8 = 10;
+const T_LOG: u8 = 11;
+const T_TRACE: u8 = 12;
+const T_NOTRACK: u8 = 13;
+const T_CT: u8 = 14;
+const T_GENERIC: u8 = 15;
+const T_UNREADABLE: u8 = 16;
+
+/// Appends encoded values to a buffer; strings are written as offsets into `raw`.
+pub(crate) struct Enc<'b, 'a> {
+    raw: &'a str,
+    buf: &'b mut Vec<u8>,
+}
+
+impl<'b, 'a> Enc<'b, 'a> {
+    pub(crate) fn new(raw: &'a str, buf: &'b mut Vec<u8>) -> Self {
+        Enc { raw, buf }
+    }
+
+    fn u8(&mut self, b: u8) {
+        self.buf.push(b);
+    }
+
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    fn flags(&mut self, bits: &[bool]) {
+        let mut b = 0u8;
+        for (i, set) in bits.iter().enumerate() {
+            if *set {
+                b |= 1 << i;
+            }
+        }
+        self.u8(b);
+    }
+
+    /// A slice of `raw` (the parser only hands out slices of the rule text; anything else is
+    /// written empty and caught by the round-trip tests).
+    fn str(&mut self, s: &str) {
+        let base = self.raw.as_ptr() as usize;
+        let at = (s.as_ptr() as usize).wrapping_sub(base);
+        if s.is_empty()
+            || at
+                .checked_add(s.len())
+                .is_none_or(|end| end > self.raw.len())
+        {
+            debug_assert!(s.is_empty(), "string {s:?} is not part of the rule text");
+            self.var(0);
+            self.var(0);
+            return;
+        }
+        self.var(at as u64);
+        self.var(s.len() as u64);
+    }
+
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+            None => self.u8(0),
+        }
+    }
+
+    fn ip(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(a) => {
+                self.u8(4);
+                self.buf.extend_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                self.u8(6);
+                self.buf.extend_from_slice(&a.octets());
+            }
+        }
+    }
+
+    fn ports(&mut self, p: PortRange) {
+        self.var(u64::from(p.first));
+        self.var(u64::from(p.last));
+    }
+
+    fn opt_neg_ports(&mut self, p: Option<Neg<PortRange>>) {
+        match p {
+            None => self.u8(0),
+            Some(n) => {
+                self.u8(1 | (u8::from(n.negated) << 1));
+                self.ports(n.value);
+            }
+        }
+    }
+
+    fn list(&mut self, l: OptList) {
+        self.var(u64::from(l.at));
+        self.var(u64::from(l.len));
+    }
+
+    fn addr(&mut self, n: &Neg<AddrSpec<'_>>) {
+        self.flags(&[n.negated, n.value.mask.is_some()]);
+        self.str(n.value.raw);
+        self.ip(n.value.addr);
+        self.u8(n.value.prefix);
+        if let Some(m) = n.value.mask {
+            self.str(m);
+        }
+    }
+
+    fn neg_str(&mut self, n: &Neg<&str>) {
+        self.u8(u8::from(n.negated));
+        self.str(n.value);
+    }
+
+    fn mark(&mut self, n: &Neg<MarkValue>) {
+        self.flags(&[n.negated, n.value.mask.is_some()]);
+        self.var(u64::from(n.value.value));
+        if let Some(m) = n.value.mask {
+            self.var(u64::from(m));
+        }
+    }
+
+    fn nat(&mut self, r: &NatRange<'_>) {
+        self.flags(&[r.addr.is_some(), r.addr_last.is_some(), r.ports.is_some()]);
+        self.str(r.raw);
+        if let Some(a) = r.addr {
+            self.ip(a);
+        }
+        if let Some(a) = r.addr_last {
+            self.ip(a);
+        }
+        if let Some(p) = r.ports {
+            self.ports(p);
+        }
+    }
+
+    /// One generic option (the option area).
+    pub(crate) fn option(&mut self, negated: bool, name: &str, values: &str) {
+        self.u8(u8::from(negated));
+        self.str(name);
+        self.str(values);
+    }
+
+    /// One match record.
+    pub(crate) fn matcher(&mut self, m: &Match<'_>) {
+        match m {
+            Match::Source(n) => {
+                self.u8(M_SOURCE);
+                self.addr(n);
+            }
+            Match::Destination(n) => {
+                self.u8(M_DESTINATION);
+                self.addr(n);
+            }
+            Match::Protocol(n) => {
+                self.u8(M_PROTOCOL);
+                self.neg_str(n);
+            }
+            Match::InInterface(n) => {
+                self.u8(M_IN);
+                self.neg_str(n);
+            }
+            Match::OutInterface(n) => {
+                self.u8(M_OUT);
+                self.neg_str(n);
+            }
+            Match::Fragment(neg) => {
+                self.u8(M_FRAGMENT);
+                self.u8(u8::from(*neg));
+            }
+            Match::Module(m) => self.module(m),
+        }
+    }
+
+    fn module(&mut self, m: &Module<'_>) {
+        match m {
+            Module::Comment(t) => {
+                self.u8(M_COMMENT);
+                self.u8(u8::from(t.escaped));
+                self.str(t.raw);
+            }
+            Module::Ports {
+                proto,
+                sport,
+                dport,
+                other,
+            } => {
+                self.u8(M_PORTS);
+                self.str(proto);
+                self.opt_neg_ports(*sport);
+                self.opt_neg_ports(*dport);
+                self.list(*other);
+            }
+            Module::Multiport { kind, ports } => {
+                self.u8(M_MULTIPORT);
+                let k = match kind {
+                    MultiportKind::Sports => 0,
+                    MultiportKind::Dports => 1,
+                    MultiportKind::Ports => 2,
+                };
+                self.u8(k | (u8::from(ports.negated) << 2));
+                self.str(ports.value.raw);
+            }
+            Module::Statistic(Statistic::Random {
+                text,
+                probability,
+                negated,
+            }) => {
+                self.u8(M_RANDOM);
+                self.u8(u8::from(*negated));
+                self.str(text);
+                self.buf.extend_from_slice(&probability.to_le_bytes());
+            }
+            Module::Statistic(Statistic::Nth {
+                every,
+                packet,
+                negated,
+            }) => {
+                self.u8(M_NTH);
+                self.u8(u8::from(*negated));
+                self.var(u64::from(*every));
+                self.var(u64::from(*packet));
+            }
+            Module::Recent(r) => {
+                self.u8(M_RECENT);
+                let action = match r.action {
+                    RecentAction::Set => 0,
+                    RecentAction::Rcheck => 1,
+                    RecentAction::Update => 2,
+                    RecentAction::Remove => 3,
+                };
+                self.u8(action);
+                let default_name = r.name == "DEFAULT" && !self.contains(r.name);
+                self.flags(&[
+                    r.negated,
+                    r.reap,
+                    r.rttl,
+                    r.rdest,
+                    r.seconds.is_some(),
+                    r.hitcount.is_some(),
+                    r.mask.is_some(),
+                    default_name,
+                ]);
+                if !default_name {
+                    self.str(r.name);
+                }
+                if let Some(s) = r.seconds {
+                    self.var(u64::from(s));
+                }
+                if let Some(h) = r.hitcount {
+                    self.var(u64::from(h));
+                }
+                if let Some(m) = r.mask {
+                    self.str(m);
+                }
+            }
+            Module::Addrtype {
+                src_type,
+                dst_type,
+                limit_iface_in,
+                limit_iface_out,
+            } => {
+                self.u8(M_ADDRTYPE);
+                self.flags(&[
+                    src_type.is_some(),
+                    src_type.is_some_and(|t| t.negated),
+                    dst_type.is_some(),
+                    dst_type.is_some_and(|t| t.negated),
+                    *limit_iface_in,
+                    *limit_iface_out,
+                ]);
+                if let Some(t) = src_type {
+                    self.str(t.value);
+                }
+                if let Some(t) = dst_type {
+                    self.str(t.value);
+                }
+            }
+            Module::Mark(n) => {
+                self.u8(M_MARK);
+                self.mark(n);
+            }
+            Module::Connmark(n) => {
+                self.u8(M_CONNMARK);
+                self.mark(n);
+            }
+            Module::Conntrack { ctstate, other } => {
+                self.u8(M_CONNTRACK);
+                self.flags(&[ctstate.is_some(), ctstate.is_some_and(|s| s.negated)]);
+                if let Some(s) = ctstate {
+                    self.str(s.value.raw);
+                }
+                self.list(*other);
+            }
+            Module::State(n) => {
+                self.u8(M_STATE);
+                self.u8(u8::from(n.negated));
+                self.str(n.value.raw);
+            }
+            Module::Set {
+                name,
+                flags,
+                negated,
+                other,
+            } => {
+                self.u8(M_SET);
+                self.u8(u8::from(*negated));
+                self.str(name);
+                self.str(flags);
+                self.list(*other);
+            }
+            Module::Nfacct(n) => {
+                self.u8(M_NFACCT);
+                self.str(n);
+            }
+            Module::Generic { name, options } => {
+                self.u8(M_GENERIC);
+                self.str(name);
+                self.list(*options);
+            }
+        }
+    }
+
+    /// Whether `s` is a slice of the rule text (a `recent --name DEFAULT` written out, as opposed
+    /// to the default).
+    fn contains(&self, s: &str) -> bool {
+        let base = self.raw.as_ptr() as usize;
+        let at = (s.as_ptr() as usize).wrapping_sub(base);
+        at < self.raw.len() && at + s.len() <= self.raw.len()
+    }
+
+    /// The target record.
+    pub(crate) fn target(&mut self, t: &Target<'_>) {
+        match t {
+            Target::Jump(c) => {
+                self.u8(T_JUMP);
+                self.str(c);
+            }
+            Target::Goto(c) => {
+                self.u8(T_GOTO);
+                self.str(c);
+            }
+            Target::Accept => self.u8(T_ACCEPT),
+            Target::Drop => self.u8(T_DROP),
+            Target::Return => self.u8(T_RETURN),
+            Target::Dnat {
+                to,
+                random,
+                persistent,
+            } => {
+                self.u8(T_DNAT);
+                self.flags(&[*random, *persistent]);
+                self.nat(to);
+            }
+            Target::Snat {
+                to,
+                random,
+                random_fully,
+                persistent,
+            } => {
+                self.u8(T_SNAT);
+                self.flags(&[*random, *random_fully, *persistent]);
+                self.nat(to);
+            }
+            Target::Masquerade {
+                to_ports,
+                random,
+                random_fully,
+            } => {
+                self.u8(T_MASQUERADE);
+                self.flags(&[*random, *random_fully, to_ports.is_some()]);
+                if let Some(p) = to_ports {
+                    self.ports(*p);
+                }
+            }
+            Target::Mark(op) => {
+                self.u8(T_MARK);
+                let (kind, value, mask) = match *op {
+                    MarkOp::SetXmark { value, mask } => (0, value, mask),
+                    MarkOp::SetMark { value, mask } => (1, value, mask),
+                    MarkOp::Or(v) => (2, v, 0),
+                    MarkOp::Xor(v) => (3, v, 0),
+                    MarkOp::And(v) => (4, v, 0),
+                };
+                self.u8(kind);
+                self.var(u64::from(value));
+                self.var(u64::from(mask));
+            }
+            Target::Connmark(l) => {
+                self.u8(T_CONNMARK);
+                self.list(*l);
+            }
+            Target::Reject { with } => {
+                self.u8(T_REJECT);
+                self.opt_str(*with);
+            }
+            Target::Log(l) => {
+                self.u8(T_LOG);
+                self.list(*l);
+            }
+            Target::Trace => self.u8(T_TRACE),
+            Target::Notrack => self.u8(T_NOTRACK),
+            Target::Ct(l) => {
+                self.u8(T_CT);
+                self.list(*l);
+            }
+            Target::Generic { name, options } => {
+                self.u8(T_GENERIC);
+                self.str(name);
+                self.list(*options);
+            }
+            Target::Unreadable { raw, reason } => {
+                self.u8(T_UNREADABLE);
+                let i = UNREADABLE_REASONS
+                    .iter()
+                    .position(|r| r == reason)
+                    .unwrap_or(0);
+                self.u8(i as u8);
+                self.str(raw);
+            }
+        }
+    }
+}
+
+/// Assembles a rule's code from its parts (each already encoded against the same `raw`).
+pub(crate) fn assemble(
+    counters: Option<Counters>,
+    target: &[u8],
+    has_target: bool,
+    match_count: usize,
+    matches: &[u8],
+    options: &[u8],
+) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(target.len() + matches.len() + options.len() + 16);
+    let mut e = Enc {
+        raw: "",
+        buf: &mut out,
+    };
+    let mut flags = 0;
+    if counters.is_some() {
+        flags |= HAS_COUNTERS;
+    }
+    if has_target {
+        flags |= HAS_TARGET;
+    }
+    e.u8(flags);
+    if let Some(c) = counters {
+        e.var(c.packets);
+        e.var(c.bytes);
+    }
+    if has_target {
+        e.var(target.len() as u64);
+        e.buf.extend_from_slice(target);
+    }
+    e.var(match_count as u64);
+    e.var(matches.len() as u64);
+    e.buf.extend_from_slice(matches);
+    e.buf.extend_from_slice(options);
+    out.into_boxed_slice()
+}
+
+/// Reads encoded values; out-of-range reads yield zeros and empty strings.
+struct Dec<'r, 'a> {
+    raw: &'a str,
+    code: &'r [u8],
+    pos: usize,
+}
+
+impl<'r, 'a> Dec<'r, 'a> {
+    fn u8(&mut self) -> u8 {
+        let b = self.code.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+
+    fn var(&mut self) -> u64 {
+        let mut v = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8();
+            if shift < 64 {
+                v |= u64::from(b & 0x7f) << shift;
+            }
+            if b & 0x80 == 0 || self.pos >= self.code.len() {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::try_from(self.var()).unwrap_or(u32::MAX)
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::try_from(self.var()).unwrap_or(u16::MAX)
+    }
+
+    fn bit(b: u8, i: u8) -> bool {
+        b & (1 << i) != 0
+    }
+
+    fn str(&mut self) -> &'a str {
+        let at = self.var() as usize;
+        let len = self.var() as usize;
+        at.checked_add(len)
+            .and_then(|end| self.raw.get(at..end))
+            .unwrap_or("")
+    }
+
+    fn opt_str(&mut self) -> Option<&'a str> {
+        (self.u8() != 0).then(|| self.str())
+    }
+
+    fn ip(&mut self) -> IpAddr {
+        match self.u8() {
+            6 => {
+                let mut o = [0u8; 16];
+                if let Some(b) = self.code.get(self.pos..self.pos + 16) {
+                    o.copy_from_slice(b);
+                }
+                self.pos += 16;
+                IpAddr::V6(Ipv6Addr::from(o))
+            }
+            _ => {
+                let mut o = [0u8; 4];
+                if let Some(b) = self.code.get(self.pos..self.pos + 4) {
+                    o.copy_from_slice(b);
+                }
+                self.pos += 4;
+                IpAddr::V4(Ipv4Addr::from(o))
+            }
+        }
+    }
+
+    fn ports(&mut self) -> PortRange {
+        PortRange {
+            first: self.u16(),
+            last: self.u16(),
+        }
+    }
+
+    fn opt_neg_ports(&mut self) -> Option<Neg<PortRange>> {
+        let f = self.u8();
+        Self::bit(f, 0).then(|| Neg {
+            negated: Self::bit(f, 1),
+            value: self.ports(),
+        })
+    }
+
+    fn list(&mut self) -> OptList {
+        OptList {
+            at: self.u32(),
+            len: self.u32(),
+        }
+    }
+
+    fn addr(&mut self) -> Neg<AddrSpec<'a>> {
+        let f = self.u8();
+        let raw = self.str();
+        let addr = self.ip();
+        let prefix = self.u8();
+        let mask = Self::bit(f, 1).then(|| self.str());
+        Neg {
+            negated: Self::bit(f, 0),
+            value: AddrSpec {
+                raw,
+                addr,
+                prefix,
+                mask,
+            },
+        }
+    }
+
+    fn neg_str(&mut self) -> Neg<&'a str> {
+        let negated = self.u8() != 0;
+        Neg {
+            negated,
+            value: self.str(),
+        }
+    }
+
+    fn mark(&mut self) -> Neg<MarkValue> {
+        let f = self.u8();
+        let value = self.u32();
+        let mask = Self::bit(f, 1).then(|| self.u32());
+        Neg {
+            negated: Self::bit(f, 0),
+            value: MarkValue { value, mask },
+        }
+    }
+
+    fn nat(&mut self) -> NatRange<'a> {
+        let f = self.u8();
+        let raw = self.str();
+        let addr = Self::bit(f, 0).then(|| self.ip());
+        let addr_last = Self::bit(f, 1).then(|| self.ip());
+        let ports = Self::bit(f, 2).then(|| self.ports());
+        NatRange {
+            raw,
+            addr,
+            addr_last,
+            ports,
+        }
+    }
+
+    fn f64(&mut self) -> f64 {
+        let mut b = [0u8; 8];
+        if let Some(s) = self.code.get(self.pos..self.pos + 8) {
+            b.copy_from_slice(s);
+        }
+        self.pos += 8;
+        f64::from_le_bytes(b)
+    }
+
+    fn matcher(&mut self) -> Match<'a> {
+        let m = |m| Match::Module(m);
+        match self.u8() {
+            M_SOURCE => Match::Source(self.addr()),
+            M_DESTINATION => Match::Destination(self.addr()),
+            M_PROTOCOL => Match::Protocol(self.neg_str()),
+            M_IN => Match::InInterface(self.neg_str()),
+            M_OUT => Match::OutInterface(self.neg_str()),
+            M_FRAGMENT => Match::Fragment(self.u8() != 0),
+            M_COMMENT => {
+                let escaped = self.u8() != 0;
+                m(Module::Comment(Text {
+                    raw: self.str(),
+                    escaped,
+                }))
+            }
+            M_PORTS => m(Module::Ports {
+                proto: self.str(),
+                sport: self.opt_neg_ports(),
+                dport: self.opt_neg_ports(),
+                other: self.list(),
+            }),
+            M_MULTIPORT => {
+                let f = self.u8();
+                let kind = match f & 3 {
+                    0 => MultiportKind::Sports,
+                    1 => MultiportKind::Dports,
+                    _ => MultiportKind::Ports,
+                };
+                m(Module::Multiport {
+                    kind,
+                    ports: Neg {
+                        negated: Self::bit(f, 2),
+                        value: PortList { raw: self.str() },
+                    },
+                })
+            }
+            M_RANDOM => {
+                let negated = self.u8() != 0;
+                let text = self.str();
+                m(Module::Statistic(Statistic::Random {
+                    text,
+                    probability: self.f64(),
+                    negated,
+                }))
+            }
+            M_NTH => {
+                let negated = self.u8() != 0;
+                m(Module::Statistic(Statistic::Nth {
+                    every: self.u32(),
+                    packet: self.u32(),
+                    negated,
+                }))
+            }
+            M_RECENT => {
+                let action = match self.u8() {
+                    1 => RecentAction::Rcheck,
+                    2 => RecentAction::Update,
+                    3 => RecentAction::Remove,
+                    _ => RecentAction::Set,
+                };
+                let f = self.u8();
+                let name = if Self::bit(f, 7) {
+                    "DEFAULT"
+                } else {
+                    self.str()
+                };
+                let seconds = Self::bit(f, 4).then(|| self.u32());
+                let hitcount = Self::bit(f, 5).then(|| self.u32());
+                let mask = Self::bit(f, 6).then(|| self.str());
+                m(Module::Recent(Recent {
+                    name,
+                    action,
+                    negated: Self::bit(f, 0),
+                    seconds,
+                    hitcount,
+                    reap: Self::bit(f, 1),
+                    rttl: Self::bit(f, 2),
+                    mask,
+                    rdest: Self::bit(f, 3),
+                }))
+            }
+            M_ADDRTYPE => {
+                let f = self.u8();
+                let src_type = Self::bit(f, 0).then(|| Neg {
+                    negated: Self::bit(f, 1),
+                    value: self.str(),
+                });
+                let dst_type = Self::bit(f, 2).then(|| Neg {
+                    negated: Self::bit(f, 3),
+                    value: self.str(),
+                });
+                m(Module::Addrtype {
+                    src_type,
+                    dst_type,
+                    limit_iface_in: Self::bit(f, 4),
+                    limit_iface_out: Self::bit(f, 5),
+                })
+            }
+            M_MARK => m(Module::Mark(self.mark())),
+            M_CONNMARK => m(Module::Connmark(self.mark())),
+            M_CONNTRACK => {
+                let f = self.u8();
+                let ctstate = Self::bit(f, 0).then(|| Neg {
+                    negated: Self::bit(f, 1),
+                    value: List { raw: self.str() },
+                });
+                m(Module::Conntrack {
+                    ctstate,
+                    other: self.list(),
+                })
+            }
+            M_STATE => {
+                let negated = self.u8() != 0;
+                m(Module::State(Neg {
+                    negated,
+                    value: List { raw: self.str() },
+                }))
+            }
+            M_SET => {
+                let negated = self.u8() != 0;
+                m(Module::Set {
+                    name: self.str(),
+                    flags: self.str(),
+                    negated,
+                    other: self.list(),
+                })
+            }
+            M_NFACCT => m(Module::Nfacct(self.str())),
+            _ => m(Module::Generic {
+                name: self.str(),
+                options: self.list(),
+            }),
+        }
+    }
+
+    fn target(&mut self) -> Target<'a> {
+        match self.u8() {
+            T_JUMP => Target::Jump(self.str()),
+            T_GOTO => Target::Goto(self.str()),
+            T_ACCEPT => Target::Accept,
+            T_DROP => Target::Drop,
+            T_RETURN => Target::Return,
+            T_DNAT => {
+                let f = self.u8();
+                Target::Dnat {
+                    to: self.nat(),
+                    random: Self::bit(f, 0),
+                    persistent: Self::bit(f, 1),
+                }
+            }
+            T_SNAT => {
+                let f = self.u8();
+                Target::Snat {
+                    to: self.nat(),
+                    random: Self::bit(f, 0),
+                    random_fully: Self::bit(f, 1),
+                    persistent: Self::bit(f, 2),
+                }
+            }
+            T_MASQUERADE => {
+                let f = self.u8();
+                Target::Masquerade {
+                    to_ports: Self::bit(f, 2).then(|| self.ports()),
+                    random: Self::bit(f, 0),
+                    random_fully: Self::bit(f, 1),
+                }
+            }
+            T_MARK => {
+                let kind = self.u8();
+                let value = self.u32();
+                let mask = self.u32();
+                Target::Mark(match kind {
+                    0 => MarkOp::SetXmark { value, mask },
+                    1 => MarkOp::SetMark { value, mask },
+                    2 => MarkOp::Or(value),
+                    3 => MarkOp::Xor(value),
+                    _ => MarkOp::And(value),
+                })
+            }
+            T_CONNMARK => Target::Connmark(self.list()),
+            T_REJECT => Target::Reject {
+                with: self.opt_str(),
+            },
+            T_LOG => Target::Log(self.list()),
+            T_TRACE => Target::Trace,
+            T_NOTRACK => Target::Notrack,
+            T_CT => Target::Ct(self.list()),
+            T_GENERIC => Target::Generic {
+                name: self.str(),
+                options: self.list(),
+            },
+            _ => {
+                let reason = UNREADABLE_REASONS
+                    .get(usize::from(self.u8()))
+                    .copied()
+                    .unwrap_or(UNREADABLE_REASONS[0]);
+                Target::Unreadable {
+                    raw: self.str(),
+                    reason,
+                }
+            }
+        }
+    }
+}
+
+/// Where the parts of a rule's code are.
+struct Layout {
+    /// Start of the target record, when there is a target.
+    target: Option<usize>,
+    match_count: u32,
+    matches: usize,
+    options: usize,
+}
+
+fn layout(code: &[u8]) -> Layout {
+    let mut d = Dec {
+        raw: "",
+        code,
+        pos: 0,
+    };
+    let flags = d.u8();
+    if flags & HAS_COUNTERS != 0 {
+        d.var();
+        d.var();
+    }
+    let target = if flags & HAS_TARGET != 0 {
+        let len = d.var() as usize;
+        let at = d.pos;
+        d.pos += len;
+        Some(at)
+    } else {
+        None
+    };
+    let match_count = d.u32();
+    let len = d.var() as usize;
+    let matches = d.pos;
+    Layout {
+        target,
+        match_count,
+        matches,
+        options: matches.saturating_add(len),
+    }
+}
+
+pub(crate) fn counters(code: &[u8]) -> Option<Counters> {
+    // Counters come first: no need to walk the rest of the layout.
+    let mut d = Dec {
+        raw: "",
+        code,
+        pos: 0,
+    };
+    (d.u8() & HAS_COUNTERS != 0).then(|| Counters {
+        packets: d.var(),
+        bytes: d.var(),
+    })
+}
+
+pub(crate) fn target<'a>(raw: &'a str, code: &[u8]) -> Option<Target<'a>> {
+    let at = layout(code).target?;
+    Some(Dec { raw, code, pos: at }.target())
+}
+
+pub(crate) fn jump_target<'a>(raw: &'a str, code: &[u8]) -> Option<&'a str> {
+    let at = layout(code).target?;
+    let mut d = Dec { raw, code, pos: at };
+    matches!(d.u8(), T_JUMP | T_GOTO).then(|| d.str())
+}
+
+pub(crate) fn matches<'r, 'a>(raw: &'a str, code: &'r [u8]) -> Matches<'r, 'a> {
+    let l = layout(code);
+    Matches {
+        raw,
+        code,
+        pos: l.matches,
+        left: l.match_count,
+    }
+}
+
+pub(crate) fn next_match<'a>(it: &mut Matches<'_, 'a>) -> Option<Match<'a>> {
+    let mut d = Dec {
+        raw: it.raw,
+        code: it.code,
+        pos: it.pos,
+    };
+    if d.pos >= d.code.len() {
+        it.left = 0;
+        return None;
+    }
+    let m = d.matcher();
+    it.pos = d.pos;
+    Some(m)
+}
+
+pub(crate) fn options<'r, 'a>(raw: &'a str, code: &'r [u8], list: OptList) -> Options<'r, 'a> {
+    let start = layout(code).options;
+    Options {
+        raw,
+        code,
+        pos: start.saturating_add(list.at as usize),
+        left: list.len,
+    }
+}
+
+pub(crate) fn next_option<'a>(it: &mut Options<'_, 'a>) -> Option<GenericOpt<'a>> {
+    let mut d = Dec {
+        raw: it.raw,
+        code: it.code,
+        pos: it.pos,
+    };
+    if d.pos >= d.code.len() {
+        it.left = 0;
+        return None;
+    }
+    let negated = d.u8() != 0;
+    let name = d.str();
+    let values = Words { raw: d.str() };
+    it.pos = d.pos;
+    Some(GenericOpt {
+        negated,
+        name,
+        values,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let mut buf = Vec::new();
+            Enc::new("", &mut buf).var(v);
+            let mut d = Dec {
+                raw: "",
+                code: &buf,
+                pos: 0,
+            };
+            assert_eq!(d.var(), v);
+            assert_eq!(d.pos, buf.len());
+        }
+    }
+
+    #[test]
+    fn garbage_code_decodes_without_panicking() {
+        let raw = "-j ACCEPT";
+        for code in [
+            &[][..],
+            &[0xff],
+            &[0xff, 0xff, 0xff, 0xff],
+            &[3, 1, 2, 5, 200, 200, 200],
+            &[2, 9, 5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            &[0, 5, 255, 19, 200, 1, 7, 7],
+        ] {
+            let _ = counters(code);
+            let _ = target(raw, code);
+            let _ = jump_target(raw, code);
+            let ms: Vec<_> = matches(raw, code).collect();
+            for m in ms {
+                if let Match::Module(Module::Generic { options: l, .. }) = m {
+                    let _: Vec<_> = options(raw, code, l).collect();
+                }
+            }
+        }
+    }
+}

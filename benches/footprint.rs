@@ -50,6 +50,19 @@ fn main() {
         )
     });
     report("parse + model + graph", p);
+    // The parts: what the model keeps, and what building the graph adds on top of it.
+    let base = counting::live();
+    let dump_ast = parse_dump(dump, &strict).expect("parses");
+    let facts = graph::DumpFacts::of(&dump_ast);
+    let rs = Ruleset::from_dump(dump_ast);
+    report("  model kept", counting::live() - base);
+    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &GraphOptions::default()));
+    report("  graph build (over the model)", p);
+    let kept = counting::live() - base;
+    drop(rs);
+    report("  graph kept", counting::live() - base);
+    let _ = kept;
+    drop(g);
     let input = scale.verify_input();
     let (r, p) =
         counting::peak_of(|| verify(&input).map(|r| r.summary.errors + r.summary.warnings));

@@ -45,15 +45,17 @@ fn sample(prefix: &str) -> Option<(String, String)> {
     Some((entry.file_name().to_string_lossy().to_string(), text))
 }
 
-fn graph_of(prefix: &str) -> Option<ServiceGraph> {
+/// The graph of a real-world sample (the text is leaked: the graph borrows it for the test).
+fn graph_of(prefix: &str) -> Option<ServiceGraph<'static>> {
     let (name, text) = sample(prefix)?;
+    let text: &'static str = Box::leak(text.into_boxed_str());
     let lenient = SAMPLES.iter().find(|s| s.0 == prefix).is_some_and(|s| s.1);
     let mut opts = ParseOptions::default().with_table("nat");
     opts.lenient = lenient;
-    Some(graph::from_text(&text, &name, &opts, &GraphOptions::default()).expect("parses"))
+    Some(graph::from_text(text, &name, &opts, &GraphOptions::default()).expect("parses"))
 }
 
-fn port<'g>(g: &'g ServiceGraph, name: &str) -> &'g ServicePort {
+fn port<'g, 'a>(g: &'g ServiceGraph<'a>, name: &str) -> &'g ServicePort<'a> {
     g.service_ports
         .iter()
         .find(|p| p.name.as_deref() == Some(name))
@@ -109,7 +111,7 @@ fn kind_v1_23_full_dump() {
     let dests: Vec<_> = dns
         .endpoints
         .iter()
-        .map(|e| e.destination.clone().unwrap_or_default())
+        .map(|e| e.destination.unwrap_or_default())
         .collect();
     assert_eq!(dests, ["10.244.0.3:53", "10.244.0.4:53"]);
     for e in &dns.endpoints {
@@ -277,7 +279,7 @@ fn eks_localhost_nodeport_and_no_detector() {
     );
 }
 
-fn build(text: &str, resolver: NameResolver) -> ServiceGraph {
+fn build(text: &str, resolver: NameResolver) -> ServiceGraph<'_> {
     let dump = parse_dump(text, &ParseOptions::default()).expect("parses");
     graph::build(
         &dump,
@@ -331,7 +333,8 @@ COMMIT
 
 #[test]
 fn load_balancer_with_source_ranges() {
-    let g = build(&lb_dump(), NameResolver::new());
+    let dump = lb_dump();
+    let g = build(&dump, NameResolver::new());
     assert_eq!(g.service_ports.len(), 1, "{:#?}", g.service_ports);
     let p = &g.service_ports[0];
     assert_eq!(p.name.as_deref(), Some("ns/lb:p80"));
@@ -351,7 +354,7 @@ fn load_balancer_with_source_ranges() {
     let shares: Vec<f64> = p.endpoints.iter().map(|e| e.max_share()).collect();
     assert_eq!(shares.len(), 3);
     assert!(shares.iter().all(|s| close(*s, 1.0 / 3.0)), "{shares:?}");
-    assert_eq!(p.endpoints[2].destination.as_deref(), Some("10.180.0.3:80"));
+    assert_eq!(p.endpoints[2].destination, Some("10.180.0.3:80"));
     let reasons: Vec<_> = p.masquerade.iter().map(|m| m.reason).collect();
     assert!(reasons.contains(&MasqueradeReason::OffClusterSource));
     assert!(reasons.contains(&MasqueradeReason::ExternalDestination));
@@ -430,11 +433,7 @@ COMMIT
     let p = &g.service_ports[0];
     assert_eq!(p.name.as_deref(), Some("default/kubernetes:"));
     assert_eq!(p.entries.len(), 1);
-    let reasons: Vec<_> = p
-        .masquerade
-        .iter()
-        .map(|m| (m.chain.as_str(), m.reason))
-        .collect();
+    let reasons: Vec<_> = p.masquerade.iter().map(|m| (m.chain, m.reason)).collect();
     assert!(
         reasons.contains(&("KUBE-SERVICES", MasqueradeReason::AllSources)),
         "{reasons:?}"
@@ -658,6 +657,7 @@ fn snapshot_gke_xlb_wide_table() {
 
 #[test]
 fn snapshot_lb_json() {
-    let g = build(&lb_dump(), NameResolver::new());
+    let dump = lb_dump();
+    let g = build(&dump, NameResolver::new());
     insta::assert_snapshot!(kproxy::output::to_json(&g).expect("json"));
 }

@@ -30,12 +30,14 @@ fn plan() -> (ServicePlan, String) {
     )
 }
 
-fn graph_with(plan: Option<&ServicePlan>) -> graph::ServiceGraph {
+/// The graph of the trace fixture (the text is leaked: the graph borrows it for the test).
+fn graph_with(plan: Option<&ServicePlan>) -> graph::ServiceGraph<'static> {
     let text =
         std::fs::read_to_string(root().join("testdata/trace/node-1.iptables")).expect("dump");
+    let text: &'static str = Box::leak(text.into_boxed_str());
     let resolver = plan.map(path::resolver_for).unwrap_or_default();
     graph::from_text(
-        &text,
+        text,
         "node-1.iptables",
         &ParseOptions::default(),
         &GraphOptions {

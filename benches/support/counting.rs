@@ -42,3 +42,8 @@ pub fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let peak = PEAK.load(Ordering::Relaxed) - base;
     (out, peak.max(0) as usize)
 }
+
+/// Live heap bytes now.
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed).max(0) as usize
+}

@@ -63,17 +63,18 @@ fn source_name(path: &std::path::Path) -> String {
     }
 }
 
-/// Reads, parses and builds the graph of one input; skipped lines are reported on stderr.
-pub fn graph_of(
+/// Parses and builds the graph of one input's `text` (read from `path`); skipped lines are
+/// reported on stderr.
+pub fn graph_of<'a>(
+    text: &'a str,
     path: &std::path::Path,
     table: &str,
     lenient: bool,
-) -> anyhow::Result<ServiceGraph> {
-    let text = read_input(path)?;
+) -> anyhow::Result<ServiceGraph<'a>> {
     let name = source_name(path);
     let mut parse = ParseOptions::default().with_table(table);
     parse.lenient = lenient;
-    let g = graph::from_text(&text, &name, &parse, &GraphOptions::default())?;
+    let g = graph::from_text(text, &name, &parse, &GraphOptions::default())?;
     let mut err = anstream::stderr();
     for s in &g.skipped_lines {
         let _ = writeln!(err, "warning: {name}:{}: skipped: {}", s.line, s.reason);
@@ -103,9 +104,14 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         anyhow::bail!("graph: only one input can be read from stdin (`-`)");
     }
-    let graphs = inputs
+    let texts = inputs
         .iter()
-        .map(|p| graph_of(p, &args.table, args.dump.lenient))
+        .map(|p| read_input(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let graphs = texts
+        .iter()
+        .zip(&inputs)
+        .map(|(text, p)| graph_of(text, p, &args.table, args.dump.lenient))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let text = render(&graphs, args.output, global.no_headers)?;
     let mut out = anstream::stdout();
@@ -115,7 +121,7 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 
 /// Renders graphs in a format (what `graph` prints).
 pub fn render(
-    graphs: &[ServiceGraph],
+    graphs: &[ServiceGraph<'_>],
     format: GraphFormat,
     no_headers: bool,
 ) -> anyhow::Result<String> {

@@ -162,7 +162,7 @@ pub fn compare(
                     .chains
                     .iter()
                     .map(|c| c.name.clone())
-                    .chain(a.endpoints.iter().map(|p| p.chain.clone()))
+                    .chain(a.endpoints.iter().map(|p| p.chain.to_string()))
                 {
                     if a.entries
                         .iter()
@@ -546,7 +546,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         let picked: Vec<&crate::graph::Endpoint> = a
             .endpoints
             .iter()
-            .filter(|ep| ep.shares.iter().any(|s| names.contains(&s.via)))
+            .filter(|ep| ep.shares.iter().any(|s| names.iter().any(|n| n == s.via)))
             .collect();
         let chain = names.first().cloned().unwrap_or_default();
         if want.is_empty() && picked.is_empty() {
@@ -562,13 +562,13 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             });
             match hit {
                 Some(ep) => {
-                    matched_actual.insert(ep.chain.as_str());
+                    matched_actual.insert(ep.chain);
                     if ep.destination.is_none() {
                         all_found = false;
                         let f = cx.push(
                             cat::ENDPOINT_CHAIN_BROKEN,
                             e,
-                            &ep.chain,
+                            ep.chain,
                             format!(
                                 "endpoint {} is picked by {chain} but {} does not DNAT",
                                 w.endpoint, ep.chain
@@ -581,7 +581,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         );
                     } else if ep.ip != Some(w.ip) || ep.port != Some(w.port) {
                         all_found = false;
-                        let got = ep.destination.clone().unwrap_or_default();
+                        let got = ep.destination.unwrap_or_default();
                         let check = if ep.ip == Some(w.ip) {
                             cat::WRONG_TARGET_PORT
                         } else {
@@ -590,7 +590,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         let f = cx.push(
                             check,
                             e,
-                            &ep.chain,
+                            ep.chain,
                             format!("{} DNATs to {got} instead of {}", ep.chain, w.endpoint),
                         );
                         set(f, w.endpoint.clone(), got);
@@ -598,7 +598,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         let f = cx.push(
                             cat::MASQ_MISSING,
                             e,
-                            &ep.chain,
+                            ep.chain,
                             format!(
                                 "endpoint {} does not masquerade its own (hairpin) traffic",
                                 w.endpoint
@@ -627,7 +627,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         } else {
                             picked
                                 .iter()
-                                .map(|p| p.destination.clone().unwrap_or_else(|| p.chain.clone()))
+                                .map(|p| p.destination.unwrap_or(p.chain))
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         },
@@ -638,11 +638,11 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         }
         let mut extra = false;
         for ep in &picked {
-            if matched_actual.contains(ep.chain.as_str()) {
+            if matched_actual.contains(ep.chain) {
                 continue;
             }
             extra = true;
-            let dest = ep.destination.clone().unwrap_or_else(|| "?".into());
+            let dest = ep.destination.unwrap_or("?");
             let same_ip = want.iter().find(|w| Some(w.ip) == ep.ip);
             let elsewhere = local
                 .then(|| {
@@ -676,7 +676,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     ),
                 )
             };
-            let f = cx.push(check, e, &ep.chain, msg);
+            let f = cx.push(check, e, ep.chain, msg);
             set(
                 f,
                 want.iter()
@@ -708,13 +708,10 @@ fn shares(
             let s: f64 = ep
                 .shares
                 .iter()
-                .filter(|s| names.contains(&s.via))
+                .filter(|s| names.iter().any(|n| n == s.via))
                 .map(|s| s.share)
                 .sum();
-            (
-                ep.destination.clone().unwrap_or_else(|| ep.chain.clone()),
-                s,
-            )
+            (ep.destination.unwrap_or(ep.chain).to_string(), s)
         })
         .collect();
     if got
@@ -744,7 +741,7 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
     let in_chain = |names: &[&str], reason: MasqueradeReason| {
         a.masquerade
             .iter()
-            .find(|m| m.reason == reason && names.contains(&m.chain.as_str()))
+            .find(|m| m.reason == reason && names.contains(&m.chain))
     };
     if e.has_internal_endpoints && (cx.gx.masquerade_all || cx.gx.local_detector.is_some()) {
         let names = [internal.as_str(), "KUBE-SERVICES"];
@@ -788,7 +785,7 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         let f = cx.push(
                             cat::LOCAL_DETECT_MISMATCH,
                             e,
-                            &m.chain,
+                            m.chain,
                             format!("pod traffic is detected with `{cond}`, the configuration says `{}`", not_local(det)),
                         );
                         set(f, not_local(det), cond);
@@ -835,7 +832,7 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         let f = cx.push(
             cat::MASQ_EXTRA,
             e,
-            &m.chain,
+            m.chain,
             format!(
                 "{} masquerades every source although masqueradeAll is off",
                 m.chain
@@ -906,7 +903,7 @@ fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         let f = cx.push(
                             cat::AFFINITY_MISSING,
                             e,
-                            &ep.chain,
+                            ep.chain,
                             format!("{} does not record clients (-m recent --set)", ep.chain),
                         );
                         set(
@@ -1056,7 +1053,7 @@ fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str>) 
             .chains
             .iter()
             .map(|c| c.name.clone())
-            .chain(p.endpoints.iter().map(|e| e.chain.clone()))
+            .chain(p.endpoints.iter().map(|e| e.chain.to_string()))
         {
             cx.explained.chains.insert(c);
         }

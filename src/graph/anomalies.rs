@@ -1,62 +1,148 @@
 //! What does not fit kube-proxy's shape: jumps to undeclared chains, kube-proxy chains nothing
 //! jumps to, empty service chains, duplicate rules, rules after an unconditional terminating rule,
 //! endpoint chains without DNAT, rules iptables could not decode.
+//!
+//! Each chain's rules are read once into [`Step`]s (target and whether the rule is unconditional);
+//! the checks then work on those.
 
-use super::index::{BUILTIN_CHAINS, DumpIndex, TableIndex, is_unconditional, jump_target};
 use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
-use crate::model::{Fingerprint, RuleEntry};
+use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::NameHash;
-use crate::parsers::iptables::{Family, Rule, Target};
+use crate::parsers::iptables::{Family, Match, Module, Rule, Target};
 use std::collections::HashMap;
+
+/// True when the rule's only matches are ones every packet reaching the chain satisfies in
+/// practice: comments, a plain `-p`/`-m tcp` without ports, and nfacct counters.
+pub(crate) fn is_unconditional(r: &Rule<'_>) -> bool {
+    r.matches().all(|m| match m {
+        Match::Module(Module::Comment(_)) | Match::Module(Module::Nfacct(_)) => true,
+        Match::Protocol(p) => !p.negated,
+        Match::Module(Module::Ports {
+            sport: None,
+            dport: None,
+            other,
+            ..
+        }) => other.is_empty(),
+        _ => false,
+    })
+}
 
 /// Fixed chains that legitimately have no jump to them.
 const NEVER_REFERENCED: &[&str] = &["KUBE-PROXY-CANARY", "KUBE-MARK-DROP"];
 
-/// All anomalies of a dump.
-pub(crate) fn find(idx: &DumpIndex<'_, '_>, save_form: bool) -> Vec<Anomaly> {
+/// What a rule's target does to the packets it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect<'a> {
+    /// A verdict or NAT that ends traversal (ACCEPT, DROP, REJECT, DNAT, SNAT, MASQUERADE).
+    Ends,
+    /// `-j RETURN`.
+    Return,
+    /// `-j CHAIN` / `-g CHAIN`.
+    Jump(&'a str),
+    /// Anything else (MARK, LOG, no target, …).
+    Continues,
+    /// A target iptables could not decode.
+    Unreadable,
+}
+
+/// One rule, as the checks see it.
+#[derive(Debug, Clone, Copy)]
+struct Step<'a> {
+    effect: Effect<'a>,
+    dnat: bool,
+    unconditional: bool,
+}
+
+impl<'a> Step<'a> {
+    fn of(r: &Rule<'a>) -> Step<'a> {
+        let target = r.target();
+        let effect = match target {
+            Some(
+                Target::Accept
+                | Target::Drop
+                | Target::Reject { .. }
+                | Target::Dnat { .. }
+                | Target::Snat { .. }
+                | Target::Masquerade { .. },
+            ) => Effect::Ends,
+            Some(Target::Return) => Effect::Return,
+            Some(Target::Jump(c) | Target::Goto(c)) => Effect::Jump(c),
+            Some(Target::Unreadable { .. }) => Effect::Unreadable,
+            _ => Effect::Continues,
+        };
+        Step {
+            effect,
+            dnat: matches!(target, Some(Target::Dnat { .. })),
+            unconditional: is_unconditional(r),
+        }
+    }
+
+    fn jump(&self) -> Option<&'a str> {
+        match self.effect {
+            Effect::Jump(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// All anomalies of a dump (in no particular order: the caller sorts them).
+pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
     let mut out = Vec::new();
-    for (table, ti) in &idx.tables {
-        undeclared_jumps(table, ti, save_form, &mut out);
-        unreferenced_and_empty(table, ti, &mut out);
-        for &chain in &ti.names {
-            let rules = ti.rules(chain);
-            if classify(table, chain).is_none() && !BUILTIN_CHAINS.contains(&chain) {
+    let mut steps = Vec::new();
+    for ti in &rs.tables {
+        let table = ti.name;
+        undeclared_jumps(ti, save_form, &mut out);
+        let full_dump = BUILTIN_CHAINS.iter().any(|b| is_declared(ti, b));
+        for c in &ti.chains {
+            let kind = classify(table, c.name);
+            if let Some(kind) = kind {
+                unreferenced_and_empty(ti, c, kind, full_dump, &mut out);
+            }
+            if kind.is_none() && !BUILTIN_CHAINS.contains(&c.name) {
+                unreadable(table, c, &mut out);
                 continue;
             }
-            duplicates(table, chain, rules, ti.table.family, &mut out);
-            unreachable(table, chain, rules, ti, &mut out);
-            if let Some((ChainKind::Sep, _)) = service_chain(chain)
-                && *table == "nat"
-                && !rules.is_empty()
-                && !rules
-                    .iter()
-                    .any(|r| matches!(r.target(), Some(Target::Dnat { .. })))
+            steps.clear();
+            steps.extend(c.rules.iter().map(|r| Step::of(r)));
+            duplicates(table, c, &steps, ti.family, &mut out);
+            unreachable(table, c, &steps, ti, &mut out);
+            if let Some((ChainKind::Sep, _)) = service_chain(c.name)
+                && table == "nat"
+                && !steps.is_empty()
+                && !steps.iter().any(|s| s.dnat)
             {
                 out.push(anomaly(
                     AnomalyKind::MissingDnat,
                     table,
-                    chain,
+                    c.name,
                     None,
                     "endpoint chain without a DNAT rule".to_string(),
                 ));
             }
-        }
-        for &chain in &ti.names {
-            for r in ti.rules(chain) {
-                if let Some(Target::Unreadable { reason, raw }) = &r.target() {
-                    out.push(anomaly(
-                        AnomalyKind::UnreadableRule,
-                        table,
-                        r.chain,
-                        Some(r.line),
-                        format!("iptables could not decode target `{raw}` ({reason}); no conclusions drawn from it"),
-                    ));
-                }
+            if steps.iter().any(|s| s.effect == Effect::Unreadable) {
+                unreadable(table, c, &mut out);
             }
         }
     }
     out
+}
+
+/// Rules whose target iptables could not decode.
+fn unreadable(table: &str, c: &Chain<'_>, out: &mut Vec<Anomaly>) {
+    for r in &c.rules {
+        if let Some(Target::Unreadable { reason, raw }) = r.target() {
+            out.push(anomaly(
+                AnomalyKind::UnreadableRule,
+                table,
+                r.chain,
+                Some(r.line),
+                format!(
+                    "iptables could not decode target `{raw}` ({reason}); no conclusions drawn from it"
+                ),
+            ));
+        }
+    }
 }
 
 fn anomaly(
@@ -76,22 +162,28 @@ fn anomaly(
     }
 }
 
-fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: &mut Vec<Anomaly>) {
+/// Whether `chain` is declared with `:NAME` / `-N NAME` / `-P NAME`.
+fn is_declared(ti: &TableRules<'_>, chain: &str) -> bool {
+    ti.chain(chain).is_some_and(|c| c.declared_at.is_some())
+}
+
+fn undeclared_jumps(ti: &TableRules<'_>, save_form: bool, out: &mut Vec<Anomaly>) {
+    let table = ti.name;
     // Only complete inputs can be checked: save/restore text declares every chain it uses;
     // `iptables -S` output is complete when it lists the built-in policies (`-P`).
     let complete = if save_form {
-        ti.any_declared
+        ti.chains.iter().any(|c| c.declared_at.is_some())
     } else {
-        BUILTIN_CHAINS.iter().any(|b| ti.is_declared(b))
+        BUILTIN_CHAINS.iter().any(|b| is_declared(ti, b))
     };
     if !complete {
         return;
     }
-    for target in ti.table.jump_targets() {
-        if ti.is_declared(target) || BUILTIN_CHAINS.contains(&target) {
+    for target in ti.jump_targets() {
+        if is_declared(ti, target) || BUILTIN_CHAINS.contains(&target) {
             continue;
         }
-        for (_, r) in ti.table.jumps_to(target) {
+        for (_, r) in ti.jumps_to(target) {
             out.push(anomaly(
                 AnomalyKind::UndeclaredJump,
                 table,
@@ -103,42 +195,42 @@ fn undeclared_jumps(table: &str, ti: &TableIndex<'_, '_>, save_form: bool, out: 
     }
 }
 
-fn unreferenced_and_empty(table: &str, ti: &TableIndex<'_, '_>, out: &mut Vec<Anomaly>) {
-    let full_dump = BUILTIN_CHAINS.iter().any(|b| ti.is_declared(b));
-    for &chain in &ti.names {
-        let Some(kind) = classify(table, chain) else {
-            continue;
-        };
-        let referenced = ti.table.is_jump_target(chain);
-        let check = match kind {
-            ChainKind::Fixed => full_dump && !NEVER_REFERENCED.contains(&chain),
-            _ => true,
-        };
-        if check && !referenced {
-            out.push(anomaly(
-                AnomalyKind::UnreferencedChain,
-                table,
-                chain,
-                None,
-                "nothing jumps to this chain (stale)".to_string(),
-            ));
-        }
-        if kind != ChainKind::Fixed && ti.is_declared(chain) && ti.rules(chain).is_empty() {
-            out.push(anomaly(
-                AnomalyKind::EmptyServiceChain,
-                table,
-                chain,
-                None,
-                "service chain without rules".to_string(),
-            ));
-        }
+fn unreferenced_and_empty(
+    ti: &TableRules<'_>,
+    c: &Chain<'_>,
+    kind: ChainKind,
+    full_dump: bool,
+    out: &mut Vec<Anomaly>,
+) {
+    let (table, chain) = (ti.name, c.name);
+    let check = match kind {
+        ChainKind::Fixed => full_dump && !NEVER_REFERENCED.contains(&chain),
+        _ => true,
+    };
+    if check && !ti.is_jump_target(chain) {
+        out.push(anomaly(
+            AnomalyKind::UnreferencedChain,
+            table,
+            chain,
+            None,
+            "nothing jumps to this chain (stale)".to_string(),
+        ));
+    }
+    if kind != ChainKind::Fixed && c.declared_at.is_some() && c.rules.is_empty() {
+        out.push(anomaly(
+            AnomalyKind::EmptyServiceChain,
+            table,
+            chain,
+            None,
+            "service chain without rules".to_string(),
+        ));
     }
 }
 
 fn duplicates(
     table: &str,
-    chain: &str,
-    rules: &[RuleEntry<'_>],
+    c: &Chain<'_>,
+    steps: &[Step<'_>],
     family: Family,
     out: &mut Vec<Anomaly>,
 ) {
@@ -146,11 +238,12 @@ fn duplicates(
     // rules jump to the same chain (or to none), so the jump target sorts rules into buckets
     // first: most chains (a SEP chain's masquerade jump and DNAT, a SVC chain's jumps to distinct
     // SEP chains) then need no canonical form at all.
+    let rules: &[RuleEntry<'_>] = &c.rules;
     let mut report = |r: &RuleEntry<'_>, first: u32| {
         out.push(anomaly(
             AnomalyKind::DuplicateRule,
             table,
-            chain,
+            c.name,
             Some(r.line),
             format!("same rule as line {first}"),
         ));
@@ -158,13 +251,13 @@ fn duplicates(
     let mut buf = String::new();
     if rules.len() <= 16 {
         // Pairs of a handful of rules: cheaper than a map.
-        for (i, r) in rules.iter().enumerate() {
-            let target = r.jump_target();
+        for (i, (r, s)) in rules.iter().zip(steps).enumerate() {
             let mut fp = None;
-            for e in &rules[..i] {
-                if e.jump_target() != target {
-                    continue;
-                }
+            for (e, _) in rules[..i]
+                .iter()
+                .zip(steps)
+                .filter(|(_, t)| t.jump() == s.jump())
+            {
                 let mine = *fp.get_or_insert_with(|| Fingerprint::of(&r.rule, family, &mut buf));
                 if Fingerprint::of(&e.rule, family, &mut buf) == mine {
                     report(r, e.line);
@@ -175,8 +268,8 @@ fn duplicates(
         return;
     }
     let mut buckets: HashMap<Option<&str>, Vec<usize>, NameHash> = HashMap::default();
-    for (i, r) in rules.iter().enumerate() {
-        buckets.entry(r.jump_target()).or_default().push(i);
+    for (i, s) in steps.iter().enumerate() {
+        buckets.entry(s.jump()).or_default().push(i);
     }
     let mut dups: Vec<(usize, u32)> = Vec::new();
     for members in buckets.values().filter(|m| m.len() > 1) {
@@ -198,50 +291,34 @@ fn duplicates(
     }
 }
 
-/// True when every packet reaching `r` stops there: the rule is unconditional and its target is a
-/// verdict, or a jump into a chain that always ends in a verdict.
-fn stops_all(r: &Rule<'_>, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
-    is_unconditional(r)
-        && match &r.target() {
-            Some(
-                Target::Accept
-                | Target::Drop
-                | Target::Return
-                | Target::Reject { .. }
-                | Target::Dnat { .. }
-                | Target::Snat { .. }
-                | Target::Masquerade { .. },
-            ) => true,
-            Some(Target::Jump(c) | Target::Goto(c)) => always_ends(c, ti, depth + 1),
+/// True when every packet reaching the rule stops there: the rule is unconditional and its target
+/// is a verdict, or a jump into a chain that always ends in a verdict.
+fn stops_all(s: &Step<'_>, ti: &TableRules<'_>) -> bool {
+    s.unconditional
+        && match s.effect {
+            Effect::Ends | Effect::Return => true,
+            Effect::Jump(c) => always_ends(c, ti, 1),
             _ => false,
         }
 }
 
 /// True when every packet entering `chain` ends in a verdict there (never returns to the caller):
 /// no rule before the first unconditional verdict can `RETURN`, and the chain cannot run off its end.
-fn always_ends(chain: &str, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
+fn always_ends(chain: &str, ti: &TableRules<'_>, depth: u8) -> bool {
     if depth > 8 {
         return false;
     }
     for r in ti.rules(chain) {
-        match &r.target() {
-            Some(Target::Return) => return false,
-            Some(Target::Jump(_) | Target::Goto(_)) | None if !is_unconditional(r) => continue,
+        let s = Step::of(r);
+        match s.effect {
+            Effect::Return => return false,
+            Effect::Jump(_) | Effect::Continues if !s.unconditional => continue,
             _ => {}
         }
-        if is_unconditional(r) {
-            match &r.target() {
-                Some(
-                    Target::Accept
-                    | Target::Drop
-                    | Target::Reject { .. }
-                    | Target::Dnat { .. }
-                    | Target::Snat { .. }
-                    | Target::Masquerade { .. },
-                ) => return true,
-                Some(Target::Jump(c) | Target::Goto(c)) if always_ends(c, ti, depth + 1) => {
-                    return true;
-                }
+        if s.unconditional {
+            match s.effect {
+                Effect::Ends => return true,
+                Effect::Jump(c) if always_ends(c, ti, depth + 1) => return true,
                 _ => {}
             }
         }
@@ -251,26 +328,26 @@ fn always_ends(chain: &str, ti: &TableIndex<'_, '_>, depth: u8) -> bool {
 
 fn unreachable(
     table: &str,
-    chain: &str,
-    rules: &[RuleEntry<'_>],
-    ti: &TableIndex<'_, '_>,
+    c: &Chain<'_>,
+    steps: &[Step<'_>],
+    ti: &TableRules<'_>,
     out: &mut Vec<Anomaly>,
 ) {
-    let Some(pos) = rules.iter().position(|r| stops_all(r, ti, 0)) else {
+    let Some(pos) = steps.iter().position(|s| stops_all(s, ti)) else {
         return;
     };
-    let Some(stopper) = rules.get(pos) else {
+    let (Some(stopper), Some(step)) = (c.rules.get(pos), steps.get(pos)) else {
         return;
     };
-    let what = jump_target(stopper).map_or_else(
+    let what = step.jump().map_or_else(
         || "an unconditional terminating rule".to_string(),
         |t| format!("the unconditional jump to {t}"),
     );
-    for r in rules.iter().skip(pos + 1) {
+    for r in c.rules.iter().skip(pos + 1) {
         out.push(anomaly(
             AnomalyKind::UnreachableRule,
             table,
-            chain,
+            c.name,
             Some(r.line),
             format!("never reached: follows {what} on line {}", stopper.line),
         ));

@@ -13,7 +13,6 @@
 
 mod anomalies;
 mod build;
-mod index;
 pub mod ipvs;
 pub mod names;
 pub mod ownership;
@@ -24,6 +23,7 @@ pub use names::NameResolver;
 pub use ownership::{ChainKind, is_kube_proxy_chain};
 
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// The schema identifier written into every JSON/YAML document.
 pub const SCHEMA: &str = "kproxy.graph/v1";
@@ -31,16 +31,16 @@ pub const SCHEMA: &str = "kproxy.graph/v1";
 /// Graphs of one or more dumps (e.g. `--iptables-save` and `--ip6tables-save`): the top-level
 /// JSON/YAML document of `graph`.
 #[derive(Debug, Clone, Serialize)]
-pub struct GraphDocument {
+pub struct GraphDocument<'a> {
     /// Always [`SCHEMA`].
     pub schema: &'static str,
     /// One graph per input, in argument order.
-    pub graphs: Vec<ServiceGraph>,
+    pub graphs: Vec<ServiceGraph<'a>>,
 }
 
-impl GraphDocument {
+impl<'a> GraphDocument<'a> {
     /// Wraps graphs into a document.
-    pub fn new(graphs: Vec<ServiceGraph>) -> Self {
+    pub fn new(graphs: Vec<ServiceGraph<'a>>) -> Self {
         GraphDocument {
             schema: SCHEMA,
             graphs,
@@ -48,9 +48,9 @@ impl GraphDocument {
     }
 }
 
-/// The service graph of one dump.
+/// The service graph of one dump. Per-endpoint strings borrow the dump text (`'a`).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ServiceGraph {
+pub struct ServiceGraph<'a> {
     /// Where the dump came from (file name, `<stdin>`), if the caller set it.
     pub source: Option<String>,
     /// `ipv4` or `ipv6`, from the addresses in the rules; `None` when the dump has none.
@@ -60,16 +60,16 @@ pub struct ServiceGraph {
     /// The masquerade mark as `KUBE-MARK-MASQ` sets it (`0x4000/0x4000`), or the old fixed mark.
     pub masquerade_mark: Option<String>,
     /// Service ports, sorted by name (unnamed last), protocol, hash.
-    pub service_ports: Vec<ServicePort>,
+    pub service_ports: Vec<ServicePort<'a>>,
     /// What does not fit kube-proxy's shape.
     pub anomalies: Vec<Anomaly>,
     /// Lines the parser skipped in lenient mode (line number and reason).
     pub skipped_lines: Vec<SkippedLine>,
 }
 
-impl ServiceGraph {
+impl<'a> ServiceGraph<'a> {
     /// The service ports whose name is `ns/name` or starts with `ns/name:` (all ports of a service).
-    pub fn ports_of<'g>(&'g self, namespace: &str, name: &str) -> Vec<&'g ServicePort> {
+    pub fn ports_of<'g>(&'g self, namespace: &str, name: &str) -> Vec<&'g ServicePort<'a>> {
         let base = format!("{namespace}/{name}");
         self.service_ports
             .iter()
@@ -114,7 +114,7 @@ pub enum NameSource {
 
 /// One service port (`ns/name:port` + protocol) as the dump implements it.
 #[derive(Debug, Clone, Serialize)]
-pub struct ServicePort {
+pub struct ServicePort<'a> {
     /// `ns/name[:port]`, when known.
     pub name: Option<String>,
     /// Where the name came from.
@@ -128,9 +128,9 @@ pub struct ServicePort {
     /// Entry points, in table/line order.
     pub entries: Vec<Entry>,
     /// Endpoint chains reached from the service's chains (and orphans that name the service).
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Vec<Endpoint<'a>>,
     /// Rules that mark traffic for masquerade, with the reason.
-    pub masquerade: Vec<MasqueradeRule>,
+    pub masquerade: Vec<MasqueradeRule<'a>>,
     /// `ClientIP` session affinity (`-m recent`), when present.
     pub affinity: Option<Affinity>,
     /// Load-balancer source ranges (`KUBE-FW-*`), when present.
@@ -138,10 +138,10 @@ pub struct ServicePort {
     /// Filter-table (and old nat `KUBE-MARK-DROP`) verdicts for this service port.
     pub verdicts: Vec<Verdict>,
     /// Jumps between the service's chains, for drawing and tracing.
-    pub edges: Vec<Edge>,
+    pub edges: Vec<Edge<'a>>,
 }
 
-impl ServicePort {
+impl ServicePort<'_> {
     /// The display name: the name, or `<hash:XXXX>` when unknown.
     pub fn display_name(&self) -> String {
         match (&self.name, &self.hash) {
@@ -242,17 +242,17 @@ impl Entry {
 
 /// One endpoint chain of a service port.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Endpoint {
+pub struct Endpoint<'a> {
     /// `KUBE-SEP-…`.
-    pub chain: String,
+    pub chain: &'a str,
     /// The DNAT destination as written (`10.244.0.5:8000`, `[fd00::1]:80`), if any.
-    pub destination: Option<String>,
+    pub destination: Option<&'a str>,
     /// The DNAT address.
     pub ip: Option<std::net::IpAddr>,
     /// The DNAT port.
     pub port: Option<u16>,
     /// Effective share of new connections per policy chain that picks this endpoint.
-    pub shares: Vec<Share>,
+    pub shares: Vec<Share<'a>>,
     /// True when the endpoint chain marks its own traffic for masquerade (`-s <ep> -j KUBE-MARK-MASQ`).
     pub hairpin_masquerade: bool,
     /// True when the endpoint chain records the client for session affinity (`-m recent --set`).
@@ -263,7 +263,22 @@ pub struct Endpoint {
     pub counters: Option<Counters>,
 }
 
-impl Endpoint {
+impl<'a> Endpoint<'a> {
+    /// An endpoint of chain `chain` with nothing known yet.
+    pub fn new(chain: &'a str) -> Self {
+        Endpoint {
+            chain,
+            destination: None,
+            ip: None,
+            port: None,
+            shares: Vec::new(),
+            hairpin_masquerade: false,
+            affinity_set: false,
+            dnat_line: None,
+            counters: None,
+        }
+    }
+
     /// The largest share over all policy chains (0 when nothing picks it).
     pub fn max_share(&self) -> f64 {
         self.shares.iter().map(|s| s.share).fold(0.0, f64::max)
@@ -272,9 +287,9 @@ impl Endpoint {
 
 /// The share of new connections a policy chain sends to an endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Share {
+pub struct Share<'a> {
     /// The chain that picks (`KUBE-SVC-…`, `KUBE-SVL-…`, `KUBE-XLB-…`).
-    pub via: String,
+    pub via: &'a str,
     /// Effective share (product of the conditional probabilities up to this rule), 0.0–1.0.
     pub share: f64,
     /// The rule's conditional probability (`--probability`), `None` for the last, unconditional rule.
@@ -319,13 +334,13 @@ impl MasqueradeReason {
 
 /// A rule that marks packets for masquerade.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MasqueradeRule {
+pub struct MasqueradeRule<'a> {
     /// The chain holding it.
-    pub chain: String,
+    pub chain: &'a str,
     /// Why it fires.
     pub reason: MasqueradeReason,
     /// The distinguishing condition as written (`! -s 10.244.0.0/16`, `-s 10.244.0.5/32`), if any.
-    pub condition: Option<String>,
+    pub condition: Option<Cow<'a, str>>,
     /// 1-based line.
     pub line: u32,
     /// Counters, when dumped.
@@ -387,13 +402,13 @@ pub struct Verdict {
 
 /// A jump between chains of one service port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Edge {
+pub struct Edge<'a> {
     /// From chain.
-    pub from: String,
+    pub from: &'a str,
     /// To chain.
-    pub to: String,
+    pub to: &'a str,
     /// Condition in words (`p=0.5000`, `affinity`, `pod source`, `LOCAL source`, `-s 203.0.113.0/25`), empty when unconditional.
-    pub label: String,
+    pub label: Cow<'a, str>,
     /// 1-based line.
     pub line: u32,
 }
@@ -438,12 +453,12 @@ pub struct Anomaly {
 }
 
 /// Parses `text` (named `source` in errors and in the graph) and builds its graph.
-pub fn from_text(
-    text: &str,
+pub fn from_text<'a>(
+    text: &'a str,
     source: &str,
     parse: &crate::parsers::iptables::ParseOptions,
     opts: &GraphOptions,
-) -> Result<ServiceGraph, crate::parsers::ParseError> {
+) -> Result<ServiceGraph<'a>, crate::parsers::ParseError> {
     let dump =
         crate::parsers::iptables::parse_dump(text, parse).map_err(|e| e.in_source(source))?;
     let opts = GraphOptions {

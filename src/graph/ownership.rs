@@ -56,16 +56,6 @@ const FIXED_FILTER: &[&str] = &[
 ];
 const FIXED_MANGLE: &[&str] = &["KUBE-PROXY-CANARY"];
 
-/// Per-service chain prefixes and their kinds.
-const SERVICE_PREFIXES: &[(&str, ChainKind)] = &[
-    ("KUBE-SVC-", ChainKind::Svc),
-    ("KUBE-SVL-", ChainKind::Svl),
-    ("KUBE-EXT-", ChainKind::Ext),
-    ("KUBE-FW-", ChainKind::Fw),
-    ("KUBE-SEP-", ChainKind::Sep),
-    ("KUBE-XLB-", ChainKind::Xlb),
-];
-
 /// True if `s` is exactly 16 characters of the RFC 4648 base32 alphabet (`A–Z`, `2–7`).
 pub fn is_chain_hash(s: &str) -> bool {
     s.len() == 16
@@ -76,11 +66,28 @@ pub fn is_chain_hash(s: &str) -> bool {
 /// Classifies a per-service chain name by pattern, whatever the table: `KUBE-SVC-XPGD46QRK7WJZT7O`
 /// → `(Svc, "XPGD46QRK7WJZT7O")`. Fixed chains and foreign names give `None`.
 pub fn service_chain(name: &str) -> Option<(ChainKind, &str)> {
-    SERVICE_PREFIXES.iter().find_map(|(prefix, kind)| {
-        name.strip_prefix(prefix)
-            .filter(|h| is_chain_hash(h))
-            .map(|h| (*kind, h))
-    })
+    // Every per-service chain is `KUBE-` + a short kind + `-` + 16 hash characters: check the
+    // length and the kind's first letter before comparing prefixes (this runs for every chain
+    // and every jump of a 100k-chain dump).
+    let rest = name.strip_prefix("KUBE-")?;
+    if !(19..=20).contains(&rest.len()) {
+        return None;
+    }
+    let (prefix, kind) = match rest.as_bytes().first()? {
+        b'S' => match rest.as_bytes().get(1..3)? {
+            b"VC" => ("SVC-", ChainKind::Svc),
+            b"VL" => ("SVL-", ChainKind::Svl),
+            b"EP" => ("SEP-", ChainKind::Sep),
+            _ => return None,
+        },
+        b'E' => ("EXT-", ChainKind::Ext),
+        b'F' => ("FW-", ChainKind::Fw),
+        b'X' => ("XLB-", ChainKind::Xlb),
+        _ => return None,
+    };
+    rest.strip_prefix(prefix)
+        .filter(|h| is_chain_hash(h))
+        .map(|h| (kind, h))
 }
 
 /// The kind of `name` if kube-proxy creates it in `table` (`nat`, `filter`, `mangle`), else `None`.
@@ -134,6 +141,48 @@ mod tests {
         assert!(!is_kube_proxy_chain("nat", "KUBE-SVC-XPGD46QRK7WJZT71"));
         assert!(!is_kube_proxy_chain("filter", "KUBE-SVC-XPGD46QRK7WJZT7O"));
         assert!(!is_kube_proxy_chain("mangle", "KUBE-SERVICES"));
+    }
+
+    /// Per-service chain prefixes and their kinds (kube-proxy's naming).
+    const SERVICE_PREFIXES: &[(&str, ChainKind)] = &[
+        ("KUBE-SVC-", ChainKind::Svc),
+        ("KUBE-SVL-", ChainKind::Svl),
+        ("KUBE-EXT-", ChainKind::Ext),
+        ("KUBE-FW-", ChainKind::Fw),
+        ("KUBE-SEP-", ChainKind::Sep),
+        ("KUBE-XLB-", ChainKind::Xlb),
+    ];
+
+    #[test]
+    fn service_chain_agrees_with_the_prefix_table() {
+        fn reference(name: &str) -> Option<(ChainKind, &str)> {
+            SERVICE_PREFIXES.iter().find_map(|(prefix, kind)| {
+                name.strip_prefix(prefix)
+                    .filter(|h| is_chain_hash(h))
+                    .map(|h| (*kind, h))
+            })
+        }
+        let mut names = vec![
+            "KUBE-SERVICES".to_string(),
+            "KUBE-SEP-".to_string(),
+            "KUBE-FWD-GNZBNJ2PO5MGZ6GT".to_string(),
+            "KUBE-SVCX-GNZBNJ2PO5MGZ6GT".to_string(),
+            "kube-svc-GNZBNJ2PO5MGZ6GT".to_string(),
+        ];
+        for (prefix, _) in SERVICE_PREFIXES {
+            for hash in [
+                "GNZBNJ2PO5MGZ6GT",
+                "GNZBNJ2PO5MGZ6G",
+                "GNZBNJ2PO5MGZ6GT7",
+                "gnzbnj2po5mgz6gt",
+                "GNZBNJ2PO5MGZ6G1",
+            ] {
+                names.push(format!("{prefix}{hash}"));
+            }
+        }
+        for n in &names {
+            assert_eq!(service_chain(n), reference(n), "{n}");
+        }
     }
 
     #[test]

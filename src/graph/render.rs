@@ -53,7 +53,7 @@ fn endpoints_cell(p: &ServicePort) -> String {
     p.endpoints
         .iter()
         .map(|e| {
-            let dest = e.destination.clone().unwrap_or_else(|| e.chain.clone());
+            let dest = e.destination.unwrap_or(e.chain);
             let shares: Vec<String> = e
                 .shares
                 .iter()
@@ -239,14 +239,14 @@ pub fn dot(g: &ServiceGraph) -> String {
             c.node(&ch.name, &[("color", chain_color(ch.kind))]);
         }
         for ep in &p.endpoints {
-            c.node(&ep.chain, &[("color", chain_color(ChainKind::Sep))]);
+            c.node(ep.chain, &[("color", chain_color(ChainKind::Sep))]);
             if let Some(dest) = &ep.destination {
                 let did = format!("dnat:{}", ep.chain);
                 c.node(
                     &did,
                     &[("label", &format!("DNAT {dest}")), ("shape", "note")],
                 );
-                c.edge(&ep.chain, &did, &[]);
+                c.edge(ep.chain, &did, &[]);
             }
         }
         for e in &p.edges {
@@ -262,9 +262,9 @@ pub fn dot(g: &ServiceGraph) -> String {
                 })
             {
                 label = if label.is_empty() {
-                    percent(s.share)
+                    percent(s.share).into()
                 } else {
-                    format!("{label}\n{}", percent(s.share))
+                    format!("{label}\n{}", percent(s.share)).into()
                 };
             }
             let style = if e.label == "affinity" {
@@ -272,7 +272,7 @@ pub fn dot(g: &ServiceGraph) -> String {
             } else {
                 "solid"
             };
-            c.edge(&e.from, &e.to, &[("label", &label), ("style", style)]);
+            c.edge(e.from, e.to, &[("label", &label), ("style", style)]);
         }
         for (i, v) in p.verdicts.iter().enumerate() {
             let vid = format!("verdict:{id}:{i}");

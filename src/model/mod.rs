@@ -90,9 +90,70 @@ impl<'a> Chain<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RuleRef {
     /// Index of the chain in [`TableRules::chains`].
-    pub chain: usize,
+    pub chain: u32,
     /// Index of the rule in that chain.
-    pub rule: usize,
+    pub rule: u32,
+}
+
+/// Jump/goto target → the rules that jump there, as one array grouped by target (no vector per
+/// target: a large node has 100k targets).
+#[derive(Debug, Default)]
+struct JumpIndex<'a> {
+    /// Target → `(start, len)` in `refs`.
+    targets: HashMap<&'a str, (u32, u32), NameHash>,
+    /// Rules, grouped by target, in chain then rule order within a group.
+    refs: Vec<RuleRef>,
+}
+
+impl<'a> JumpIndex<'a> {
+    fn new(chains: &[Chain<'a>]) -> Self {
+        // Slot of each target in first-use order, then a counting sort of the jumps by slot.
+        let mut slots: HashMap<&'a str, u32, NameHash> = HashMap::default();
+        let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
+        for (ci, c) in chains.iter().enumerate() {
+            for (ri, r) in c.rules.iter().enumerate() {
+                if let Some(t) = r.rule.jump_target() {
+                    let next = slots.len() as u32;
+                    let slot = *slots.entry(t).or_insert(next);
+                    jumps.push((
+                        slot,
+                        RuleRef {
+                            chain: ci as u32,
+                            rule: ri as u32,
+                        },
+                    ));
+                }
+            }
+        }
+        let mut start = vec![0u32; slots.len() + 1];
+        for (slot, _) in &jumps {
+            start[*slot as usize + 1] += 1;
+        }
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        let mut fill = start.clone();
+        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; jumps.len()];
+        for (slot, r) in jumps {
+            let at = &mut fill[slot as usize];
+            refs[*at as usize] = r;
+            *at += 1;
+        }
+        let targets = slots
+            .into_iter()
+            .map(|(t, slot)| {
+                let s = start[slot as usize];
+                (t, (s, start[slot as usize + 1] - s))
+            })
+            .collect();
+        JumpIndex { targets, refs }
+    }
+
+    fn of(&self, target: &str) -> &[RuleRef] {
+        self.targets.get(target).map_or(&[], |&(s, n)| {
+            self.refs.get(s as usize..(s + n) as usize).unwrap_or(&[])
+        })
+    }
 }
 
 /// One table's chains.
@@ -109,7 +170,7 @@ pub struct TableRules<'a> {
     /// The ruleset's address family (canonical forms depend on it).
     pub family: Family,
     index: HashMap<&'a str, usize, NameHash>,
-    jumps: OnceLock<HashMap<&'a str, Vec<RuleRef>, NameHash>>,
+    jumps: OnceLock<JumpIndex<'a>>,
 }
 
 impl<'a> TableRules<'a> {
@@ -136,43 +197,26 @@ impl<'a> TableRules<'a> {
     }
 
     /// Jump/goto target → the rules that jump there, built on first use.
-    fn jump_index(&self) -> &HashMap<&'a str, Vec<RuleRef>, NameHash> {
-        self.jumps.get_or_init(|| {
-            let mut m: HashMap<&'a str, Vec<RuleRef>, NameHash> = HashMap::default();
-            for (ci, c) in self.chains.iter().enumerate() {
-                for (ri, r) in c.rules.iter().enumerate() {
-                    if let Some(t) = r.rule.jump_target() {
-                        m.entry(t).or_default().push(RuleRef {
-                            chain: ci,
-                            rule: ri,
-                        });
-                    }
-                }
-            }
-            m
-        })
+    fn jump_index(&self) -> &JumpIndex<'a> {
+        self.jumps.get_or_init(|| JumpIndex::new(&self.chains))
     }
 
     /// Every chain some rule jumps (`-j`) or goes (`-g`) to, in no particular order.
     pub fn jump_targets(&self) -> impl Iterator<Item = &'a str> + '_ {
-        self.jump_index().keys().copied()
+        self.jump_index().targets.keys().copied()
     }
 
     /// Whether some rule jumps or goes to chain `name`.
     pub fn is_jump_target(&self, name: &str) -> bool {
-        self.jump_index().contains_key(name)
+        self.jump_index().targets.contains_key(name)
     }
 
     /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
     pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
         self.jump_index()
-            .get(name)
-            .map_or(&[][..], Vec::as_slice)
+            .of(name)
             .iter()
-            .filter_map(|r| {
-                let c = self.chains.get(r.chain)?;
-                Some((c, c.rules.get(r.rule)?))
-            })
+            .filter_map(|r| self.at(*r))
     }
 
     /// The canonical form of `r` (a rule of this table).
@@ -180,9 +224,15 @@ impl<'a> TableRules<'a> {
         r.canonical(self.family)
     }
 
+    /// The rule at `r`, with its chain.
+    fn at(&self, r: RuleRef) -> Option<(&Chain<'a>, &RuleEntry<'a>)> {
+        let c = self.chains.get(r.chain as usize)?;
+        Some((c, c.rules.get(r.rule as usize)?))
+    }
+
     /// The rule at `r`.
     pub fn get(&self, r: RuleRef) -> Option<&RuleEntry<'a>> {
-        self.chains.get(r.chain)?.rules.get(r.rule)
+        self.at(r).map(|(_, e)| e)
     }
 
     /// The index of chain `name`, creating the chain when absent.
@@ -318,7 +368,7 @@ impl<'a> Ruleset<'a> {
                 match op {
                     RuleOp::Append => chain.rules.push(entry),
                     RuleOp::Insert(n) => {
-                        let pos = (n.max(1) as usize - 1).min(chain.rules.len());
+                        let pos = (n.get() as usize - 1).min(chain.rules.len());
                         chain.rules.insert(pos, entry);
                     }
                 }

@@ -799,13 +799,12 @@ fn entry_path(
         .iter()
         .filter(|m| {
             m.reason != MasqueradeReason::Hairpin
-                && (chains_on_path.contains(m.chain.as_str())
-                    || (m.chain == e.chain && e.table == "nat"))
+                && (chains_on_path.contains(m.chain) || (m.chain == e.chain && e.table == "nat"))
         })
         .map(|m| MasqStep {
-            chain: m.chain.clone(),
+            chain: m.chain.to_string(),
             reason: m.reason,
-            condition: m.condition.clone(),
+            condition: m.condition.as_deref().map(str::to_string),
             line: m.line,
             counters: m.counters,
             why: masq_why(m.reason, m.condition.as_deref()),
@@ -865,7 +864,7 @@ fn entry_path(
         .endpoints
         .iter()
         .filter(|ep| ep.hairpin_masquerade)
-        .map(|ep| ep.chain.as_str())
+        .map(|ep| ep.chain)
         .collect();
     for b in &mut branches {
         for ep in &mut b.endpoints {
@@ -906,7 +905,7 @@ fn walk(
     let picks_endpoints = dp
         .edges
         .iter()
-        .any(|e| e.from == chain && matches!(service_chain(&e.to), Some((ChainKind::Sep, _))));
+        .any(|e| e.from == chain && matches!(service_chain(e.to), Some((ChainKind::Sep, _))));
     if is_policy || picks_endpoints {
         let endpoints = dp
             .endpoints
@@ -914,8 +913,8 @@ fn walk(
             .filter_map(|ep| {
                 let s = ep.shares.iter().find(|s| s.via == chain)?;
                 Some(EndpointPath {
-                    chain: ep.chain.clone(),
-                    destination: ep.destination.clone(),
+                    chain: ep.chain.to_string(),
+                    destination: ep.destination.map(str::to_string),
                     share: s.share,
                     probability: s.probability,
                     expected_share: None,
@@ -937,12 +936,12 @@ fn walk(
     // Jumps to the same chain are one way on (e.g. several source ranges of a FW chain).
     let mut onward: Vec<(&str, Vec<&str>)> = Vec::new();
     for e in dp.edges.iter().filter(|e| e.from == chain) {
-        if matches!(service_chain(&e.to), Some((ChainKind::Sep, _)) | None) {
+        if matches!(service_chain(e.to), Some((ChainKind::Sep, _)) | None) {
             continue;
         }
         match onward.iter_mut().find(|(to, _)| *to == e.to) {
             Some((_, labels)) => labels.push(&e.label),
-            None => onward.push((&e.to, vec![&e.label])),
+            None => onward.push((e.to, vec![&e.label])),
         }
     }
     let unconditional = onward

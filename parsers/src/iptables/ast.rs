@@ -139,13 +139,13 @@ pub struct ChainCommand<'a> {
     pub line: u32,
 }
 
-/// How a rule is added.
+/// How a rule is added (4 bytes: the position is never 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RuleOp {
     /// `-A CHAIN`: append.
     Append,
-    /// `-I CHAIN [N]`: insert at position N (1-based; default 1).
-    Insert(u32),
+    /// `-I CHAIN [N]`: insert at position N (1-based; default 1; `0` reads as 1).
+    Insert(std::num::NonZeroU32),
 }
 
 /// One rule: where it stands, its text, and its parsed facts.
@@ -169,27 +169,32 @@ pub struct Rule<'a> {
 
 impl<'a> Rule<'a> {
     /// `[p:b]` prefix (`-c`) or inline `-c P B` counters (`-S -v`).
+    #[inline]
     pub fn counters(&self) -> Option<Counters> {
         super::code::counters(&self.code)
     }
 
     /// The target (`-j`/`-g`); `None` for a rule without one (a pure counter rule).
+    #[inline]
     pub fn target(&self) -> Option<Target<'a>> {
         super::code::target(self.raw, &self.code)
     }
 
     /// The chain of a `-j CHAIN` / `-g CHAIN` target (cheaper than [`Rule::target`]).
+    #[inline]
     pub fn jump_target(&self) -> Option<&'a str> {
         super::code::jump_target(self.raw, &self.code)
     }
 
     /// The matches, in the order written.
+    #[inline]
     pub fn matches(&self) -> Matches<'_, 'a> {
         super::code::matches(self.raw, &self.code)
     }
 
     /// The generic options `list` refers to (a list inside one of this rule's matches or its
     /// target; a list of another rule reads as empty or garbage-free nonsense, never a panic).
+    #[inline]
     pub fn options(&self, list: OptList) -> Options<'_, 'a> {
         super::code::options(self.raw, &self.code, list)
     }
@@ -221,6 +226,7 @@ pub struct Matches<'r, 'a> {
 impl<'a> Iterator for Matches<'_, 'a> {
     type Item = Match<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<Match<'a>> {
         if self.left == 0 {
             return None;
@@ -267,6 +273,7 @@ pub struct Options<'r, 'a> {
 impl<'a> Iterator for Options<'_, 'a> {
     type Item = GenericOpt<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<GenericOpt<'a>> {
         if self.left == 0 {
             return None;

@@ -8,13 +8,17 @@
 //! Layout of one rule (integers are LEB128 varints unless noted):
 //!
 //! ```text
-//! code    = flags:u8 [ packets bytes ] [ target-len target ] match-count matches-len
-//!           { match } { option }
-//! flags   = bit 0: counters present, bit 1: target present
+//! code    = flags:u8 matches-at options-at counters-at [ target ] match-count { match }
+//!           { option } [ packets bytes ]
+//! flags   = bit 0: counters present, bit 1: target present, bit 2: wide offsets
+//! *-at    = u8 byte offsets into the code (u16 little-endian with wide offsets)
 //! string  = offset length          ; into Rule::raw
 //! address = 4:u8 4×u8 | 6:u8 16×u8
 //! option  = negated:u8 name:string values:string
 //! ```
+//!
+//! The header's fixed offsets let every accessor jump straight to its part: a rule's target,
+//! matches and counters are each read a few times while a graph is built.
 //!
 //! An [`OptList`] is `(byte offset in the option area, count)`. Decoding never panics: bytes that
 //! are not a valid encoding (they cannot come from the parser) decode as empty values.
@@ -42,6 +46,7 @@ pub(crate) const UNREADABLE_REASONS: [&str; 9] = [
 
 const HAS_COUNTERS: u8 = 1;
 const HAS_TARGET: u8 = 2;
+const WIDE: u8 = 4;
 
 // Match tags.
 const M_SOURCE: u8 = 0;
@@ -513,11 +518,28 @@ pub(crate) fn assemble(
     matches: &[u8],
     options: &[u8],
 ) -> Box<[u8]> {
-    let mut out = Vec::with_capacity(target.len() + matches.len() + options.len() + 16);
-    let mut e = Enc {
+    let mut count = Vec::with_capacity(5);
+    Enc {
         raw: "",
-        buf: &mut out,
-    };
+        buf: &mut count,
+    }
+    .var(match_count as u64);
+    let mut tail = Vec::with_capacity(20);
+    if let Some(c) = counters {
+        let mut e = Enc {
+            raw: "",
+            buf: &mut tail,
+        };
+        e.var(c.packets);
+        e.var(c.bytes);
+    }
+    let body = target.len() + count.len() + matches.len() + options.len() + tail.len();
+    let wide = body + 4 > usize::from(u8::MAX);
+    let header = if wide { 7 } else { 4 };
+    let matches_at = header + target.len();
+    let options_at = matches_at + count.len() + matches.len();
+    let counters_at = options_at + options.len();
+    let mut out = Vec::with_capacity(header + body);
     let mut flags = 0;
     if counters.is_some() {
         flags |= HAS_COUNTERS;
@@ -525,19 +547,22 @@ pub(crate) fn assemble(
     if has_target {
         flags |= HAS_TARGET;
     }
-    e.u8(flags);
-    if let Some(c) = counters {
-        e.var(c.packets);
-        e.var(c.bytes);
+    if wide {
+        flags |= WIDE;
     }
-    if has_target {
-        e.var(target.len() as u64);
-        e.buf.extend_from_slice(target);
+    out.push(flags);
+    for at in [matches_at, options_at, counters_at] {
+        if wide {
+            out.extend_from_slice(&(at.min(usize::from(u16::MAX)) as u16).to_le_bytes());
+        } else {
+            out.push(at as u8);
+        }
     }
-    e.var(match_count as u64);
-    e.var(matches.len() as u64);
-    e.buf.extend_from_slice(matches);
-    e.buf.extend_from_slice(options);
+    out.extend_from_slice(target);
+    out.extend_from_slice(&count);
+    out.extend_from_slice(matches);
+    out.extend_from_slice(options);
+    out.extend_from_slice(&tail);
     out.into_boxed_slice()
 }
 
@@ -549,12 +574,14 @@ struct Dec<'r, 'a> {
 }
 
 impl<'r, 'a> Dec<'r, 'a> {
+    #[inline]
     fn u8(&mut self) -> u8 {
         let b = self.code.get(self.pos).copied().unwrap_or(0);
         self.pos += 1;
         b
     }
 
+    #[inline]
     fn var(&mut self) -> u64 {
         let mut v = 0u64;
         let mut shift = 0u32;
@@ -570,18 +597,22 @@ impl<'r, 'a> Dec<'r, 'a> {
         }
     }
 
+    #[inline]
     fn u32(&mut self) -> u32 {
         u32::try_from(self.var()).unwrap_or(u32::MAX)
     }
 
+    #[inline]
     fn u16(&mut self) -> u16 {
         u16::try_from(self.var()).unwrap_or(u16::MAX)
     }
 
+    #[inline]
     fn bit(b: u8, i: u8) -> bool {
         b & (1 << i) != 0
     }
 
+    #[inline]
     fn str(&mut self) -> &'a str {
         let at = self.var() as usize;
         let len = self.var() as usize;
@@ -594,6 +625,7 @@ impl<'r, 'a> Dec<'r, 'a> {
         (self.u8() != 0).then(|| self.str())
     }
 
+    #[inline]
     fn ip(&mut self) -> IpAddr {
         match self.u8() {
             6 => {
@@ -901,79 +933,100 @@ impl<'r, 'a> Dec<'r, 'a> {
     }
 }
 
-/// Where the parts of a rule's code are.
+/// Where the parts of a rule's code are (from its fixed header).
+#[derive(Debug, Clone, Copy)]
 struct Layout {
-    /// Start of the target record, when there is a target.
-    target: Option<usize>,
-    match_count: u32,
+    flags: u8,
+    /// Start of the target record (right after the header).
+    target: usize,
     matches: usize,
     options: usize,
+    counters: usize,
 }
 
+#[inline]
 fn layout(code: &[u8]) -> Layout {
-    let mut d = Dec {
-        raw: "",
-        code,
-        pos: 0,
+    let flags = code.first().copied().unwrap_or(0);
+    let at = |i: usize| -> usize {
+        if flags & WIDE != 0 {
+            let lo = code.get(1 + 2 * i).copied().unwrap_or(0);
+            let hi = code.get(2 + 2 * i).copied().unwrap_or(0);
+            usize::from(u16::from_le_bytes([lo, hi]))
+        } else {
+            usize::from(code.get(1 + i).copied().unwrap_or(0))
+        }
     };
-    let flags = d.u8();
-    if flags & HAS_COUNTERS != 0 {
-        d.var();
-        d.var();
-    }
-    let target = if flags & HAS_TARGET != 0 {
-        let len = d.var() as usize;
-        let at = d.pos;
-        d.pos += len;
-        Some(at)
-    } else {
-        None
-    };
-    let match_count = d.u32();
-    let len = d.var() as usize;
-    let matches = d.pos;
     Layout {
-        target,
-        match_count,
-        matches,
-        options: matches.saturating_add(len),
+        flags,
+        target: if flags & WIDE != 0 { 7 } else { 4 },
+        matches: at(0),
+        options: at(1),
+        counters: at(2),
     }
 }
 
+#[inline]
 pub(crate) fn counters(code: &[u8]) -> Option<Counters> {
-    // Counters come first: no need to walk the rest of the layout.
+    let l = layout(code);
+    if l.flags & HAS_COUNTERS == 0 {
+        return None;
+    }
     let mut d = Dec {
         raw: "",
         code,
-        pos: 0,
+        pos: l.counters,
     };
-    (d.u8() & HAS_COUNTERS != 0).then(|| Counters {
+    Some(Counters {
         packets: d.var(),
         bytes: d.var(),
     })
 }
 
+#[inline]
 pub(crate) fn target<'a>(raw: &'a str, code: &[u8]) -> Option<Target<'a>> {
-    let at = layout(code).target?;
-    Some(Dec { raw, code, pos: at }.target())
+    let l = layout(code);
+    (l.flags & HAS_TARGET != 0).then(|| {
+        Dec {
+            raw,
+            code,
+            pos: l.target,
+        }
+        .target()
+    })
 }
 
+#[inline]
 pub(crate) fn jump_target<'a>(raw: &'a str, code: &[u8]) -> Option<&'a str> {
-    let at = layout(code).target?;
-    let mut d = Dec { raw, code, pos: at };
+    let l = layout(code);
+    if l.flags & HAS_TARGET == 0 {
+        return None;
+    }
+    let mut d = Dec {
+        raw,
+        code,
+        pos: l.target,
+    };
     matches!(d.u8(), T_JUMP | T_GOTO).then(|| d.str())
 }
 
+#[inline]
 pub(crate) fn matches<'r, 'a>(raw: &'a str, code: &'r [u8]) -> Matches<'r, 'a> {
     let l = layout(code);
-    Matches {
+    let mut d = Dec {
         raw,
         code,
         pos: l.matches,
-        left: l.match_count,
+    };
+    let left = d.u32();
+    Matches {
+        raw,
+        code,
+        pos: d.pos,
+        left,
     }
 }
 
+#[inline]
 pub(crate) fn next_match<'a>(it: &mut Matches<'_, 'a>) -> Option<Match<'a>> {
     let mut d = Dec {
         raw: it.raw,

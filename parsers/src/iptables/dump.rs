@@ -19,6 +19,7 @@
 //! is parsed on its own, so every error carries its line and column.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 
 use nom::bytes::complete::{tag, take_till, take_while1};
 use nom::character::complete::{char, digit1};
@@ -184,8 +185,46 @@ struct DumpParser<'a, 'o> {
     first_addr: Option<bool>,
     scratch: Scratch<'a>,
     implicit_table: &'static str,
-    /// Per table (parallel to `dump.tables`): chain name → index in `chains`.
-    chain_index: Vec<HashMap<&'a str, usize, NameHash>>,
+    /// Per table block, in input order: how many rule and chain lines it holds (a first quick pass
+    /// over the text), so each table's vectors are allocated once at their final size.
+    sizes: Vec<BlockSize>,
+}
+
+/// The number of rule-like lines (`-…`, `[…`) and chain lines (`:…`) of one table block.
+#[derive(Debug, Clone, Copy, Default)]
+struct BlockSize {
+    rules: usize,
+    chains: usize,
+}
+
+/// Counts the lines of each table block (`*TABLE` starts a block; text before the first one is
+/// block 0, the table of `iptables -S` input). Only the first byte of each line is looked at.
+fn block_sizes(text: &str) -> Vec<BlockSize> {
+    let mut sizes = vec![BlockSize::default()];
+    let mut seen_table = false;
+    for line in text.as_bytes().split(|&b| b == b'\n') {
+        let first = line.iter().find(|&&b| b != b' ' && b != b'\t');
+        match first {
+            Some(b'*') => {
+                if seen_table {
+                    sizes.push(BlockSize::default());
+                }
+                seen_table = true;
+            }
+            Some(b'-' | b'[') => {
+                if let Some(s) = sizes.last_mut() {
+                    s.rules += 1;
+                }
+            }
+            Some(b':') => {
+                if let Some(s) = sizes.last_mut() {
+                    s.chains += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    sizes
 }
 
 impl<'a> DumpParser<'a, '_> {
@@ -245,12 +284,12 @@ impl<'a> DumpParser<'a, '_> {
                 let (mut rest, chain) = need_chain()?;
                 let mut op = RuleOp::Append;
                 if matches!(cmd, "-I" | "--insert") {
-                    op = RuleOp::Insert(1);
+                    op = RuleOp::Insert(NonZeroU32::MIN);
                     let r = rest.trim_start_matches(is_blank);
                     if let Ok((r2, n)) = word(r)
                         && let Ok(n) = n.parse::<u32>()
                     {
-                        op = RuleOp::Insert(n);
+                        op = RuleOp::Insert(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
                         rest = r2;
                     }
                 }
@@ -381,13 +420,15 @@ impl<'a> DumpParser<'a, '_> {
             if self.dump.tables.is_empty() {
                 self.dump.form = DumpForm::Spec;
             }
+            let size = self.sizes.first().copied().unwrap_or_default();
             self.dump.tables.push(Table {
                 name: self.implicit_table,
                 line: 0,
                 committed: true,
+                rules: Vec::with_capacity(size.rules),
+                chains: Vec::with_capacity(size.chains),
                 ..Table::default()
             });
-            self.chain_index.push(HashMap::default());
             self.open = Some(self.dump.tables.len() - 1);
         }
         let idx = self.open.unwrap_or_default();
@@ -414,12 +455,18 @@ impl<'a> DumpParser<'a, '_> {
                     ));
                 }
                 self.saw_table_line = true;
+                let size = self
+                    .sizes
+                    .get(self.dump.tables.len())
+                    .copied()
+                    .unwrap_or_default();
                 self.dump.tables.push(Table {
                     name,
                     line: line_no,
+                    rules: Vec::with_capacity(size.rules),
+                    chains: Vec::with_capacity(size.chains),
                     ..Table::default()
                 });
-                self.chain_index.push(HashMap::default());
                 self.open = Some(self.dump.tables.len() - 1);
             }
             Line::Chain(decl) => {
@@ -500,7 +547,7 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
         first_addr: None,
         scratch: Scratch::default(),
         implicit_table,
-        chain_index: Vec::new(),
+        sizes: block_sizes(text),
     };
     let bytes = text.as_bytes();
     let mut start = 0usize;
@@ -570,7 +617,7 @@ pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
         first_addr: None,
         scratch: Scratch::default(),
         implicit_table: "filter",
-        chain_index: Vec::new(),
+        sizes: Vec::new(),
     };
     let trimmed = line.trim_end_matches(is_line_end);
     let body = trimmed.trim_start_matches(is_blank);
@@ -684,7 +731,7 @@ mod tests {
                 (ChainCommandKind::Zero, "")
             ]
         );
-        assert_eq!(t.rules[0].op, RuleOp::Insert(3));
+        assert_eq!(t.rules[0].op, RuleOp::Insert(NonZeroU32::new(3).unwrap()));
     }
 
     #[test]

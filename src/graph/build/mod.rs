@@ -1,0 +1,852 @@
+//! Building a [`ServiceGraph`] from a parsed dump.
+//!
+//! Passes over the model's chains, each reading a rule's matches once ([`Facts`]): chains are
+//! classified into service ports by their hash, ports are named from kube-proxy's comments, then
+//! come the entry chains (`KUBE-SERVICES`, `KUBE-NODEPORTS`), each port's policy and external
+//! chains, the endpoint chains, and the filter verdicts. Lookups go through indexes over borrowed
+//! names (no string is allocated to look something up), and what the graph keeps per endpoint and
+//! edge borrows the dump text. Where the output order depends on chain names (which comment names
+//! a port first, the order of orphan endpoints), only those few items are sorted, not the 100k
+//! chain names of a large node.
+
+mod facts;
+mod port;
+
+use super::names::{CommentRole, NameResolver, parse_comment, port_proto_hash};
+use super::ownership::{ChainKind, service_chain};
+use super::{
+    Counters, Edge, Entry, EntryKind, Firewall, MasqueradeReason, MasqueradeRule, NameSource,
+    ServiceGraph, Share, SkippedLine, Verdict, VerdictReason,
+};
+use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
+use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
+use crate::parsers::iptables::{Rule, Target};
+use facts::{Facts, interface_condition, proto_name, source_condition};
+use port::PortMap;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// The fixed masquerade mark of kube-proxy v1.1–v1.2 (`"MASQ"` in ASCII).
+pub(crate) const OLD_MASQ_MARK: u32 = 0x4d41_5351;
+
+/// How to build a graph.
+#[derive(Debug, Clone, Default)]
+pub struct GraphOptions {
+    /// Known service ports, to name chains of dumps without comments.
+    pub resolver: NameResolver,
+    /// Name of the input (file path or `<stdin>`), copied into [`ServiceGraph::source`].
+    pub source: Option<String>,
+}
+
+/// What a graph needs to know about the dump beyond its rules (the [`Ruleset`] keeps only rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DumpFacts {
+    /// The backend named in the dump header.
+    pub backend: Backend,
+    /// Save/restore text (declares every chain it uses) rather than an `iptables -S` listing.
+    pub save_form: bool,
+    /// Lines skipped by lenient parsing.
+    pub skipped_lines: Vec<SkippedLine>,
+}
+
+impl DumpFacts {
+    /// The facts of `dump` (call before handing the dump to [`Ruleset::from_dump`]).
+    pub fn of(dump: &Dump<'_>) -> Self {
+        DumpFacts {
+            backend: dump.backend,
+            save_form: dump.form == DumpForm::Save,
+            skipped_lines: dump
+                .skipped
+                .iter()
+                .map(|s| SkippedLine {
+                    line: s.line,
+                    reason: s.reason.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Builds the service graph of a parsed dump (consumed: it becomes the [`Ruleset`], which is
+/// dropped once the graph is built; the graph borrows only the dump text).
+pub fn from_dump<'a>(dump: Dump<'a>, opts: &GraphOptions) -> ServiceGraph<'a> {
+    let facts = DumpFacts::of(&dump);
+    let rs = Ruleset::from_dump(dump);
+    build_ruleset(&rs, &facts, opts)
+}
+
+/// Builds the service graph of a parsed dump (any kube-proxy release since v1.2; `iptables-save`,
+/// restore input or `iptables -S` text). Never fails: what does not fit is reported as anomalies.
+/// Copies the dump into a [`Ruleset`]; use [`from_dump`] to hand it over, or [`build_ruleset`] when
+/// a ruleset exists already.
+pub fn build<'a>(dump: &Dump<'a>, opts: &GraphOptions) -> ServiceGraph<'a> {
+    from_dump(dump.clone(), opts)
+}
+
+/// Builds the service graph of a ruleset (see [`build`]); `facts` carries what the ruleset does not.
+pub fn build_ruleset<'a>(
+    rs: &Ruleset<'a>,
+    facts: &DumpFacts,
+    opts: &GraphOptions,
+) -> ServiceGraph<'a> {
+    let mut b = Builder::default();
+    let nat = rs.table("nat");
+    (b.masq_mark, b.masq_mark_text) = nat.map(find_masq_mark).unwrap_or_default();
+    if let Some(nat) = nat {
+        b.register_chains(nat);
+        b.name_from_chains(nat);
+        b.entries(nat);
+        b.policy_and_external_chains(nat);
+        b.endpoint_chains(nat);
+    }
+    if let Some(filter) = rs.table("filter") {
+        b.filter_verdicts(filter);
+    }
+    b.resolve_names(&opts.resolver);
+    let mut anomalies = super::anomalies::find(rs, facts.save_form);
+    anomalies.append(&mut b.anomalies);
+    let service_ports = b.ports.finish();
+    if anomalies
+        .iter()
+        .any(|a| a.service.is_none() && a.chain.is_some())
+    {
+        let mut owner: HashMap<&str, usize, NameHash> = HashMap::default();
+        for (i, p) in service_ports.iter().enumerate() {
+            let chains = p.chains.iter().map(|c| c.name.as_str());
+            for c in chains.chain(p.endpoints.iter().map(|e| e.chain)) {
+                owner.entry(c).or_insert(i);
+            }
+        }
+        for a in &mut anomalies {
+            if a.service.is_none() {
+                a.service = a
+                    .chain
+                    .as_deref()
+                    .and_then(|c| owner.get(c))
+                    .and_then(|&i| service_ports.get(i))
+                    .map(super::ServicePort::display_name);
+            }
+        }
+    }
+    anomalies.sort_by(|a, b| {
+        (a.kind, &a.table, a.line, &a.chain).cmp(&(b.kind, &b.table, b.line, &b.chain))
+    });
+    ServiceGraph {
+        source: opts.source.clone(),
+        family: match rs.family {
+            Family::V4 => Some("ipv4".into()),
+            Family::V6 => Some("ipv6".into()),
+            Family::Unknown => None,
+        },
+        backend: match facts.backend {
+            Backend::Legacy => Some("legacy".into()),
+            Backend::NfTables => Some("nf_tables".into()),
+            Backend::Unknown => None,
+        },
+        masquerade_mark: b.masq_mark_text,
+        service_ports,
+        anomalies,
+        skipped_lines: facts.skipped_lines.clone(),
+    }
+}
+
+/// An entry's `(address, port, protocol)`.
+type EntryKey = (String, Option<u16>, Option<String>);
+
+/// A candidate name for a port from a kube-proxy comment: (chain, hash, name, protocol).
+type NameCandidate<'a> = (&'a str, &'a str, &'a str, Option<Cow<'static, str>>);
+
+#[derive(Debug, Default)]
+struct Builder<'a> {
+    ports: PortMap<'a>,
+    /// `(name, protocol)` → port.
+    by_name: HashMap<(&'a str, Cow<'static, str>), usize, NameHash>,
+    /// `(address, port, protocol)` of entries → port, built on first use (old layouts only).
+    by_entry: Option<HashMap<EntryKey, usize>>,
+    /// Scratch: the facts of one chain's rules.
+    facts: Vec<Facts<'a>>,
+    /// Scratch: rule positions.
+    picked: Vec<usize>,
+    masq_mark: Option<u32>,
+    masq_mark_text: Option<String>,
+    anomalies: Vec<super::Anomaly>,
+}
+
+impl<'a> Builder<'a> {
+    /// The port a comment names, creating it (by computed hash) if `create`.
+    fn key_for_name(&mut self, name: &'a str, proto: Option<&str>, create: bool) -> Option<usize> {
+        let proto = proto_name(proto?);
+        if let Some(&i) = self.by_name.get(&(name, proto.clone())) {
+            return Some(i);
+        }
+        let hash = port_proto_hash(name, &proto);
+        let i = match self.ports.position(&hash) {
+            Some(i) => i,
+            None if create => self.ports.entry(Cow::Owned(hash)),
+            None => return None,
+        };
+        let p = self.ports.at(i);
+        p.set_name(Cow::Borrowed(name), NameSource::Comment);
+        p.set_protocol(Some(proto.clone()));
+        self.by_name.insert((name, proto), i);
+        Some(i)
+    }
+
+    /// Every service-port chain (SVC/SVL/EXT/FW/XLB) registers its port, keyed by the hash.
+    fn register_chains(&mut self, nat: &TableRules<'a>) {
+        for c in &nat.chains {
+            if let Some((kind, hash)) = service_chain(c.name)
+                && kind.is_service_port_chain()
+            {
+                let i = self.ports.entry(Cow::Borrowed(hash));
+                self.ports.at(i).add_chain(kind, c.name, c.rules.len());
+            }
+        }
+    }
+
+    /// Names ports from kube-proxy's comments in their own chains and in rules that jump to them.
+    /// The first comment in chain-name order names a port (and is the first for its
+    /// `(name, protocol)`), as if the chains were read sorted by name.
+    fn name_from_chains(&mut self, nat: &TableRules<'a>) {
+        let mut found: Vec<NameCandidate<'a>> = Vec::new();
+        for c in &nat.chains {
+            let own_hash = service_chain(c.name)
+                .filter(|(k, _)| k.is_service_port_chain())
+                .map(|(_, h)| h);
+            let chain_start = found.len();
+            for r in &c.rules {
+                let Some(hash) = own_hash.or_else(|| {
+                    r.jump_target()
+                        .and_then(service_chain)
+                        .filter(|(k, _)| k.is_service_port_chain())
+                        .map(|(_, h)| h)
+                }) else {
+                    continue;
+                };
+                let f = Facts::of(r);
+                let Some(comment) = f.comment else { continue };
+                let proto = f.protocol_lower();
+                // Rules of one chain mostly repeat the same name: a comment that starts with the
+                // previous name and a blank names the same port (names hold no blanks).
+                if let Some((_, h, n, p)) = found.last().filter(|_| found.len() > chain_start)
+                    && *h == hash
+                    && *p == proto
+                    && comment.strip_prefix(n).is_some_and(|t| t.starts_with(' '))
+                {
+                    continue;
+                }
+                let Some(sc) = parse_comment(comment) else {
+                    continue;
+                };
+                found.push((c.name, hash, sc.name, proto));
+            }
+        }
+        // Stable: one chain's candidates stay in rule order.
+        found.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, hash, name, proto) in found {
+            let i = self.ports.entry(Cow::Borrowed(hash));
+            let p = self.ports.at(i);
+            p.set_name(Cow::Borrowed(name), NameSource::Comment);
+            p.set_protocol(proto.clone());
+            if let Some(proto) = proto.or_else(|| p.protocol.clone()) {
+                self.by_name.entry((name, proto)).or_insert(i);
+            }
+        }
+    }
+
+    fn entries(&mut self, nat: &TableRules<'a>) {
+        let mut masq_rules = Vec::new();
+        for chain in ["KUBE-SERVICES", "KUBE-NODEPORTS"] {
+            for r in nat.rules(chain) {
+                let target = r.target();
+                if self.is_masq(target.as_ref()) {
+                    masq_rules.push((chain, r));
+                    continue;
+                }
+                let Some(Target::Jump(to) | Target::Goto(to)) = target else {
+                    continue;
+                };
+                let Some((tkind, hash)) = service_chain(to) else {
+                    continue;
+                };
+                if !tkind.is_service_port_chain() {
+                    continue;
+                }
+                let f = Facts::of(r);
+                let role = role(&f);
+                let kind = if chain == "KUBE-NODEPORTS" {
+                    EntryKind::NodePort
+                } else {
+                    match (role, tkind) {
+                        (Some(CommentRole::ClusterIp), _) => EntryKind::ClusterIp,
+                        (Some(CommentRole::ExternalIp), _) => EntryKind::ExternalIp,
+                        (Some(CommentRole::LoadBalancerIp), _) => EntryKind::LoadBalancerIp,
+                        (_, ChainKind::Fw) => EntryKind::LoadBalancerIp,
+                        (_, ChainKind::Ext) => EntryKind::ExternalIp,
+                        _ => EntryKind::ClusterIp,
+                    }
+                };
+                let proto = f.protocol_lower();
+                let entry = Entry {
+                    kind,
+                    address: f.destination_text(),
+                    port: f.dport,
+                    protocol: proto.as_deref().map(str::to_string),
+                    table: "nat".into(),
+                    chain: chain.into(),
+                    target: to.into(),
+                    line: r.line,
+                    counters: counters(r),
+                };
+                let i = self.ports.entry(Cow::Borrowed(hash));
+                let p = self.ports.at(i);
+                p.set_protocol(proto);
+                p.entries.push(entry);
+                self.by_entry = None;
+            }
+        }
+        for (chain, r) in masq_rules {
+            let f = Facts::of(r);
+            let Some(i) = self.key_for_rule(&f) else {
+                continue;
+            };
+            let rule = masquerade_rule(chain, None, role(&f), r, &f);
+            self.ports.at(i).masquerade.push(rule);
+        }
+    }
+
+    /// The port a rule outside the service's own chains belongs to: by comment, else by
+    /// destination/port/protocol of a known entry.
+    fn key_for_rule(&mut self, f: &Facts<'a>) -> Option<usize> {
+        let proto = f.protocol_lower();
+        if let Some(c) = f.comment.and_then(parse_comment)
+            && let Some(i) = self.key_for_name(c.name, proto.as_deref(), false)
+        {
+            return Some(i);
+        }
+        let addr = f.destination_text()?;
+        let ports = &self.ports;
+        let index = self.by_entry.get_or_insert_with(|| {
+            let mut m = HashMap::new();
+            for i in ports.by_rank() {
+                for e in &ports.get(i).entries {
+                    if let Some(a) = &e.address {
+                        m.entry((a.clone(), e.port, e.protocol.clone()))
+                            .or_insert(i);
+                    }
+                }
+            }
+            m
+        });
+        index
+            .get(&(addr, f.dport, proto.map(Cow::into_owned)))
+            .copied()
+    }
+
+    fn is_masq(&self, target: Option<&Target<'_>>) -> bool {
+        match target {
+            Some(Target::Jump("KUBE-MARK-MASQ")) => true,
+            Some(Target::Mark(op)) => {
+                let v = match *op {
+                    MarkOp::SetXmark { value, mask } if mask != 0 => value,
+                    MarkOp::SetMark { value, .. } | MarkOp::Or(value) => value,
+                    _ => return false,
+                };
+                v != 0 && (v == OLD_MASQ_MARK || Some(v) == self.masq_mark)
+            }
+            _ => false,
+        }
+    }
+
+    /// Each port's SVC/SVL/XLB (policy) and EXT/FW (external) chains, ports in rank order (the
+    /// first owner of a shared endpoint chain wins).
+    fn policy_and_external_chains(&mut self, nat: &TableRules<'a>) {
+        for i in self.ports.by_rank() {
+            let chains = self.ports.get(i).chains.clone();
+            for (kind, chain, _) in chains {
+                let Some(c) = nat.chain(chain) else { continue };
+                match kind {
+                    ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb => {
+                        self.policy_chain(i, c, kind)
+                    }
+                    _ => self.external_chain(i, c, kind),
+                }
+            }
+        }
+    }
+
+    fn policy_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {
+        let chain = c.name;
+        // One endpoint and one edge per rule, about: no doubling of 10k ports' vectors.
+        let p = self.ports.at(port);
+        p.endpoints.reserve(c.rules.len());
+        p.edges.reserve(c.rules.len());
+        let mut remaining = 1.0_f64;
+        let mut saw_probability = false;
+        for r in &c.rules {
+            let target = r.target();
+            if self.is_masq(target.as_ref()) {
+                let f = Facts::of(r);
+                let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
+                self.ports.at(port).masquerade.push(m);
+                continue;
+            }
+            let Some(Target::Jump(to) | Target::Goto(to)) = target else {
+                continue;
+            };
+            match service_chain(to) {
+                Some((ChainKind::Sep, _)) => {
+                    let f = Facts::of(r);
+                    let p = self.ports.at(port);
+                    if let Some(rc) = f.recent.filter(|rc| {
+                        matches!(rc.action, RecentAction::Rcheck | RecentAction::Update)
+                    }) {
+                        p.affinity_seconds = p.affinity_seconds.or(rc.seconds);
+                        p.affinity_chains.push(chain);
+                        p.endpoint(to);
+                        p.edges.push(edge(chain, to, Cow::Borrowed("affinity"), r));
+                        continue;
+                    }
+                    let (share, probability, label) = match f.probability {
+                        Some(pr) => {
+                            saw_probability = true;
+                            let s = remaining * pr;
+                            remaining *= 1.0 - pr;
+                            (s, Some(pr), Cow::Owned(probability_label(pr)))
+                        }
+                        None if f.unconditional => {
+                            let s = remaining;
+                            remaining = 0.0;
+                            (s, None, Cow::Borrowed(""))
+                        }
+                        None => (0.0, None, Cow::Borrowed("conditional")),
+                    };
+                    let shares = &mut p.endpoint(to).shares;
+                    // Almost every endpoint is picked by one chain: no spare capacity.
+                    shares.reserve_exact(1);
+                    shares.push(Share {
+                        via: chain,
+                        share,
+                        probability,
+                        line: r.line,
+                        counters: counters(r),
+                    });
+                    p.edges.push(edge(chain, to, label, r));
+                }
+                Some((k, _)) if k.is_service_port_chain() => {
+                    let f = Facts::of(r);
+                    let label = link_label(role(&f), r, &f);
+                    self.ports.at(port).edges.push(edge(chain, to, label, r));
+                }
+                _ if to == "KUBE-MARK-DROP" => {
+                    let reason = match role(&Facts::of(r)) {
+                        Some(CommentRole::NoLocalEndpoints) => VerdictReason::NoLocalEndpoints,
+                        Some(CommentRole::NoEndpoints) => VerdictReason::NoEndpoints,
+                        _ => VerdictReason::Other,
+                    };
+                    let v = verdict("nat", chain, "KUBE-MARK-DROP", reason, r);
+                    self.ports.at(port).verdicts.push(v);
+                }
+                _ => {}
+            }
+        }
+        if saw_probability && remaining > 1e-6 {
+            self.anomalies.push(super::Anomaly {
+                kind: super::AnomalyKind::ProbabilityLeak,
+                table: "nat".into(),
+                chain: Some(chain.to_string()),
+                line: None,
+                service: None,
+                message: format!(
+                    "{} of new connections match no endpoint rule in {chain} and fall through",
+                    crate::output::percent(remaining)
+                ),
+            });
+        }
+    }
+
+    fn external_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {
+        let chain = c.name;
+        for r in &c.rules {
+            let target = r.target();
+            if self.is_masq(target.as_ref()) {
+                let f = Facts::of(r);
+                let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
+                self.ports.at(port).masquerade.push(m);
+                continue;
+            }
+            let Some(Target::Jump(to) | Target::Goto(to)) = target else {
+                continue;
+            };
+            let p = self.ports.at(port);
+            if to == "KUBE-MARK-DROP" {
+                let v = verdict(
+                    "nat",
+                    chain,
+                    "KUBE-MARK-DROP",
+                    VerdictReason::SourceRange,
+                    r,
+                );
+                p.verdicts.push(v);
+                continue;
+            }
+            if service_chain(to).is_none() {
+                continue;
+            }
+            let f = Facts::of(r);
+            let label = link_label(role(&f), r, &f);
+            if kind == ChainKind::Fw
+                && let Some(src) = f.source.filter(|s| !s.negated)
+            {
+                p.firewall
+                    .get_or_insert_with(|| Firewall {
+                        chain: chain.to_string(),
+                        source_ranges: Vec::new(),
+                    })
+                    .source_ranges
+                    .push(src.value.raw.to_string());
+            }
+            p.edges.push(edge(chain, to, label, r));
+        }
+        if kind == ChainKind::Fw {
+            self.ports
+                .at(port)
+                .firewall
+                .get_or_insert_with(|| Firewall {
+                    chain: chain.to_string(),
+                    source_ranges: Vec::new(),
+                });
+        }
+    }
+
+    /// The port whose policy chain (SVC/SVL/XLB) picks endpoint chain `sep`: of several, the
+    /// first in rank order (as if the ports were walked in that order).
+    fn sep_owner(&self, nat: &TableRules<'a>, sep: &str) -> Option<usize> {
+        nat.jumps_to(sep)
+            .filter_map(|(holder, _)| match service_chain(holder.name) {
+                Some((ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb, hash)) => {
+                    self.ports.position(hash)
+                }
+                _ => None,
+            })
+            .min_by_key(|&i| self.ports.rank(i))
+    }
+
+    fn endpoint_chains(&mut self, nat: &TableRules<'a>) {
+        for c in &nat.chains {
+            let Some((ChainKind::Sep, _)) = service_chain(c.name) else {
+                continue;
+            };
+            let chain = c.name;
+            let mut facts = std::mem::take(&mut self.facts);
+            facts.clear();
+            facts.extend(c.rules.iter().map(|r| Facts::of(r)));
+            let owner = match self.sep_owner(nat, chain) {
+                Some(i) => Some(i),
+                None => facts.iter().find_map(|f| {
+                    let sc = f.comment.and_then(parse_comment)?;
+                    let proto = f.protocol.or_else(|| facts.iter().find_map(|f| f.protocol));
+                    self.key_for_name(sc.name, proto, true)
+                }),
+            };
+            let Some(i) = owner else {
+                self.facts = facts;
+                continue;
+            };
+            let mut dnat = std::mem::take(&mut self.picked);
+            dnat.clear();
+            let mut hairpin = false;
+            for (k, (r, f)) in c.rules.iter().zip(&facts).enumerate() {
+                match r.target() {
+                    t if self.is_masq(t.as_ref()) => {
+                        let m = masquerade_rule(chain, Some(ChainKind::Sep), None, r, f);
+                        hairpin |= m.reason == MasqueradeReason::Hairpin;
+                        let p = self.ports.at(i);
+                        if p.endpoint_masquerade.capacity() == 0 {
+                            // About one hairpin rule per endpoint.
+                            p.endpoint_masquerade
+                                .reserve_exact(p.endpoints.len().max(1));
+                        }
+                        p.endpoint_masquerade.push(m);
+                    }
+                    Some(Target::Dnat { .. }) => dnat.push(k),
+                    _ => {}
+                }
+            }
+            let p = self.ports.at(i);
+            p.endpoint_from_chain(chain);
+            for &k in &dnat {
+                let (r, f) = (&c.rules[k], &facts[k]);
+                let Some(Target::Dnat { to, .. }) = r.target() else {
+                    continue;
+                };
+                p.set_protocol(f.protocol_lower());
+                let set = f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
+                let ep = p.endpoint(chain);
+                if ep.dnat_line.is_none() {
+                    ep.destination = Some(to.raw);
+                    ep.ip = to.addr;
+                    ep.port = to.ports.map(|pr| pr.first);
+                    ep.dnat_line = Some(r.line);
+                    ep.counters = counters(r);
+                }
+                ep.affinity_set |= set;
+            }
+            p.endpoint(chain).hairpin_masquerade |= hairpin;
+            self.facts = facts;
+            self.picked = dnat;
+        }
+    }
+
+    fn filter_verdicts(&mut self, filter: &TableRules<'a>) {
+        for chain in [
+            "KUBE-SERVICES",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-NODEPORTS",
+        ] {
+            for r in filter.rules(chain) {
+                let f = Facts::of(r);
+                let Some(c) = f.comment.and_then(parse_comment) else {
+                    continue;
+                };
+                let proto = f.protocol_lower();
+                let (verdict_name, health) = match r.target() {
+                    Some(Target::Reject { .. }) => ("REJECT", false),
+                    Some(Target::Drop) => ("DROP", false),
+                    Some(Target::Accept) if c.role == CommentRole::HealthCheck => ("ACCEPT", true),
+                    _ => continue,
+                };
+                // Health-check rules are always tcp, whatever the service port's protocol: only
+                // attach them to a port that exists by name.
+                let key = if health {
+                    self.by_name
+                        .iter()
+                        .find(|((n, _), _)| *n == c.name)
+                        .map(|(_, &i)| i)
+                        .or_else(|| self.key_for_name(c.name, proto.as_deref(), true))
+                } else {
+                    self.key_for_name(c.name, proto.as_deref(), true)
+                };
+                let Some(i) = key else { continue };
+                if health {
+                    let e = Entry {
+                        kind: EntryKind::HealthCheckNodePort,
+                        address: f.destination_text(),
+                        port: f.dport,
+                        protocol: proto.map(Cow::into_owned),
+                        table: "filter".into(),
+                        chain: chain.into(),
+                        target: "ACCEPT".into(),
+                        line: r.line,
+                        counters: counters(r),
+                    };
+                    self.ports.at(i).entries.push(e);
+                    self.by_entry = None;
+                    continue;
+                }
+                let reason = match c.role {
+                    CommentRole::NoEndpoints => VerdictReason::NoEndpoints,
+                    CommentRole::NoLocalEndpoints => VerdictReason::NoLocalEndpoints,
+                    CommentRole::FirewallDrop => VerdictReason::SourceRange,
+                    _ => VerdictReason::Other,
+                };
+                let v = verdict("filter", chain, verdict_name, reason, r);
+                self.ports.at(i).verdicts.push(v);
+            }
+        }
+    }
+
+    fn resolve_names(&mut self, resolver: &NameResolver) {
+        for p in self.ports.iter_mut() {
+            if p.name.is_none()
+                && let Some((n, proto)) = p.hash().and_then(|h| resolver.resolve(h))
+            {
+                p.name = Some(Cow::Owned(n.to_string()));
+                p.name_source = Some(NameSource::Resolved);
+                p.set_protocol(Some(proto_name(proto)));
+            }
+        }
+    }
+}
+
+/// The role of the rule's kube-proxy comment, if it has one.
+fn role(f: &Facts<'_>) -> Option<CommentRole> {
+    f.comment.and_then(parse_comment).map(|c| c.role)
+}
+
+/// The mark `KUBE-MARK-MASQ` sets (`0x4000/0x4000`), or the old fixed `0x4d415351` when some rule
+/// sets that directly.
+fn find_masq_mark(nat: &TableRules<'_>) -> (Option<u32>, Option<String>) {
+    for r in nat.rules("KUBE-MARK-MASQ") {
+        match r.target() {
+            Some(Target::Mark(MarkOp::SetXmark { value, mask })) if value != 0 => {
+                return (Some(value), Some(format!("{value:#x}/{mask:#x}")));
+            }
+            Some(Target::Mark(MarkOp::SetMark { value, .. }))
+            | Some(Target::Mark(MarkOp::Or(value)))
+                if value != 0 =>
+            {
+                return (Some(value), Some(format!("{value:#x}")));
+            }
+            _ => {}
+        }
+    }
+    let old = nat.chains.iter().flat_map(|c| &c.rules).any(|r| {
+        matches!(r.target(), Some(Target::Mark(MarkOp::SetXmark { value, .. })) | Some(Target::Mark(MarkOp::SetMark { value, .. })) if value == OLD_MASQ_MARK)
+    });
+    if old {
+        return (Some(OLD_MASQ_MARK), Some(format!("{OLD_MASQ_MARK:#x}")));
+    }
+    (None, None)
+}
+
+/// Rule counters, converted.
+fn counters(r: &Rule<'_>) -> Option<Counters> {
+    r.counters().map(|c| Counters {
+        packets: c.packets,
+        bytes: c.bytes,
+    })
+}
+
+/// Classifies a masquerade rule (spec §6).
+fn masquerade_rule<'a>(
+    chain: &'a str,
+    kind: Option<ChainKind>,
+    role: Option<CommentRole>,
+    r: &RuleEntry<'a>,
+    f: &Facts<'a>,
+) -> MasqueradeRule<'a> {
+    let (reason, condition) = if let Some(s) = &f.source {
+        let reason = if s.negated {
+            MasqueradeReason::OffClusterSource
+        } else if kind == Some(ChainKind::Sep) {
+            MasqueradeReason::Hairpin
+        } else {
+            MasqueradeReason::Other
+        };
+        (reason, Some(source_condition(r.raw, s)))
+    } else if let Some(i) = f.not_in_interface {
+        (
+            MasqueradeReason::OffClusterSource,
+            Some(interface_condition(r.raw, i, true)),
+        )
+    } else if f.local_source {
+        (
+            MasqueradeReason::LocalSource,
+            Some(Cow::Borrowed("--src-type LOCAL")),
+        )
+    } else if matches!(
+        role,
+        Some(
+            CommentRole::MasqueradeExternal | CommentRole::ExternalIp | CommentRole::LoadBalancerIp
+        )
+    ) || matches!(kind, Some(ChainKind::Ext | ChainKind::Fw))
+        || chain == "KUBE-NODEPORTS"
+    {
+        (MasqueradeReason::ExternalDestination, None)
+    } else if matches!(kind, Some(ChainKind::Svc | ChainKind::Svl)) || chain == "KUBE-SERVICES" {
+        (MasqueradeReason::AllSources, None)
+    } else {
+        (MasqueradeReason::Other, None)
+    };
+    MasqueradeRule {
+        chain,
+        reason,
+        condition,
+        line: r.line,
+        counters: counters(r),
+    }
+}
+
+/// `p=0.3333`: a probability with four decimals, as `format!("p={pr:.4}")` prints it for
+/// probabilities in [0, 1] (without the float formatter, which is slow for 100k endpoints).
+fn probability_label(pr: f64) -> String {
+    let scaled = pr * 10_000.0;
+    // Near a tie only the exact decimal expansion decides: leave those to the formatter.
+    if !(0.0..=1.0).contains(&pr) || (scaled.fract() - 0.5).abs() < 1e-6 {
+        return format!("p={pr:.4}");
+    }
+    let n = scaled.round() as u32;
+    let mut out = String::with_capacity(8);
+    out.push_str("p=");
+    out.push(char::from(b'0' + (n / 10_000) as u8));
+    out.push('.');
+    let frac = n % 10_000;
+    for d in [1000, 100, 10, 1] {
+        out.push(char::from(b'0' + ((frac / d) % 10) as u8));
+    }
+    out
+}
+
+/// Words for a jump between service chains.
+fn link_label<'a>(role: Option<CommentRole>, r: &RuleEntry<'a>, f: &Facts<'a>) -> Cow<'a, str> {
+    match role {
+        Some(CommentRole::PodTraffic) => return Cow::Borrowed("pod source"),
+        Some(CommentRole::RouteLocal) => return Cow::Borrowed("LOCAL source"),
+        _ => {}
+    }
+    if let Some(s) = &f.source {
+        return source_condition(r.raw, s);
+    }
+    if let Some(i) = f.in_interface {
+        return interface_condition(r.raw, i, false);
+    }
+    if f.local_source {
+        return Cow::Borrowed("LOCAL source");
+    }
+    Cow::Borrowed(if f.unconditional { "" } else { "conditional" })
+}
+
+fn edge<'a>(from: &'a str, to: &'a str, label: Cow<'a, str>, r: &Rule<'_>) -> Edge<'a> {
+    Edge {
+        from,
+        to,
+        label,
+        line: r.line,
+    }
+}
+
+fn verdict(
+    table: &str,
+    chain: &str,
+    verdict: &str,
+    reason: VerdictReason,
+    r: &Rule<'_>,
+) -> Verdict {
+    let f = Facts::of(r);
+    Verdict {
+        table: table.to_string(),
+        chain: chain.to_string(),
+        verdict: verdict.to_string(),
+        reason,
+        address: f.destination_text(),
+        port: f.dport,
+        line: r.line,
+        counters: counters(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probability_label;
+
+    #[test]
+    fn probability_labels_match_the_float_formatter() {
+        // kube-proxy's probabilities 1/(n-i) as iptables-save prints them, and a sweep of [0, 1].
+        let mut values: Vec<f64> = (1..=200).map(|n| 1.0 / f64::from(n)).collect();
+        values.extend((0..=10_000).map(|i| f64::from(i) / 10_000.0 + 0.000_013));
+        values.extend([
+            0.0,
+            1.0,
+            0.333_333_333_49,
+            0.099_999_999_63,
+            0.5,
+            0.25,
+            0.125,
+        ]);
+        for v in values.into_iter().filter(|v| (0.0..=1.0).contains(v)) {
+            assert_eq!(probability_label(v), format!("p={v:.4}"), "{v}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Service ports while the graph is built, and their final form.
+
+use super::super::ownership::{ChainKind, is_chain_hash};
+use super::super::{
+    Affinity, ChainRef, Edge, Endpoint, Entry, Firewall, MasqueradeRule, NameSource, ServicePort,
+    Verdict,
+};
+use crate::parsers::iptables::NameHash;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// A service port while it is being built.
+#[derive(Debug, Default)]
+pub(super) struct PortB<'a> {
+    /// The key: the chain hash, or the hash computed from a comment's name.
+    key: Cow<'a, str>,
+    pub name: Option<Cow<'a, str>>,
+    pub name_source: Option<NameSource>,
+    pub protocol: Option<Cow<'static, str>>,
+    /// `(kind, chain, rules)`, sorted by chain name.
+    pub chains: Vec<(ChainKind, &'a str, usize)>,
+    pub entries: Vec<Entry>,
+    pub endpoints: Vec<Endpoint<'a>>,
+    /// Endpoints first met as an endpoint chain (not picked by a policy chain): the tail of
+    /// `endpoints` from this index; they are ordered by chain name at the end.
+    orphans_from: Option<usize>,
+    pub masquerade: Vec<MasqueradeRule<'a>>,
+    /// Masquerade rules of endpoint chains; appended in chain-name order at the end.
+    pub endpoint_masquerade: Vec<MasqueradeRule<'a>>,
+    pub affinity_seconds: Option<u32>,
+    pub affinity_chains: Vec<&'a str>,
+    pub firewall: Option<Firewall>,
+    pub verdicts: Vec<Verdict>,
+    pub edges: Vec<Edge<'a>>,
+}
+
+impl<'a> PortB<'a> {
+    /// The chain hash, when the key is one.
+    pub fn hash(&self) -> Option<&str> {
+        is_chain_hash(&self.key).then_some(&*self.key)
+    }
+
+    pub fn set_name(&mut self, name: Cow<'a, str>, source: NameSource) {
+        if self.name.is_none() {
+            self.name = Some(name);
+            self.name_source = Some(source);
+        }
+    }
+
+    pub fn set_protocol(&mut self, proto: Option<Cow<'static, str>>) {
+        if self.protocol.is_none() {
+            self.protocol = proto;
+        }
+    }
+
+    /// Registers one of the port's chains (kept sorted by name).
+    pub fn add_chain(&mut self, kind: ChainKind, chain: &'a str, rules: usize) {
+        match self.chains.binary_search_by(|c| c.1.cmp(chain)) {
+            Ok(i) => self.chains[i] = (kind, chain, rules),
+            Err(i) => self.chains.insert(i, (kind, chain, rules)),
+        }
+    }
+
+    /// The endpoint of `chain`, created when absent.
+    pub fn endpoint(&mut self, chain: &'a str) -> &mut Endpoint<'a> {
+        let pos = match self.endpoints.iter().position(|e| e.chain == chain) {
+            Some(p) => p,
+            None => {
+                self.endpoints.push(Endpoint::new(chain));
+                self.endpoints.len() - 1
+            }
+        };
+        &mut self.endpoints[pos]
+    }
+
+    /// The endpoint of endpoint chain `chain`, which may not be picked by any policy chain.
+    pub fn endpoint_from_chain(&mut self, chain: &'a str) {
+        if !self.endpoints.iter().any(|e| e.chain == chain) {
+            self.orphans_from.get_or_insert(self.endpoints.len());
+            self.endpoints.push(Endpoint::new(chain));
+        }
+    }
+
+    fn finish(mut self) -> ServicePort<'a> {
+        self.entries.sort_by_key(|e| (e.kind, e.line));
+        if let Some(from) = self.orphans_from {
+            self.endpoints[from..].sort_by(|a, b| a.chain.cmp(b.chain));
+        }
+        // Stable: one chain's rules stay in rule order.
+        self.endpoint_masquerade
+            .sort_by(|a, b| a.chain.cmp(b.chain));
+        self.masquerade
+            .reserve_exact(self.endpoint_masquerade.len());
+        self.masquerade.append(&mut self.endpoint_masquerade);
+        // The vectors grew by doubling: hand back the spare capacity of 100k endpoints.
+        self.masquerade.shrink_to_fit();
+        self.endpoints.shrink_to_fit();
+        self.edges.shrink_to_fit();
+        let mut chains: Vec<ChainRef> = self
+            .chains
+            .into_iter()
+            .map(|(kind, name, rules)| ChainRef {
+                kind,
+                name: name.to_string(),
+                rules,
+            })
+            .collect();
+        chains.sort_by_key(|c| c.kind);
+        self.affinity_chains.sort_unstable();
+        self.affinity_chains.dedup();
+        let hash = is_chain_hash(&self.key).then(|| self.key.into_owned());
+        ServicePort {
+            name_source: self.name_source.unwrap_or(NameSource::Unknown),
+            name: self.name.map(Cow::into_owned),
+            protocol: self.protocol.map(Cow::into_owned),
+            hash,
+            chains,
+            entries: self.entries,
+            endpoints: self.endpoints,
+            masquerade: self.masquerade,
+            affinity: (!self.affinity_chains.is_empty()).then(|| Affinity {
+                timeout_seconds: self.affinity_seconds,
+                chains: self
+                    .affinity_chains
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+            }),
+            firewall: self.firewall,
+            verdicts: self.verdicts,
+            edges: self.edges,
+        }
+    }
+}
+
+/// Service ports by key, in creation order; one hash lookup per access, no allocation to look up.
+#[derive(Debug, Default)]
+pub(super) struct PortMap<'a> {
+    index: HashMap<Cow<'a, str>, usize, NameHash>,
+    ports: Vec<PortB<'a>>,
+}
+
+impl<'a> PortMap<'a> {
+    pub fn position(&self, key: &str) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
+    /// The port `key`, created empty when absent.
+    pub fn entry(&mut self, key: Cow<'a, str>) -> usize {
+        if let Some(&i) = self.index.get(&*key) {
+            return i;
+        }
+        let i = self.ports.len();
+        self.ports.push(PortB {
+            key: key.clone(),
+            ..PortB::default()
+        });
+        self.index.insert(key, i);
+        i
+    }
+
+    pub fn at(&mut self, i: usize) -> &mut PortB<'a> {
+        &mut self.ports[i]
+    }
+
+    pub fn get(&self, i: usize) -> &PortB<'a> {
+        &self.ports[i]
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut PortB<'a>> {
+        self.ports.iter_mut()
+    }
+
+    /// The order key of port `i`: ports with chains by their first chain name, then the others in
+    /// creation order.
+    pub fn rank(&self, i: usize) -> (bool, Option<&'a str>, usize) {
+        let first = self
+            .ports
+            .get(i)
+            .and_then(|p| p.chains.first())
+            .map(|c| c.1);
+        (first.is_none(), first, i)
+    }
+
+    /// Port indices in rank order ([`PortMap::rank`]).
+    pub fn by_rank(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.ports.len()).collect();
+        order.sort_by_key(|&i| self.rank(i));
+        order
+    }
+
+    /// The finished service ports, sorted by name (unnamed last), protocol, hash.
+    pub fn finish(&mut self) -> Vec<ServicePort<'a>> {
+        let mut out: Vec<ServicePort<'a>> = std::mem::take(&mut self.ports)
+            .into_iter()
+            .map(PortB::finish)
+            .collect();
+        out.sort_by(|a, b| {
+            (a.name.is_none(), &a.name, &a.protocol, &a.hash).cmp(&(
+                b.name.is_none(),
+                &b.name,
+                &b.protocol,
+                &b.hash,
+            ))
+        });
+        out
+    }
+}

@@ -9,24 +9,8 @@ use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
 use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::NameHash;
-use crate::parsers::iptables::{Family, Match, Module, Rule, Target};
+use crate::parsers::iptables::{Family, Rule, Target, TargetKind};
 use std::collections::HashMap;
-
-/// True when the rule's only matches are ones every packet reaching the chain satisfies in
-/// practice: comments, a plain `-p`/`-m tcp` without ports, and nfacct counters.
-pub(crate) fn is_unconditional(r: &Rule<'_>) -> bool {
-    r.matches().all(|m| match m {
-        Match::Module(Module::Comment(_)) | Match::Module(Module::Nfacct(_)) => true,
-        Match::Protocol(p) => !p.negated,
-        Match::Module(Module::Ports {
-            sport: None,
-            dport: None,
-            other,
-            ..
-        }) => other.is_empty(),
-        _ => false,
-    })
-}
 
 /// Fixed chains that legitimately have no jump to them.
 const NEVER_REFERENCED: &[&str] = &["KUBE-PROXY-CANARY", "KUBE-MARK-DROP"];
@@ -46,7 +30,9 @@ enum Effect<'a> {
     Unreadable,
 }
 
-/// One rule, as the checks see it.
+/// One rule, as the checks see it. "Unconditional" is [`Rule::is_unconditional`]: the rule's
+/// only matches are ones every packet reaching the chain satisfies in practice (comments, a plain
+/// `-p`/`-m tcp` without ports, nfacct counters).
 #[derive(Debug, Clone, Copy)]
 struct Step<'a> {
     effect: Effect<'a>,
@@ -56,25 +42,27 @@ struct Step<'a> {
 
 impl<'a> Step<'a> {
     fn of(r: &Rule<'a>) -> Step<'a> {
-        let target = r.target();
-        let effect = match target {
+        let kind = r.target_kind();
+        let effect = match kind {
             Some(
-                Target::Accept
-                | Target::Drop
-                | Target::Reject { .. }
-                | Target::Dnat { .. }
-                | Target::Snat { .. }
-                | Target::Masquerade { .. },
+                TargetKind::Accept
+                | TargetKind::Drop
+                | TargetKind::Reject
+                | TargetKind::Dnat
+                | TargetKind::Snat
+                | TargetKind::Masquerade,
             ) => Effect::Ends,
-            Some(Target::Return) => Effect::Return,
-            Some(Target::Jump(c) | Target::Goto(c)) => Effect::Jump(c),
-            Some(Target::Unreadable { .. }) => Effect::Unreadable,
+            Some(TargetKind::Return) => Effect::Return,
+            Some(TargetKind::Jump | TargetKind::Goto) => {
+                r.jump_target().map_or(Effect::Continues, Effect::Jump)
+            }
+            Some(TargetKind::Unreadable) => Effect::Unreadable,
             _ => Effect::Continues,
         };
         Step {
             effect,
-            dnat: matches!(target, Some(Target::Dnat { .. })),
-            unconditional: is_unconditional(r),
+            dnat: kind == Some(TargetKind::Dnat),
+            unconditional: r.is_unconditional(),
         }
     }
 

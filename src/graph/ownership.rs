@@ -58,9 +58,18 @@ const FIXED_MANGLE: &[&str] = &["KUBE-PROXY-CANARY"];
 
 /// True if `s` is exactly 16 characters of the RFC 4648 base32 alphabet (`A–Z`, `2–7`).
 pub fn is_chain_hash(s: &str) -> bool {
-    s.len() == 16
-        && s.bytes()
-            .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
+    /// The base32 alphabet as a byte table (runs for every chain and jump of a large dump).
+    const BASE32: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            t[b] = (b >= b'A' as usize && b <= b'Z' as usize)
+                || (b >= b'2' as usize && b <= b'7' as usize);
+            b += 1;
+        }
+        t
+    };
+    s.len() == 16 && s.bytes().all(|b| BASE32[usize::from(b)])
 }
 
 /// Classifies a per-service chain name by pattern, whatever the table: `KUBE-SVC-XPGD46QRK7WJZT7O`

@@ -191,6 +191,11 @@ impl<'a> TableRules<'a> {
         self.index.get(name).and_then(|&i| self.chains.get(i))
     }
 
+    /// The index of chain `name` in [`TableRules::chains`].
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     /// Rules of chain `name` (empty when the chain is absent).
     pub fn rules(&self, name: &str) -> &[RuleEntry<'a>] {
         self.chain(name).map_or(&[], |c| c.rules.as_slice())

@@ -180,10 +180,37 @@ impl<'a> Rule<'a> {
         super::code::target(self.raw, &self.code)
     }
 
+    /// What kind of target the rule has (cheaper than [`Rule::target`]: nothing is decoded).
+    #[inline]
+    pub fn target_kind(&self) -> Option<TargetKind> {
+        super::code::target_kind(&self.code)
+    }
+
     /// The chain of a `-j CHAIN` / `-g CHAIN` target (cheaper than [`Rule::target`]).
     #[inline]
     pub fn jump_target(&self) -> Option<&'a str> {
         super::code::jump_target(self.raw, &self.code)
+    }
+
+    /// Whether the rule matches every packet of the protocol it names: its only matches are
+    /// comments, nfacct counters, a non-negated `-p PROTO` and protocol modules (`-m tcp`)
+    /// without options. (Read from the parsed facts without decoding the matches.)
+    #[inline]
+    pub fn is_unconditional(&self) -> bool {
+        super::code::unconditional(&self.code)
+    }
+
+    /// The first comment (`-m comment --comment TEXT`), found without decoding other matches.
+    #[inline]
+    pub fn comment(&self) -> Option<Text<'a>> {
+        super::code::comment(self.raw, &self.code)
+    }
+
+    /// The protocol the rule matches: the first non-negated `-p PROTO`, else the first protocol
+    /// module (`-m tcp`), as written.
+    #[inline]
+    pub fn protocol(&self) -> Option<&'a str> {
+        super::code::protocol(self.raw, &self.code)
     }
 
     /// The matches, in the order written.
@@ -657,6 +684,45 @@ pub enum MarkOp {
     Xor(u32),
     /// `--and-mark V`.
     And(u32),
+}
+
+/// The kinds of [`Target`], without their values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TargetKind {
+    /// [`Target::Jump`].
+    Jump,
+    /// [`Target::Goto`].
+    Goto,
+    /// [`Target::Accept`].
+    Accept,
+    /// [`Target::Drop`].
+    Drop,
+    /// [`Target::Return`].
+    Return,
+    /// [`Target::Dnat`].
+    Dnat,
+    /// [`Target::Snat`].
+    Snat,
+    /// [`Target::Masquerade`].
+    Masquerade,
+    /// [`Target::Mark`].
+    Mark,
+    /// [`Target::Connmark`].
+    Connmark,
+    /// [`Target::Reject`].
+    Reject,
+    /// [`Target::Log`].
+    Log,
+    /// [`Target::Trace`].
+    Trace,
+    /// [`Target::Notrack`].
+    Notrack,
+    /// [`Target::Ct`].
+    Ct,
+    /// [`Target::Generic`].
+    Generic,
+    /// [`Target::Unreadable`].
+    Unreadable,
 }
 
 /// A rule's target.

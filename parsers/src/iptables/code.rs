@@ -5,16 +5,19 @@
 //! `(offset, length)` pairs into the rule's text ([`Rule::raw`]), so every decoded `&str` borrows
 //! the dump. A typical kube-proxy rule takes 15–40 bytes.
 //!
-//! Layout of one rule (integers are LEB128 varints unless noted):
+//! Layout of one rule (integers are fixed-width little-endian, so reading one is a load):
 //!
 //! ```text
-//! code    = flags:u8 matches-at options-at counters-at [ target ] match-count { match }
+//! code    = flags:u8 matches-at options-at counters-at [ target ] match-count:u32 { match }
 //!           { option } [ packets bytes ]
-//! flags   = bit 0: counters present, bit 1: target present, bit 2: wide offsets
-//! *-at    = u8 byte offsets into the code (u16 little-endian with wide offsets)
-//! string  = offset length          ; into Rule::raw
+//! match   = tag:u8 length:u8 [ length:u16 when the u8 is 255 ] payload   ; skippable
+//! flags   = bit 0: counters present, bit 1: target present, bit 2: wide offsets,
+//!           bit 3: unconditional (see Rule::is_unconditional)
+//! *-at    = u8 byte offsets into the code (u16 with wide offsets)
+//! string  = offset:u16 length:u16  ; into Rule::raw (u32 each when the rule text is ≥ 64 KiB)
 //! address = 4:u8 4×u8 | 6:u8 16×u8
 //! option  = negated:u8 name:string values:string
+//! packets, bytes = LEB128 varints
 //! ```
 //!
 //! The header's fixed offsets let every accessor jump straight to its part: a rule's target,
@@ -28,7 +31,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::ast::{
     AddrSpec, Counters, GenericOpt, List, MarkOp, MarkValue, Match, Matches, Module, MultiportKind,
     NatRange, Neg, OptList, Options, PortList, PortRange, Recent, RecentAction, Statistic, Target,
-    Text, Words,
+    TargetKind, Text, Words,
 };
 
 /// Why a target is unreadable; encoded as an index into this table.
@@ -47,6 +50,7 @@ pub(crate) const UNREADABLE_REASONS: [&str; 9] = [
 const HAS_COUNTERS: u8 = 1;
 const HAS_TARGET: u8 = 2;
 const WIDE: u8 = 4;
+const UNCONDITIONAL: u8 = 8;
 
 // Match tags.
 const M_SOURCE: u8 = 0;
@@ -104,12 +108,21 @@ impl<'b, 'a> Enc<'b, 'a> {
         self.buf.push(b);
     }
 
-    fn var(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.buf.push((v as u8) | 0x80);
-            v >>= 7;
+    fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// A string offset or length: u16, or u32 when the rule text is too long for that.
+    fn offset(&mut self, v: usize) {
+        if wide_text(self.raw) {
+            self.u32(u32::try_from(v).unwrap_or(u32::MAX));
+        } else {
+            self.u16(u16::try_from(v).unwrap_or(u16::MAX));
         }
-        self.buf.push(v as u8);
     }
 
     fn flags(&mut self, bits: &[bool]) {
@@ -133,12 +146,12 @@ impl<'b, 'a> Enc<'b, 'a> {
                 .is_none_or(|end| end > self.raw.len())
         {
             debug_assert!(s.is_empty(), "string {s:?} is not part of the rule text");
-            self.var(0);
-            self.var(0);
+            self.offset(0);
+            self.offset(0);
             return;
         }
-        self.var(at as u64);
-        self.var(s.len() as u64);
+        self.offset(at);
+        self.offset(s.len());
     }
 
     fn opt_str(&mut self, s: Option<&str>) {
@@ -165,8 +178,8 @@ impl<'b, 'a> Enc<'b, 'a> {
     }
 
     fn ports(&mut self, p: PortRange) {
-        self.var(u64::from(p.first));
-        self.var(u64::from(p.last));
+        self.u16(p.first);
+        self.u16(p.last);
     }
 
     fn opt_neg_ports(&mut self, p: Option<Neg<PortRange>>) {
@@ -180,8 +193,8 @@ impl<'b, 'a> Enc<'b, 'a> {
     }
 
     fn list(&mut self, l: OptList) {
-        self.var(u64::from(l.at));
-        self.var(u64::from(l.len));
+        self.u32(l.at);
+        self.u32(l.len);
     }
 
     fn addr(&mut self, n: &Neg<AddrSpec<'_>>) {
@@ -201,9 +214,9 @@ impl<'b, 'a> Enc<'b, 'a> {
 
     fn mark(&mut self, n: &Neg<MarkValue>) {
         self.flags(&[n.negated, n.value.mask.is_some()]);
-        self.var(u64::from(n.value.value));
+        self.u32(n.value.value);
         if let Some(m) = n.value.mask {
-            self.var(u64::from(m));
+            self.u32(m);
         }
     }
 
@@ -228,8 +241,28 @@ impl<'b, 'a> Enc<'b, 'a> {
         self.str(values);
     }
 
-    /// One match record.
+    /// One match record: its tag, the payload's length (so readers can skip it), the payload.
     pub(crate) fn matcher(&mut self, m: &Match<'_>) {
+        let start = self.buf.len();
+        self.matcher_payload(m);
+        // Move the tag in front of a length: tag, length, payload.
+        let tag = self.buf[start];
+        let len = self.buf.len() - start - 1;
+        let mut head = [0u8; 4];
+        let head: &[u8] = if len < 255 {
+            head[0] = tag;
+            head[1] = len as u8;
+            &head[..2]
+        } else {
+            head[0] = tag;
+            head[1] = 255;
+            head[2..4].copy_from_slice(&(len.min(usize::from(u16::MAX)) as u16).to_le_bytes());
+            &head[..4]
+        };
+        self.buf.splice(start..start + 1, head.iter().copied());
+    }
+
+    fn matcher_payload(&mut self, m: &Match<'_>) {
         match m {
             Match::Source(n) => {
                 self.u8(M_SOURCE);
@@ -305,8 +338,8 @@ impl<'b, 'a> Enc<'b, 'a> {
             }) => {
                 self.u8(M_NTH);
                 self.u8(u8::from(*negated));
-                self.var(u64::from(*every));
-                self.var(u64::from(*packet));
+                self.u32(*every);
+                self.u32(*packet);
             }
             Module::Recent(r) => {
                 self.u8(M_RECENT);
@@ -332,10 +365,10 @@ impl<'b, 'a> Enc<'b, 'a> {
                     self.str(r.name);
                 }
                 if let Some(s) = r.seconds {
-                    self.var(u64::from(s));
+                    self.u32(s);
                 }
                 if let Some(h) = r.hitcount {
-                    self.var(u64::from(h));
+                    self.u32(h);
                 }
                 if let Some(m) = r.mask {
                     self.str(m);
@@ -470,8 +503,8 @@ impl<'b, 'a> Enc<'b, 'a> {
                     MarkOp::And(v) => (4, v, 0),
                 };
                 self.u8(kind);
-                self.var(u64::from(value));
-                self.var(u64::from(mask));
+                self.u32(value);
+                self.u32(mask);
             }
             Target::Connmark(l) => {
                 self.u8(T_CONNMARK);
@@ -509,6 +542,12 @@ impl<'b, 'a> Enc<'b, 'a> {
     }
 }
 
+/// Whether string offsets of a rule with text `raw` take four bytes instead of two.
+#[inline]
+fn wide_text(raw: &str) -> bool {
+    raw.len() > usize::from(u16::MAX)
+}
+
 /// Assembles a rule's code from its parts (each already encoded against the same `raw`).
 pub(crate) fn assemble(
     counters: Option<Counters>,
@@ -517,22 +556,19 @@ pub(crate) fn assemble(
     match_count: usize,
     matches: &[u8],
     options: &[u8],
+    unconditional: bool,
 ) -> Box<[u8]> {
-    let mut count = Vec::with_capacity(5);
-    Enc {
-        raw: "",
-        buf: &mut count,
-    }
-    .var(match_count as u64);
-    let mut tail = Vec::with_capacity(20);
-    if let Some(c) = counters {
-        let mut e = Enc {
-            raw: "",
-            buf: &mut tail,
-        };
-        e.var(c.packets);
-        e.var(c.bytes);
-    }
+    let count = u32::try_from(match_count).unwrap_or(u32::MAX).to_le_bytes();
+    let count = &count[..];
+    let mut tail = [0u8; 20];
+    let tail = match counters {
+        Some(c) => {
+            let n = varint_into(&mut tail, c.packets).len();
+            let m = varint_into(&mut tail[n..], c.bytes).len();
+            &tail[..n + m]
+        }
+        None => &tail[..0],
+    };
     let body = target.len() + count.len() + matches.len() + options.len() + tail.len();
     let wide = body + 4 > usize::from(u8::MAX);
     let header = if wide { 7 } else { 4 };
@@ -550,6 +586,9 @@ pub(crate) fn assemble(
     if wide {
         flags |= WIDE;
     }
+    if unconditional {
+        flags |= UNCONDITIONAL;
+    }
     out.push(flags);
     for at in [matches_at, options_at, counters_at] {
         if wide {
@@ -559,11 +598,27 @@ pub(crate) fn assemble(
         }
     }
     out.extend_from_slice(target);
-    out.extend_from_slice(&count);
+    out.extend_from_slice(count);
     out.extend_from_slice(matches);
     out.extend_from_slice(options);
-    out.extend_from_slice(&tail);
+    out.extend_from_slice(tail);
     out.into_boxed_slice()
+}
+
+/// Writes `v` as a varint into `buf` (at least 10 bytes), returning the bytes written.
+fn varint_into(buf: &mut [u8], mut v: u64) -> &[u8] {
+    let mut n = 0;
+    while let Some(slot) = buf.get_mut(n) {
+        if v < 0x80 {
+            *slot = v as u8;
+            n += 1;
+            break;
+        }
+        *slot = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    &buf[..n]
 }
 
 /// Reads encoded values; out-of-range reads yield zeros and empty strings.
@@ -581,7 +636,6 @@ impl<'r, 'a> Dec<'r, 'a> {
         b
     }
 
-    #[inline]
     fn var(&mut self) -> u64 {
         let mut v = 0u64;
         let mut shift = 0u32;
@@ -598,13 +652,32 @@ impl<'r, 'a> Dec<'r, 'a> {
     }
 
     #[inline]
-    fn u32(&mut self) -> u32 {
-        u32::try_from(self.var()).unwrap_or(u32::MAX)
+    fn u16(&mut self) -> u16 {
+        let v = match self.code.get(self.pos..self.pos + 2) {
+            Some(&[a, b]) => u16::from_le_bytes([a, b]),
+            _ => 0,
+        };
+        self.pos += 2;
+        v
     }
 
     #[inline]
-    fn u16(&mut self) -> u16 {
-        u16::try_from(self.var()).unwrap_or(u16::MAX)
+    fn u32(&mut self) -> u32 {
+        let v = match self.code.get(self.pos..self.pos + 4) {
+            Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]),
+            _ => 0,
+        };
+        self.pos += 4;
+        v
+    }
+
+    #[inline]
+    fn offset(&mut self) -> usize {
+        if wide_text(self.raw) {
+            self.u32() as usize
+        } else {
+            usize::from(self.u16())
+        }
     }
 
     #[inline]
@@ -614,8 +687,8 @@ impl<'r, 'a> Dec<'r, 'a> {
 
     #[inline]
     fn str(&mut self) -> &'a str {
-        let at = self.var() as usize;
-        let len = self.var() as usize;
+        let at = self.offset();
+        let len = self.offset();
         at.checked_add(len)
             .and_then(|end| self.raw.get(at..end))
             .unwrap_or("")
@@ -727,9 +800,20 @@ impl<'r, 'a> Dec<'r, 'a> {
         f64::from_le_bytes(b)
     }
 
-    fn matcher(&mut self) -> Match<'a> {
+    /// A record's tag and payload length; the position is then at the payload.
+    #[inline]
+    fn record(&mut self) -> (u8, usize) {
+        let tag = self.u8();
+        let len = match self.u8() {
+            255 => usize::from(self.u16()),
+            n => usize::from(n),
+        };
+        (tag, len)
+    }
+
+    fn matcher(&mut self, tag: u8) -> Match<'a> {
         let m = |m| Match::Module(m);
-        match self.u8() {
+        match tag {
             M_SOURCE => Match::Source(self.addr()),
             M_DESTINATION => Match::Destination(self.addr()),
             M_PROTOCOL => Match::Protocol(self.neg_str()),
@@ -983,6 +1067,11 @@ pub(crate) fn counters(code: &[u8]) -> Option<Counters> {
 }
 
 #[inline]
+pub(crate) fn unconditional(code: &[u8]) -> bool {
+    code.first().is_some_and(|f| f & UNCONDITIONAL != 0)
+}
+
+#[inline]
 pub(crate) fn target<'a>(raw: &'a str, code: &[u8]) -> Option<Target<'a>> {
     let l = layout(code);
     (l.flags & HAS_TARGET != 0).then(|| {
@@ -992,6 +1081,33 @@ pub(crate) fn target<'a>(raw: &'a str, code: &[u8]) -> Option<Target<'a>> {
             pos: l.target,
         }
         .target()
+    })
+}
+
+#[inline]
+pub(crate) fn target_kind(code: &[u8]) -> Option<TargetKind> {
+    let l = layout(code);
+    if l.flags & HAS_TARGET == 0 {
+        return None;
+    }
+    Some(match code.get(l.target).copied().unwrap_or(T_UNREADABLE) {
+        T_JUMP => TargetKind::Jump,
+        T_GOTO => TargetKind::Goto,
+        T_ACCEPT => TargetKind::Accept,
+        T_DROP => TargetKind::Drop,
+        T_RETURN => TargetKind::Return,
+        T_DNAT => TargetKind::Dnat,
+        T_SNAT => TargetKind::Snat,
+        T_MASQUERADE => TargetKind::Masquerade,
+        T_MARK => TargetKind::Mark,
+        T_CONNMARK => TargetKind::Connmark,
+        T_REJECT => TargetKind::Reject,
+        T_LOG => TargetKind::Log,
+        T_TRACE => TargetKind::Trace,
+        T_NOTRACK => TargetKind::Notrack,
+        T_CT => TargetKind::Ct,
+        T_GENERIC => TargetKind::Generic,
+        _ => TargetKind::Unreadable,
     })
 }
 
@@ -1017,7 +1133,8 @@ pub(crate) fn matches<'r, 'a>(raw: &'a str, code: &'r [u8]) -> Matches<'r, 'a> {
         code,
         pos: l.matches,
     };
-    let left = d.u32();
+    // Every record takes a byte at least: a count beyond the code's end is not a valid encoding.
+    let left = d.u32().min(code.len().saturating_sub(d.pos) as u32);
     Matches {
         raw,
         code,
@@ -1037,18 +1154,79 @@ pub(crate) fn next_match<'a>(it: &mut Matches<'_, 'a>) -> Option<Match<'a>> {
         it.left = 0;
         return None;
     }
-    let m = d.matcher();
-    it.pos = d.pos;
+    let (tag, len) = d.record();
+    let end = d.pos + len;
+    let m = d.matcher(tag);
+    it.pos = end;
     Some(m)
 }
 
+/// The first match record with tag `want` (skipping the others undecoded), decoded by `read`.
+#[inline]
+fn find_record<'a, T>(
+    raw: &'a str,
+    code: &[u8],
+    mut want: impl FnMut(u8, &mut Dec<'_, 'a>) -> Option<T>,
+) -> Option<T> {
+    let it = matches(raw, code);
+    let mut d = Dec {
+        raw,
+        code,
+        pos: it.pos,
+    };
+    for _ in 0..it.left {
+        if d.pos >= code.len() {
+            break;
+        }
+        let (tag, len) = d.record();
+        let end = d.pos + len;
+        if let Some(found) = want(tag, &mut d) {
+            return Some(found);
+        }
+        d.pos = end;
+    }
+    None
+}
+
+#[inline]
+pub(crate) fn comment<'a>(raw: &'a str, code: &[u8]) -> Option<Text<'a>> {
+    find_record(raw, code, |tag, d| {
+        (tag == M_COMMENT).then(|| {
+            let escaped = d.u8() != 0;
+            Text {
+                raw: d.str(),
+                escaped,
+            }
+        })
+    })
+}
+
+#[inline]
+pub(crate) fn protocol<'a>(raw: &'a str, code: &[u8]) -> Option<&'a str> {
+    let mut module = None;
+    let proto = find_record(raw, code, |tag, d| match tag {
+        M_PROTOCOL => {
+            let n = d.neg_str();
+            (!n.negated).then_some(n.value)
+        }
+        M_PORTS => {
+            if module.is_none() {
+                module = Some(d.str());
+            }
+            None
+        }
+        _ => None,
+    });
+    proto.or(module)
+}
+
 pub(crate) fn options<'r, 'a>(raw: &'a str, code: &'r [u8], list: OptList) -> Options<'r, 'a> {
-    let start = layout(code).options;
+    let pos = layout(code).options.saturating_add(list.at as usize);
     Options {
         raw,
         code,
-        pos: start.saturating_add(list.at as usize),
-        left: list.len,
+        pos,
+        left: list.len.min(code.len().saturating_sub(pos) as u32),
     }
 }
 
@@ -1090,8 +1268,8 @@ mod tests {
             u64::from(u32::MAX),
             u64::MAX,
         ] {
-            let mut buf = Vec::new();
-            Enc::new("", &mut buf).var(v);
+            let mut bytes = [0u8; 10];
+            let buf = varint_into(&mut bytes, v).to_vec();
             let mut d = Dec {
                 raw: "",
                 code: &buf,

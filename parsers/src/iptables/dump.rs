@@ -105,6 +105,7 @@ const TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
 
 /// Builds a [`ParseError`] from a failure in `line` (1-based `line_no`).
 fn to_error(line_no: u32, line: &str, f: Fail) -> ParseError {
+    let f = f.into_inner();
     let at = f.at.min(line.len());
     let col = line.get(..at).map_or(at, |p| p.chars().count()) + 1;
     ParseError {
@@ -202,8 +203,14 @@ struct BlockSize {
 fn block_sizes(text: &str) -> Vec<BlockSize> {
     let mut sizes = vec![BlockSize::default()];
     let mut seen_table = false;
-    for line in text.as_bytes().split(|&b| b == b'\n') {
-        let first = line.iter().find(|&&b| b != b' ' && b != b'\t');
+    let bytes = text.as_bytes();
+    let starts = std::iter::once(0).chain(memchr::memchr_iter(b'\n', bytes).map(|n| n + 1));
+    for start in starts {
+        let line = bytes.get(start..).unwrap_or_default();
+        let first = line
+            .iter()
+            .take_while(|&&b| b != b'\n')
+            .find(|&&b| b != b' ' && b != b'\t');
         match first {
             Some(b'*') => {
                 if seen_table {

@@ -21,9 +21,13 @@ use nom::{IResult, Parser};
 
 use super::ast::Text;
 
-/// A failure inside one line: byte offset in the line, what was expected, what was found.
+/// A failure inside one line (boxed: results on the hot path stay two words wide).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fail {
+pub(crate) struct Fail(Box<FailAt>);
+
+/// What a [`Fail`] says: byte offset in the line, what was expected, what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FailAt {
     /// 0-based byte offset in the line.
     pub at: usize,
     /// What the grammar expected.
@@ -32,14 +36,33 @@ pub(crate) struct Fail {
     pub found: String,
 }
 
+impl std::ops::Deref for Fail {
+    type Target = FailAt;
+    fn deref(&self) -> &FailAt {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Fail {
+    fn deref_mut(&mut self) -> &mut FailAt {
+        &mut self.0
+    }
+}
+
 impl Fail {
+    /// What it says, unboxed.
+    pub(crate) fn into_inner(self) -> FailAt {
+        *self.0
+    }
+
     /// A failure at byte `at` where the word `found` stood (empty = end of line).
+    #[cold]
     pub(crate) fn new(at: usize, expected: impl Into<Cow<'static, str>>, found: &str) -> Self {
-        Fail {
+        Fail(Box::new(FailAt {
             at,
             expected: expected.into(),
             found: describe(found),
-        }
+        }))
     }
 }
 
@@ -108,7 +131,16 @@ impl<'a> Tok<'a> {
     /// The word as a slice of the input, for names and single-word values. Quoted words with
     /// escapes cannot be borrowed; quoted words that are empty or hold blanks are no name (they
     /// could not be printed back as the one bare word `iptables-save` prints).
+    #[inline]
     pub(crate) fn borrowed(&self) -> Result<&'a str, Fail> {
+        if let (false, Cow::Borrowed(s)) = (self.quoted, &self.text) {
+            return Ok(s);
+        }
+        self.borrowed_quoted()
+    }
+
+    /// [`Tok::borrowed`] for quoted or escaped words.
+    fn borrowed_quoted(&self) -> Result<&'a str, Fail> {
         match &self.text {
             Cow::Borrowed(s) if !self.quoted || !(s.is_empty() || s.contains(is_blank)) => Ok(s),
             Cow::Borrowed(s) => Err(Fail::new(
@@ -125,9 +157,15 @@ fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
 }
 
-/// `bare = 1*( any char except blank )` — the word up to the next blank (memchr-fast).
+/// `bare = 1*( any char except blank )` — the word up to the next blank (words are short: a
+/// byte loop beats a vectorised search here).
+#[inline]
 fn bare(i: &str) -> IResult<&str, &str> {
-    let n = memchr::memchr2(b' ', b'\t', i.as_bytes()).unwrap_or(i.len());
+    let n = i
+        .as_bytes()
+        .iter()
+        .position(|&b| b == b' ' || b == b'\t')
+        .unwrap_or(i.len());
     if n == 0 {
         return Err(nom::Err::Error(nom::error::Error::new(
             i,
@@ -183,17 +221,26 @@ pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -
         if pos >= bytes.len() {
             return Ok(());
         }
+        if bytes[pos] != b'"' {
+            // A bare word: up to the next blank (ASCII, so both ends are char boundaries).
+            let start = pos;
+            while pos < bytes.len() && bytes[pos] != b' ' && bytes[pos] != b'\t' {
+                pos += 1;
+            }
+            let word = line.get(start..pos).unwrap_or_default();
+            out.push(Tok {
+                text: Cow::Borrowed(word),
+                start,
+                end: pos,
+                quoted: false,
+                written: word,
+            });
+            continue;
+        }
         let rest = &line[pos..];
-        let (r, text, was_quoted) = if bytes[pos] == b'"' {
-            match quoted(rest) {
-                Ok((r, t)) => (r, t, true),
-                Err(_) => return Err(Fail::new(line.len(), "a closing `\"`", "")),
-            }
-        } else {
-            match bare(rest) {
-                Ok((r, t)) => (r, Cow::Borrowed(t), false),
-                Err(_) => return Err(Fail::new(pos, "a word", rest)),
-            }
+        let (r, text) = match quoted(rest) {
+            Ok(found) => found,
+            Err(_) => return Err(Fail::new(line.len(), "a closing `\"`", "")),
         };
         let end = line.len() - r.len();
         if !r.is_empty() && !r.starts_with(is_blank) {
@@ -203,7 +250,7 @@ pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -
             text,
             start: pos,
             end,
-            quoted: was_quoted,
+            quoted: true,
             written: &line[pos..end],
         });
         pos = end;

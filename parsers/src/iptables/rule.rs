@@ -18,7 +18,7 @@
 
 use std::ops::Range;
 
-use super::ast::{Counters, Match, Neg, OptList};
+use super::ast::{Counters, Match, Module, Neg, OptList};
 use super::code::{Enc, assemble};
 use super::lexer::{Fail, Tok, tokenize};
 use super::matches::{OptView, accepts, build_module, implicit_module};
@@ -70,6 +70,8 @@ pub(crate) struct Scratch<'a> {
     match_code: Vec<u8>,
     /// Encoded target record.
     target_code: Vec<u8>,
+    /// Option views of the line (empty between lines; see [`recycle`]).
+    views: Vec<OptView<'a, 'a>>,
 }
 
 /// Where a rule's generic options are written while its matches and target are typed.
@@ -146,6 +148,7 @@ pub(crate) fn parse_spec<'a>(
         pool,
         match_code,
         target_code,
+        views: view_buf,
     } = scratch;
     pool.clear();
     match_code.clear();
@@ -332,24 +335,22 @@ pub(crate) fn parse_spec<'a>(
         .unwrap_or("")
         .trim_matches(|c| c == ' ' || c == '\t');
     opts.sort_by_key(|o| o.owner);
-    let views: Vec<OptView<'_, 'a>> = opts
-        .iter()
-        .map(|o| OptView {
-            negated: o.negated,
-            name: o.name,
-            at: o.at,
-            values: &toks[o.values.clone()],
-            span: match (
-                toks.get(o.values.start),
-                o.values.end.checked_sub(1).and_then(|e| toks.get(e)),
-            ) {
-                (Some(first), Some(last)) if !o.values.is_empty() => {
-                    line.get(first.start..last.end).unwrap_or("")
-                }
-                _ => "",
-            },
-        })
-        .collect();
+    let mut views = recycle(std::mem::take(view_buf));
+    views.extend(opts.iter().map(|o| OptView {
+        negated: o.negated,
+        name: o.name,
+        at: o.at,
+        values: &toks[o.values.clone()],
+        span: match (
+            toks.get(o.values.start),
+            o.values.end.checked_sub(1).and_then(|e| toks.get(e)),
+        ) {
+            (Some(first), Some(last)) if !o.values.is_empty() => {
+                line.get(first.start..last.end).unwrap_or("")
+            }
+            _ => "",
+        },
+    }));
     let owned = |owner: Owner| {
         let lo = opts.partition_point(|o| o.owner < owner);
         let hi = opts.partition_point(|o| o.owner <= owner);
@@ -390,6 +391,17 @@ pub(crate) fn parse_spec<'a>(
     if let Some(t) = &target {
         Enc::new(raw, target_code).target(t);
     }
+    let unconditional = matches.iter().all(|m| match m {
+        Match::Module(Module::Comment(_) | Module::Nfacct(_)) => true,
+        Match::Protocol(p) => !p.negated,
+        Match::Module(Module::Ports {
+            sport: None,
+            dport: None,
+            other,
+            ..
+        }) => other.is_empty(),
+        _ => false,
+    });
     let code = assemble(
         prefix.or(counters),
         target_code,
@@ -397,8 +409,19 @@ pub(crate) fn parse_spec<'a>(
         matches.len(),
         match_code,
         pool.buf,
+        unconditional,
     );
+    *view_buf = recycle(views);
     Ok(Spec { raw, code })
+}
+
+/// An emptied vector of option views whose borrow of the words has ended, keeping its memory
+/// (the in-place `collect` of an empty vector reuses the allocation): one buffer serves every line.
+fn recycle<'t, 'u, 'a>(mut v: Vec<OptView<'t, 'a>>) -> Vec<OptView<'u, 'a>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -743,6 +766,58 @@ mod tests {
         assert!(e.expected.contains("probability"));
         let e = spec("-w 5").unwrap_err();
         assert_eq!(e.expected, "an option");
+    }
+
+    /// Rules whose text passes 64 KiB use four-byte offsets (and a wide header); every part still
+    /// reads back.
+    #[test]
+    fn very_long_rules_decode() {
+        let comment = "x".repeat(70_000);
+        let line = format!(
+            "-s 10.0.0.1/32 -m comment --comment \"{comment}\" -m foo --bar a b -j DNAT --to-destination 10.0.0.2:80"
+        );
+        let s = spec(&line).unwrap();
+        let m = all(&s);
+        assert!(matches!(m[1], Match::Module(Module::Comment(c)) if c.raw.len() == 70_000));
+        let Match::Module(Module::Generic { options, .. }) = m[2] else {
+            panic!("{:?}", m[2])
+        };
+        assert_eq!(
+            opts(&s, options),
+            [("bar".into(), vec!["a".into(), "b".into()])]
+        );
+        assert!(matches!(s.target(), Some(Target::Dnat { to, .. }) if to.raw == "10.0.0.2:80"));
+        assert!(!s.is_unconditional());
+        assert!(
+            spec("-p tcp -m comment --comment x -m tcp -j ACCEPT")
+                .unwrap()
+                .is_unconditional()
+        );
+        assert!(
+            !spec("-p tcp -m tcp --dport 80 -j ACCEPT")
+                .unwrap()
+                .is_unconditional()
+        );
+    }
+
+    #[test]
+    fn comment_and_protocol_are_found_without_decoding_the_rest() {
+        let s = spec(r#"-s 10.0.0.0/8 -m recent --rcheck --seconds 10 --name X --mask 255.255.255.255 --rsource -m comment --comment "a \"b\"" -m tcp -p udp -j ACCEPT"#).unwrap();
+        let c = s.comment().unwrap();
+        assert_eq!(c.value(), r#"a "b""#);
+        assert_eq!(s.protocol(), Some("udp"));
+        let s = spec("! -p tcp -m sctp -j ACCEPT").unwrap();
+        assert_eq!((s.comment(), s.protocol()), (None, Some("sctp")));
+        assert_eq!(spec("-j ACCEPT").unwrap().protocol(), None);
+        // Long records (a 300-byte comment) are skipped and read as well.
+        let long = "y".repeat(300);
+        let line = format!("-m comment --comment {long} -p tcp -j ACCEPT");
+        let s = spec(&line).unwrap();
+        assert_eq!(
+            (s.comment().map(|c| c.raw.len()), s.protocol()),
+            (Some(300), Some("tcp"))
+        );
+        assert_eq!(all(&s).len(), 2);
     }
 
     #[test]

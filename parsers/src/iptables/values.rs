@@ -155,6 +155,32 @@ fn v4(i: &str) -> IResult<&str, IpAddr> {
 /// bracketed IPv6 address; an unbracketed IPv6 address (or range) has no port.
 /// Examples: `10.0.0.1:80`, `[fd00::1]:80`, `10.0.0.1-10.0.0.9:80-90`, `fd00::1`.
 pub(crate) fn nat_range(word: &str) -> Option<NatRange<'_>> {
+    nat_range_v4_port(word).or_else(|| nat_range_any(word))
+}
+
+/// The form kube-proxy's DNAT rules print, `a.b.c.d:port`, without the combinators; `None` when
+/// the word is of another form (then [`nat_range_any`] decides).
+fn nat_range_v4_port(word: &str) -> Option<NatRange<'_>> {
+    let (a, p) = word.split_once(':')?;
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (Ok(addr), Ok(port)) = (a.parse::<Ipv4Addr>(), p.parse::<u16>()) else {
+        return None;
+    };
+    Some(NatRange {
+        raw: word,
+        addr: Some(IpAddr::V4(addr)),
+        addr_last: None,
+        ports: Some(PortRange {
+            first: port,
+            last: port,
+        }),
+    })
+}
+
+/// Every form of [`nat_range`].
+fn nat_range_any(word: &str) -> Option<NatRange<'_>> {
     // Unbracketed IPv6: `fd00::1` or `fd00::1-fd00::9`.
     if !word.starts_with('[') && word.bytes().filter(|&b| b == b':').count() > 1 {
         let (a, b) = match word.split_once('-') {
@@ -284,6 +310,30 @@ mod tests {
         assert!(addr_spec("10.0.0.0/33").is_none());
         assert!(addr_spec("10.0.0.0/").is_none());
         assert!(addr_spec("host.example").is_none());
+    }
+
+    #[test]
+    fn the_fast_nat_range_reads_what_the_grammar_reads() {
+        for w in [
+            "10.0.0.1:80",
+            "10.244.1.10:8080",
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.0.0.1:65536",
+            "10.0.0.1:080",
+            "01.0.0.1:80",
+            "10.0.0:80",
+            "10.0.0.1:",
+            ":80",
+            "10.0.0.1:80-90",
+            "10.0.0.1-10.0.0.2:80",
+            "[fd00::1]:80",
+            "10.0.0.1:+80",
+        ] {
+            if let Some(fast) = nat_range_v4_port(w) {
+                assert_eq!(Some(fast), nat_range_any(w), "{w}");
+            }
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 /// The facts of one rule that decide its place in the graph.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Facts<'a> {
-    /// The first comment written without escapes (escaped comments are never kube-proxy's: its
-    /// comments are built from service names, which cannot hold `"`, `'` or `\`).
+    /// The first comment, when written without escapes (escaped comments are never kube-proxy's:
+    /// its comments are built from service names, which cannot hold `"`, `'` or `\`).
     pub comment: Option<&'a str>,
     /// The first non-negated `-p`, else the first protocol module (`-m tcp`), as written.
     pub protocol: Option<&'a str>,
@@ -28,8 +28,8 @@ pub(super) struct Facts<'a> {
     pub not_in_interface: Option<&'a str>,
     /// The first `-i IFACE`.
     pub in_interface: Option<&'a str>,
-    /// Only matches every packet reaching the chain satisfies in practice: comments, a plain
-    /// `-p`/`-m tcp` without ports, and nfacct counters.
+    /// [`Rule::is_unconditional`]: only matches every packet reaching the chain satisfies in
+    /// practice (comments, a plain `-p`/`-m tcp` without ports, nfacct counters).
     pub unconditional: bool,
 }
 
@@ -37,48 +37,39 @@ impl<'a> Facts<'a> {
     /// Reads `r`'s matches once.
     pub fn of(r: &Rule<'a>) -> Facts<'a> {
         let mut f = Facts {
-            unconditional: true,
+            unconditional: r.is_unconditional(),
             ..Facts::default()
         };
         let mut module_proto = None;
+        let mut seen_comment = false;
         for m in r.matches() {
-            let plain = match m {
+            match m {
                 Match::Module(Module::Comment(c)) => {
-                    if f.comment.is_none() {
+                    if !seen_comment {
+                        seen_comment = true;
                         f.comment = c.borrowed();
                     }
-                    true
                 }
-                Match::Module(Module::Nfacct(_)) => true,
                 Match::Protocol(p) => {
                     if !p.negated && f.protocol.is_none() {
                         f.protocol = Some(p.value);
                     }
-                    !p.negated
                 }
-                Match::Module(Module::Ports {
-                    proto,
-                    sport,
-                    dport,
-                    other,
-                }) => {
+                Match::Module(Module::Ports { proto, dport, .. }) => {
                     module_proto.get_or_insert(proto);
                     if let Some(d) = dport.filter(|d| !d.negated)
                         && f.dport.is_none()
                     {
                         f.dport = Some(d.value.first);
                     }
-                    sport.is_none() && dport.is_none() && other.is_empty()
                 }
                 Match::Destination(d) => {
                     if !d.negated && f.destination.is_none() {
                         f.destination = Some(d.value);
                     }
-                    false
                 }
                 Match::Source(s) => {
                     f.source.get_or_insert(s);
-                    false
                 }
                 Match::InInterface(i) => {
                     if i.negated {
@@ -86,11 +77,9 @@ impl<'a> Facts<'a> {
                     } else {
                         f.in_interface.get_or_insert(i.value);
                     }
-                    false
                 }
                 Match::Module(Module::Recent(rc)) => {
                     f.recent.get_or_insert(rc);
-                    false
                 }
                 Match::Module(Module::Statistic(s)) => {
                     if f.probability.is_none() {
@@ -108,17 +97,14 @@ impl<'a> Facts<'a> {
                             _ => None,
                         };
                     }
-                    false
                 }
                 Match::Module(Module::Addrtype {
                     src_type: Some(t), ..
                 }) => {
                     f.local_source |= !t.negated && t.value.eq_ignore_ascii_case("LOCAL");
-                    false
                 }
-                _ => false,
-            };
-            f.unconditional &= plain;
+                _ => {}
+            }
         }
         if f.protocol.is_none() {
             f.protocol = module_proto;

@@ -167,6 +167,9 @@ struct Builder<'a> {
     facts: Vec<Facts<'a>>,
     /// Scratch: rule positions.
     picked: Vec<usize>,
+    /// Per nat chain (by index): the port whose policy chain (SVC/SVL/XLB) picks it as an
+    /// endpoint chain; of several, the first in rank order.
+    sep_owner: Vec<Option<u32>>,
     masq_mark: Option<u32>,
     masq_mark_text: Option<String>,
     anomalies: Vec<super::Anomaly>,
@@ -223,9 +226,10 @@ impl<'a> Builder<'a> {
                 }) else {
                     continue;
                 };
-                let f = Facts::of(r);
-                let Some(comment) = f.comment else { continue };
-                let proto = f.protocol_lower();
+                let Some(comment) = r.comment().and_then(|c| c.borrowed()) else {
+                    continue;
+                };
+                let proto = r.protocol().map(proto_name);
                 // Rules of one chain mostly repeat the same name: a comment that starts with the
                 // previous name and a blank names the same port (names hold no blanks).
                 if let Some((_, h, n, p)) = found.last().filter(|_| found.len() > chain_start)
@@ -361,13 +365,14 @@ impl<'a> Builder<'a> {
     /// Each port's SVC/SVL/XLB (policy) and EXT/FW (external) chains, ports in rank order (the
     /// first owner of a shared endpoint chain wins).
     fn policy_and_external_chains(&mut self, nat: &TableRules<'a>) {
+        self.sep_owner = vec![None; nat.chains.len()];
         for i in self.ports.by_rank() {
             let chains = self.ports.get(i).chains.clone();
             for (kind, chain, _) in chains {
                 let Some(c) = nat.chain(chain) else { continue };
                 match kind {
                     ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb => {
-                        self.policy_chain(i, c, kind)
+                        self.policy_chain(i, c, kind, nat)
                     }
                     _ => self.external_chain(i, c, kind),
                 }
@@ -375,27 +380,46 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn policy_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {
+    /// A rule of one of `port`'s chains: records it when it marks for masquerade; otherwise the
+    /// chain it jumps (or goes) to, if any.
+    fn masquerade_or_jump(
+        &mut self,
+        port: usize,
+        chain: &'a str,
+        kind: ChainKind,
+        r: &RuleEntry<'a>,
+    ) -> Option<&'a str> {
+        let target = r.target();
+        if self.is_masq(target.as_ref()) {
+            let f = Facts::of(r);
+            let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
+            self.ports.at(port).masquerade.push(m);
+            return None;
+        }
+        match target {
+            Some(Target::Jump(to) | Target::Goto(to)) => Some(to),
+            _ => None,
+        }
+    }
+
+    fn policy_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind, nat: &TableRules<'a>) {
         let chain = c.name;
         // One endpoint and one edge per rule, about: no doubling of 10k ports' vectors.
         let p = self.ports.at(port);
-        p.endpoints.reserve(c.rules.len());
+        p.reserve_endpoints(c.rules.len());
         p.edges.reserve(c.rules.len());
         let mut remaining = 1.0_f64;
         let mut saw_probability = false;
         for r in &c.rules {
-            let target = r.target();
-            if self.is_masq(target.as_ref()) {
-                let f = Facts::of(r);
-                let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
-                self.ports.at(port).masquerade.push(m);
-                continue;
-            }
-            let Some(Target::Jump(to) | Target::Goto(to)) = target else {
+            let Some(to) = self.masquerade_or_jump(port, chain, kind, r) else {
                 continue;
             };
             match service_chain(to) {
                 Some((ChainKind::Sep, _)) => {
+                    let idx = nat.position(to);
+                    if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci)) {
+                        slot.get_or_insert(port as u32);
+                    }
                     let f = Facts::of(r);
                     let p = self.ports.at(port);
                     if let Some(rc) = f.recent.filter(|rc| {
@@ -403,7 +427,7 @@ impl<'a> Builder<'a> {
                     }) {
                         p.affinity_seconds = p.affinity_seconds.or(rc.seconds);
                         p.affinity_chains.push(chain);
-                        p.endpoint(to);
+                        p.endpoint(to, idx);
                         p.edges.push(edge(chain, to, Cow::Borrowed("affinity"), r));
                         continue;
                     }
@@ -421,7 +445,7 @@ impl<'a> Builder<'a> {
                         }
                         None => (0.0, None, Cow::Borrowed("conditional")),
                     };
-                    let shares = &mut p.endpoint(to).shares;
+                    let shares = &mut p.endpoint(to, idx).shares;
                     // Almost every endpoint is picked by one chain: no spare capacity.
                     shares.reserve_exact(1);
                     shares.push(Share {
@@ -468,14 +492,7 @@ impl<'a> Builder<'a> {
     fn external_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {
         let chain = c.name;
         for r in &c.rules {
-            let target = r.target();
-            if self.is_masq(target.as_ref()) {
-                let f = Facts::of(r);
-                let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
-                self.ports.at(port).masquerade.push(m);
-                continue;
-            }
-            let Some(Target::Jump(to) | Target::Goto(to)) = target else {
+            let Some(to) = self.masquerade_or_jump(port, chain, kind, r) else {
                 continue;
             };
             let p = self.ports.at(port);
@@ -519,21 +536,8 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The port whose policy chain (SVC/SVL/XLB) picks endpoint chain `sep`: of several, the
-    /// first in rank order (as if the ports were walked in that order).
-    fn sep_owner(&self, nat: &TableRules<'a>, sep: &str) -> Option<usize> {
-        nat.jumps_to(sep)
-            .filter_map(|(holder, _)| match service_chain(holder.name) {
-                Some((ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb, hash)) => {
-                    self.ports.position(hash)
-                }
-                _ => None,
-            })
-            .min_by_key(|&i| self.ports.rank(i))
-    }
-
     fn endpoint_chains(&mut self, nat: &TableRules<'a>) {
-        for c in &nat.chains {
+        for (ci, c) in nat.chains.iter().enumerate() {
             let Some((ChainKind::Sep, _)) = service_chain(c.name) else {
                 continue;
             };
@@ -541,8 +545,8 @@ impl<'a> Builder<'a> {
             let mut facts = std::mem::take(&mut self.facts);
             facts.clear();
             facts.extend(c.rules.iter().map(|r| Facts::of(r)));
-            let owner = match self.sep_owner(nat, chain) {
-                Some(i) => Some(i),
+            let owner = match self.sep_owner.get(ci).copied().flatten() {
+                Some(i) => Some(i as usize),
                 None => facts.iter().find_map(|f| {
                     let sc = f.comment.and_then(parse_comment)?;
                     let proto = f.protocol.or_else(|| facts.iter().find_map(|f| f.protocol));
@@ -574,7 +578,7 @@ impl<'a> Builder<'a> {
                 }
             }
             let p = self.ports.at(i);
-            p.endpoint_from_chain(chain);
+            p.endpoint_from_chain(chain, ci);
             for &k in &dnat {
                 let (r, f) = (&c.rules[k], &facts[k]);
                 let Some(Target::Dnat { to, .. }) = r.target() else {
@@ -582,7 +586,7 @@ impl<'a> Builder<'a> {
                 };
                 p.set_protocol(f.protocol_lower());
                 let set = f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
-                let ep = p.endpoint(chain);
+                let ep = p.endpoint_from_chain(chain, ci);
                 if ep.dnat_line.is_none() {
                     ep.destination = Some(to.raw);
                     ep.ip = to.addr;
@@ -592,7 +596,7 @@ impl<'a> Builder<'a> {
                 }
                 ep.affinity_set |= set;
             }
-            p.endpoint(chain).hairpin_masquerade |= hairpin;
+            p.endpoint_from_chain(chain, ci).hairpin_masquerade |= hairpin;
             self.facts = facts;
             self.picked = dnat;
         }

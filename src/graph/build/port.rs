@@ -21,6 +21,9 @@ pub(super) struct PortB<'a> {
     pub chains: Vec<(ChainKind, &'a str, usize)>,
     pub entries: Vec<Entry>,
     pub endpoints: Vec<Endpoint<'a>>,
+    /// The nat chain index of each endpoint (parallel to `endpoints`; `u32::MAX` when the chain
+    /// is not declared): endpoints are found by index, not by comparing names.
+    endpoint_chains: Vec<u32>,
     /// Endpoints first met as an endpoint chain (not picked by a policy chain): the tail of
     /// `endpoints` from this index; they are ordered by chain name at the end.
     orphans_from: Option<usize>,
@@ -61,24 +64,43 @@ impl<'a> PortB<'a> {
         }
     }
 
-    /// The endpoint of `chain`, created when absent.
-    pub fn endpoint(&mut self, chain: &'a str) -> &mut Endpoint<'a> {
-        let pos = match self.endpoints.iter().position(|e| e.chain == chain) {
-            Some(p) => p,
-            None => {
-                self.endpoints.push(Endpoint::new(chain));
-                self.endpoints.len() - 1
-            }
-        };
+    /// Room for `n` more endpoints.
+    pub fn reserve_endpoints(&mut self, n: usize) {
+        self.endpoints.reserve(n);
+        self.endpoint_chains.reserve(n);
+    }
+
+    /// The endpoint of `chain` (nat chain index `idx`, when declared), created when absent.
+    pub fn endpoint(&mut self, chain: &'a str, idx: Option<usize>) -> &mut Endpoint<'a> {
+        let pos = self.find_endpoint(chain, idx).unwrap_or_else(|| {
+            self.push_endpoint(chain, idx);
+            self.endpoints.len() - 1
+        });
         &mut self.endpoints[pos]
     }
 
-    /// The endpoint of endpoint chain `chain`, which may not be picked by any policy chain.
-    pub fn endpoint_from_chain(&mut self, chain: &'a str) {
-        if !self.endpoints.iter().any(|e| e.chain == chain) {
+    /// The endpoint of endpoint chain `chain` (nat chain `idx`), which may not be picked by any
+    /// policy chain.
+    pub fn endpoint_from_chain(&mut self, chain: &'a str, idx: usize) -> &mut Endpoint<'a> {
+        let pos = self.find_endpoint(chain, Some(idx)).unwrap_or_else(|| {
             self.orphans_from.get_or_insert(self.endpoints.len());
-            self.endpoints.push(Endpoint::new(chain));
+            self.push_endpoint(chain, Some(idx));
+            self.endpoints.len() - 1
+        });
+        &mut self.endpoints[pos]
+    }
+
+    fn find_endpoint(&self, chain: &str, idx: Option<usize>) -> Option<usize> {
+        match idx.and_then(|i| u32::try_from(i).ok()) {
+            Some(i) => self.endpoint_chains.iter().position(|&c| c == i),
+            None => self.endpoints.iter().position(|e| e.chain == chain),
         }
+    }
+
+    fn push_endpoint(&mut self, chain: &'a str, idx: Option<usize>) {
+        self.endpoints.push(Endpoint::new(chain));
+        self.endpoint_chains
+            .push(idx.and_then(|i| u32::try_from(i).ok()).unwrap_or(u32::MAX));
     }
 
     fn finish(mut self) -> ServicePort<'a> {

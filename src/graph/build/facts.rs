@@ -44,16 +44,12 @@ impl<'a> Facts<'a> {
         let mut seen_comment = false;
         for m in r.matches() {
             match m {
-                Match::Module(Module::Comment(c)) => {
-                    if !seen_comment {
-                        seen_comment = true;
-                        f.comment = c.borrowed();
-                    }
+                Match::Module(Module::Comment(c)) if !seen_comment => {
+                    seen_comment = true;
+                    f.comment = c.borrowed();
                 }
-                Match::Protocol(p) => {
-                    if !p.negated && f.protocol.is_none() {
-                        f.protocol = Some(p.value);
-                    }
+                Match::Protocol(p) if !p.negated && f.protocol.is_none() => {
+                    f.protocol = Some(p.value);
                 }
                 Match::Module(Module::Ports { proto, dport, .. }) => {
                     module_proto.get_or_insert(proto);
@@ -63,10 +59,8 @@ impl<'a> Facts<'a> {
                         f.dport = Some(d.value.first);
                     }
                 }
-                Match::Destination(d) => {
-                    if !d.negated && f.destination.is_none() {
-                        f.destination = Some(d.value);
-                    }
+                Match::Destination(d) if !d.negated && f.destination.is_none() => {
+                    f.destination = Some(d.value);
                 }
                 Match::Source(s) => {
                     f.source.get_or_insert(s);
@@ -81,22 +75,20 @@ impl<'a> Facts<'a> {
                 Match::Module(Module::Recent(rc)) => {
                     f.recent.get_or_insert(rc);
                 }
-                Match::Module(Module::Statistic(s)) => {
-                    if f.probability.is_none() {
-                        f.probability = match s {
-                            Statistic::Random {
-                                probability,
-                                negated: false,
-                                ..
-                            } => Some(probability),
-                            Statistic::Nth {
-                                every,
-                                negated: false,
-                                ..
-                            } if every > 0 => Some(1.0 / f64::from(every)),
-                            _ => None,
-                        };
-                    }
+                Match::Module(Module::Statistic(s)) if f.probability.is_none() => {
+                    f.probability = match s {
+                        Statistic::Random {
+                            probability,
+                            negated: false,
+                            ..
+                        } => Some(probability),
+                        Statistic::Nth {
+                            every,
+                            negated: false,
+                            ..
+                        } if every > 0 => Some(1.0 / f64::from(every)),
+                        _ => None,
+                    };
                 }
                 Match::Module(Module::Addrtype {
                     src_type: Some(t), ..

@@ -320,29 +320,22 @@ impl<'a> Ruleset<'a> {
             }
             // Apply commands in line order relative to rules.
             let mut commands = t.commands.into_iter().peekable();
-            // Size each chain's rule list exactly (most chains hold 1–3 rules; growth would double them).
+            // The parser grouped the rules by chain: map its chains to ours once, and size each
+            // chain's rule list exactly (most chains hold 1–3 rules; growth would double them).
+            // Without that grouping (a dump built by hand), rules are placed by name.
+            let grouped = t.rule_chain.len() == t.rules.len();
+            let mut placed: Vec<usize> = Vec::with_capacity(t.rule_chains.len());
+            for (name, n) in &t.rule_chains {
+                let ci = table.chain_index(name);
+                if let Some(c) = table.chains.get_mut(ci) {
+                    c.rules.reserve_exact(*n as usize);
+                }
+                placed.push(ci);
+            }
+            let mut ids = t.rule_chain.into_iter();
+            // After a command (`-X`/`-F`) chain indices may have moved: place by name from then on.
+            let mut by_name = !grouped;
             let mut last: Option<(&'a str, usize)> = None;
-            let mut counts: Vec<usize> = Vec::new();
-            for rule in &t.rules {
-                let ci = match last {
-                    Some((name, i)) if name == rule.chain => i,
-                    _ => {
-                        let i = table.chain_index(rule.chain);
-                        last = Some((rule.chain, i));
-                        i
-                    }
-                };
-                if counts.len() <= ci {
-                    counts.resize(ci + 1, 0);
-                }
-                if let Some(n) = counts.get_mut(ci) {
-                    *n += 1;
-                }
-            }
-            for (c, n) in table.chains.iter_mut().zip(&counts) {
-                c.rules.reserve_exact(*n);
-            }
-            last = None;
             // Consume the parsed rules from the back of a reversed list, handing their memory back
             // as we go: without this the dump's whole rule list and the chains' copies of it are
             // alive at once, which for a 10k-service dump is the peak of the whole build.
@@ -353,17 +346,22 @@ impl<'a> Ruleset<'a> {
                 if pending.capacity() - pending.len() > slack {
                     pending.shrink_to_fit();
                 }
+                let id = ids.next();
                 while let Some(cmd) = commands.next_if(|c| c.line < rule.line) {
                     apply_command(table, cmd.kind, cmd.chain);
+                    by_name = true;
                     last = None;
                 }
-                let ci = match last {
-                    Some((name, i)) if name == rule.chain => i,
-                    _ => {
-                        let i = table.chain_index(rule.chain);
-                        last = Some((rule.chain, i));
-                        i
-                    }
+                let ci = match (by_name, id.and_then(|i| placed.get(i as usize))) {
+                    (false, Some(&ci)) => ci,
+                    _ => match last {
+                        Some((name, i)) if name == rule.chain => i,
+                        _ => {
+                            let i = table.chain_index(rule.chain);
+                            last = Some((rule.chain, i));
+                            i
+                        }
+                    },
                 };
                 let op = rule.op;
                 let Some(chain) = table.chains.get_mut(ci) else {

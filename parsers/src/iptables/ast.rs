@@ -89,10 +89,43 @@ pub struct Table<'a> {
     pub chains: Vec<ChainDecl<'a>>,
     /// Rules, in input order.
     pub rules: Vec<Rule<'a>>,
+    /// For each rule (parallel to `rules`): the index in `rule_chains` of the chain it belongs to,
+    /// so that readers group rules by chain without comparing names again.
+    pub rule_chain: Vec<u32>,
+    /// The chains that rules belong to, in first-use order, with how many rules each has.
+    pub rule_chains: Vec<(&'a str, u32)>,
     /// Chain commands (`-X`, `-F`, `-Z`), in input order.
     pub commands: Vec<ChainCommand<'a>>,
     /// Whether the table ended with `COMMIT` (always true for `-S` input).
     pub committed: bool,
+}
+
+impl<'a> Table<'a> {
+    /// Appends a rule, keeping [`Table::rule_chain`] and [`Table::rule_chains`] in step.
+    /// `id_of` finds (or assigns, as `rule_chains.len()`) the chain's index when it differs from
+    /// the previous rule's.
+    pub(crate) fn push_rule(&mut self, rule: Rule<'a>, id_of: impl FnOnce(&Self) -> Option<u32>) {
+        let same = self
+            .rule_chain
+            .last()
+            .and_then(|&i| self.rule_chains.get(i as usize))
+            .is_some_and(|(name, _)| *name == rule.chain);
+        let id = match (same, self.rule_chain.last()) {
+            (true, Some(&i)) => i,
+            _ => match id_of(self) {
+                Some(i) => i,
+                None => {
+                    self.rule_chains.push((rule.chain, 0));
+                    (self.rule_chains.len() - 1) as u32
+                }
+            },
+        };
+        if let Some((_, n)) = self.rule_chains.get_mut(id as usize) {
+            *n += 1;
+        }
+        self.rule_chain.push(id);
+        self.rules.push(rule);
+    }
 }
 
 /// `:NAME POLICY [packets:bytes]` — a chain declaration.

@@ -245,21 +245,15 @@ impl<'b, 'a> Enc<'b, 'a> {
     pub(crate) fn matcher(&mut self, m: &Match<'_>) {
         let start = self.buf.len();
         self.matcher_payload(m);
-        // Move the tag in front of a length: tag, length, payload.
-        let tag = self.buf[start];
+        // The payload writers start with the tag: put the length right after it.
         let len = self.buf.len() - start - 1;
-        let mut head = [0u8; 4];
-        let head: &[u8] = if len < 255 {
-            head[0] = tag;
-            head[1] = len as u8;
-            &head[..2]
+        if len < 255 {
+            self.buf.insert(start + 1, len as u8);
         } else {
-            head[0] = tag;
-            head[1] = 255;
-            head[2..4].copy_from_slice(&(len.min(usize::from(u16::MAX)) as u16).to_le_bytes());
-            &head[..4]
-        };
-        self.buf.splice(start..start + 1, head.iter().copied());
+            let wide = (len.min(usize::from(u16::MAX)) as u16).to_le_bytes();
+            self.buf
+                .splice(start + 1..start + 1, [255, wide[0], wide[1]]);
+        }
     }
 
     fn matcher_payload(&mut self, m: &Match<'_>) {

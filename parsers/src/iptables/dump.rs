@@ -15,7 +15,7 @@
 //!
 //! The form is auto-detected: a `*table` line starts save/restore text; `-P`/`-N`/`-A` lines
 //! before any `*table` are `iptables -S` output, whose table comes from
-//! [`ParseOptions::default_table`] (`filter` when unset). Lines are split with `memchr`; each line
+//! [`ParseOptions::default_table`] (`filter` when unset). Lines are split eight bytes at a time; each line
 //! is parsed on its own, so every error carries its line and column.
 
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ use super::ast::{
     Backend, ChainCommand, ChainCommandKind, ChainDecl, Counters, Dump, DumpForm, Family, Rule,
     RuleOp, SkippedLine, Table,
 };
-use super::lexer::{Fail, describe};
+use super::lexer::{Fail, describe, find2};
 use super::rule::{Scratch, parse_spec};
 use crate::error::ParseError;
 
@@ -127,9 +127,9 @@ fn is_line_end(c: char) -> bool {
     is_blank(c) || c == '\r'
 }
 
-/// `word = 1*( any char except blank )` (memchr-fast).
+/// `word = 1*( any char except blank )`.
 fn word(i: &str) -> IResult<&str, &str> {
-    let n = memchr::memchr2(b' ', b'\t', i.as_bytes()).unwrap_or(i.len());
+    let n = find2(i.as_bytes(), 0, b' ', b'\t');
     if n == 0 {
         return Err(nom::Err::Error(nom::error::Error::new(
             i,
@@ -182,6 +182,8 @@ struct DumpParser<'a, 'o> {
     /// (table index, chain name) → index in that table's `chains` (declarations are looked up
     /// once per line; a linear search made 100k-chain dumps quadratic).
     chain_pos: HashMap<(usize, &'a str), usize, NameHash>,
+    /// (table index, chain name) → index in that table's `rule_chains`.
+    rule_chain_ids: HashMap<(usize, &'a str), u32, NameHash>,
     saw_table_line: bool,
     first_addr: Option<bool>,
     scratch: Scratch<'a>,
@@ -204,14 +206,14 @@ fn block_sizes(text: &str) -> Vec<BlockSize> {
     let mut sizes = vec![BlockSize::default()];
     let mut seen_table = false;
     let bytes = text.as_bytes();
-    let starts = std::iter::once(0).chain(memchr::memchr_iter(b'\n', bytes).map(|n| n + 1));
-    for start in starts {
-        let line = bytes.get(start..).unwrap_or_default();
-        let first = line
-            .iter()
-            .take_while(|&&b| b != b'\n')
-            .find(|&&b| b != b' ' && b != b'\t');
-        match first {
+    // Only the first byte: lines with leading blanks (rare) are not counted, which only makes a
+    // vector grow once more.
+    let mut start = 0;
+    while start < bytes.len() {
+        let line_start = start;
+        start = find2(bytes, start, b'\n', b'\n') + 1;
+        let start = line_start;
+        match bytes.get(start) {
             Some(b'*') => {
                 if seen_table {
                     sizes.push(BlockSize::default());
@@ -433,6 +435,7 @@ impl<'a> DumpParser<'a, '_> {
                 line: 0,
                 committed: true,
                 rules: Vec::with_capacity(size.rules),
+                rule_chain: Vec::with_capacity(size.rules),
                 chains: Vec::with_capacity(size.chains),
                 ..Table::default()
             });
@@ -471,6 +474,7 @@ impl<'a> DumpParser<'a, '_> {
                     name,
                     line: line_no,
                     rules: Vec::with_capacity(size.rules),
+                    rule_chain: Vec::with_capacity(size.rules),
                     chains: Vec::with_capacity(size.chains),
                     ..Table::default()
                 });
@@ -498,7 +502,20 @@ impl<'a> DumpParser<'a, '_> {
                     }
                 }
             }
-            Line::Rule(rule) => self.table_for("`*TABLE` before a rule")?.rules.push(rule),
+            Line::Rule(rule) => {
+                self.table_for("`*TABLE` before a rule")?;
+                let ti = self.open.unwrap_or_default();
+                let Some(t) = self.dump.tables.get_mut(ti) else {
+                    return Err(Fail::new(0, "an open table", ""));
+                };
+                let name = rule.chain;
+                let ids = &mut self.rule_chain_ids;
+                let before = t.rule_chains.len();
+                t.push_rule(rule, |_| ids.get(&(ti, name)).copied());
+                if t.rule_chains.len() > before {
+                    ids.insert((ti, name), before as u32);
+                }
+            }
             Line::Command(cmd) => self
                 .table_for("`*TABLE` before a command")?
                 .commands
@@ -550,17 +567,21 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
         dump: Dump::default(),
         open: None,
         chain_pos: HashMap::default(),
+        rule_chain_ids: HashMap::default(),
         saw_table_line: false,
         first_addr: None,
         scratch: Scratch::default(),
         implicit_table,
         sizes: block_sizes(text),
     };
+    let chain_lines = p.sizes.iter().map(|s| s.chains).sum::<usize>();
+    p.chain_pos.reserve(chain_lines);
+    p.rule_chain_ids.reserve(chain_lines);
     let bytes = text.as_bytes();
     let mut start = 0usize;
     let mut line_no: u32 = 0;
     while start < bytes.len() {
-        let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |n| start + n);
+        let end = find2(bytes, start, b'\n', b'\n');
         // Only blanks (and the `\r` of CRLF) surround a line: other whitespace (`\x0c`, …) is part
         // of a word, as everywhere else in the line.
         let line = text[start..end].trim_end_matches(is_line_end);
@@ -620,6 +641,7 @@ pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
         dump: Dump::default(),
         open: None,
         chain_pos: HashMap::default(),
+        rule_chain_ids: HashMap::default(),
         saw_table_line: false,
         first_addr: None,
         scratch: Scratch::default(),

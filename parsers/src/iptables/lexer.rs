@@ -83,16 +83,17 @@ pub(crate) fn describe(found: &str) -> String {
 /// One word of a rule line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tok<'a> {
-    /// The word's text, unquoted and unescaped.
-    pub text: Cow<'a, str>,
+    /// The word's text: a bare word, or a quoted word's content (escapes still in place when
+    /// `escaped`; [`Tok::value`] resolves them).
+    pub text: &'a str,
     /// 0-based byte offset of the word in the line.
     pub start: usize,
     /// 0-based byte offset just past the word.
     pub end: usize,
     /// True when the word was written in double quotes.
     pub quoted: bool,
-    /// The word as written (with its quotes).
-    pub written: &'a str,
+    /// True when the quoted content holds backslash escapes.
+    pub escaped: bool,
 }
 
 impl<'a> Tok<'a> {
@@ -110,21 +111,20 @@ impl<'a> Tok<'a> {
         !self.quoted && self.text == "!"
     }
 
+    /// The word unquoted and unescaped (borrowed unless it had escapes).
+    pub(crate) fn value(&self) -> Cow<'a, str> {
+        if self.escaped {
+            Cow::Owned(unescape(self.text))
+        } else {
+            Cow::Borrowed(self.text)
+        }
+    }
+
     /// The word as free text (`comment` values): the content between the quotes, or the bare word.
     pub(crate) fn text_view(&self) -> Text<'a> {
-        if self.quoted {
-            Text {
-                raw: self
-                    .written
-                    .get(1..self.written.len().saturating_sub(1))
-                    .unwrap_or(""),
-                escaped: matches!(self.text, Cow::Owned(_)),
-            }
-        } else {
-            Text {
-                raw: self.written,
-                escaped: false,
-            }
+        Text {
+            raw: self.text,
+            escaped: self.escaped,
         }
     }
 
@@ -133,24 +133,62 @@ impl<'a> Tok<'a> {
     /// could not be printed back as the one bare word `iptables-save` prints).
     #[inline]
     pub(crate) fn borrowed(&self) -> Result<&'a str, Fail> {
-        if let (false, Cow::Borrowed(s)) = (self.quoted, &self.text) {
-            return Ok(s);
+        if !self.quoted {
+            return Ok(self.text);
         }
         self.borrowed_quoted()
     }
 
-    /// [`Tok::borrowed`] for quoted or escaped words.
+    /// [`Tok::borrowed`] for quoted words.
     fn borrowed_quoted(&self) -> Result<&'a str, Fail> {
-        match &self.text {
-            Cow::Borrowed(s) if !self.quoted || !(s.is_empty() || s.contains(is_blank)) => Ok(s),
-            Cow::Borrowed(s) => Err(Fail::new(
+        let s = self.text;
+        if self.escaped {
+            Err(Fail::new(
+                self.start,
+                "a name without escapes",
+                &unescape(s),
+            ))
+        } else if s.is_empty() || s.contains(is_blank) {
+            Err(Fail::new(
                 self.start,
                 "a name (not empty, without blanks)",
                 &format!("\"{s}\""),
-            )),
-            Cow::Owned(s) => Err(Fail::new(self.start, "a name without escapes", s)),
+            ))
+        } else {
+            Ok(s)
         }
     }
+}
+
+/// The index of the first byte at or after `from` that is `a` or `b` (`bytes.len()` when none),
+/// eight bytes at a time: words and lines are short, so a word-wide scan beats a call into a
+/// vectorised search per word.
+#[inline]
+pub(crate) fn find2(bytes: &[u8], from: usize, a: u8, b: u8) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let (ra, rb) = (LO * u64::from(a), LO * u64::from(b));
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(w);
+        let (xa, xb) = (x ^ ra, x ^ rb);
+        // The lowest set bit marks the first byte equal to `a` or `b` (borrows only reach higher
+        // bytes).
+        let hit = (xa.wrapping_sub(LO) & !xa | xb.wrapping_sub(LO) & !xb) & HI;
+        if hit != 0 {
+            return i + (hit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = bytes.get(i) {
+        if c == a || c == b {
+            return i;
+        }
+        i += 1;
+    }
+    bytes.len().max(from)
 }
 
 fn is_blank(c: char) -> bool {
@@ -224,16 +262,14 @@ pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -
         if bytes[pos] != b'"' {
             // A bare word: up to the next blank (ASCII, so both ends are char boundaries).
             let start = pos;
-            while pos < bytes.len() && bytes[pos] != b' ' && bytes[pos] != b'\t' {
-                pos += 1;
-            }
+            pos = find2(bytes, pos, b' ', b'\t');
             let word = line.get(start..pos).unwrap_or_default();
             out.push(Tok {
-                text: Cow::Borrowed(word),
+                text: word,
                 start,
                 end: pos,
                 quoted: false,
-                written: word,
+                escaped: false,
             });
             continue;
         }
@@ -247,11 +283,12 @@ pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -
             return Err(Fail::new(end, "a blank after the quoted word", r));
         }
         out.push(Tok {
-            text,
+            // The content between the quotes, as written.
+            text: line.get(pos + 1..end - 1).unwrap_or_default(),
             start: pos,
             end,
             quoted: true,
-            written: &line[pos..end],
+            escaped: matches!(text, Cow::Owned(_)),
         });
         pos = end;
     }
@@ -301,7 +338,7 @@ mod tests {
     fn words(line: &str) -> Vec<String> {
         let mut v = Vec::new();
         tokenize(line, 0, &mut v).unwrap();
-        v.into_iter().map(|t| t.text.into_owned()).collect()
+        v.into_iter().map(|t| t.value().into_owned()).collect()
     }
 
     #[test]
@@ -317,7 +354,7 @@ mod tests {
     fn quoted_words_borrow_without_escapes() {
         let mut v = Vec::new();
         tokenize(r#"--comment "a b" x"#, 0, &mut v).unwrap();
-        assert!(matches!(v[1].text, Cow::Borrowed("a b")));
+        assert!(matches!(v[1].value(), Cow::Borrowed("a b")));
         assert!(v[1].quoted);
         assert_eq!((v[1].start, v[1].end), (10, 15));
     }
@@ -349,6 +386,24 @@ mod tests {
         let got: Vec<String> = super::words(text).map(Cow::into_owned).collect();
         assert_eq!(got, words(text));
         assert_eq!(super::unescape(r#"pod\'s \"x\" \\"#), r#"pod's "x" \"#);
+    }
+
+    #[test]
+    fn find2_finds_the_first_of_two_bytes() {
+        let text = b"KUBE-SEP-ABCDEFGHIJKLMNOP -m\tcomment xx";
+        for from in 0..text.len() + 2 {
+            let want = text
+                .iter()
+                .enumerate()
+                .skip(from)
+                .find(|(_, c)| **c == b' ' || **c == b'\t')
+                .map_or(text.len().max(from), |(i, _)| i);
+            assert_eq!(find2(text, from, b' ', b'\t'), want, "from {from}");
+        }
+        // Bytes with the high bit set and borrows across bytes do not confuse it.
+        assert_eq!(find2("ééé\u{2020} x".as_bytes(), 0, b' ', b'\t'), 9);
+        assert_eq!(find2(&[0x21, 0x1f, 0x20], 0, b' ', b'\t'), 2);
+        assert_eq!(find2(b"", 0, b' ', b'\t'), 0);
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl<'t, 'a> OptView<'t, 'a> {
             [_, extra, ..] => Err(Fail::new(
                 extra.start,
                 "an option or `-j TARGET`",
-                &extra.text,
+                &extra.value(),
             )),
         }
     }
@@ -154,8 +154,8 @@ pub(crate) fn implicit_module(protocol: &str, option: &str) -> bool {
 /// The value of a port option: `port | first:last`.
 fn port_opt(o: &OptView<'_, '_>) -> Result<Neg<PortRange>, Fail> {
     let v = o.one("a port or port range")?;
-    let value = values::port_range(&v.text)
-        .ok_or_else(|| Fail::new(v.start, "a port or port range", &v.text))?;
+    let value = values::port_range(&v.value())
+        .ok_or_else(|| Fail::new(v.start, "a port or port range", &v.value()))?;
     Ok(Neg {
         negated: o.negated,
         value,
@@ -165,8 +165,8 @@ fn port_opt(o: &OptView<'_, '_>) -> Result<Neg<PortRange>, Fail> {
 /// The value of a mark option: `value[/mask]`.
 fn mark_opt(o: &OptView<'_, '_>) -> Result<Neg<MarkValue>, Fail> {
     let v = o.one("a mark value[/mask]")?;
-    let value = values::mark_value(&v.text)
-        .ok_or_else(|| Fail::new(v.start, "a mark value[/mask]", &v.text))?;
+    let value = values::mark_value(&v.value())
+        .ok_or_else(|| Fail::new(v.start, "a mark value[/mask]", &v.value()))?;
     Ok(Neg {
         negated: o.negated,
         value,
@@ -188,16 +188,16 @@ fn list_opt<'a>(o: &OptView<'_, 'a>, what: &'static str) -> Result<List<'a>, Fai
 /// A decimal number value.
 fn u32_opt(o: &OptView<'_, '_>, what: &'static str) -> Result<u32, Fail> {
     let v = o.one(what)?;
-    v.text
+    v.value()
         .parse()
-        .map_err(|_| Fail::new(v.start, what, &v.text))
+        .map_err(|_| Fail::new(v.start, what, &v.value()))
 }
 
 /// A flag option (no value).
 fn flag(o: &OptView<'_, '_>) -> Result<(), Fail> {
     match o.values.first() {
         None => Ok(()),
-        Some(v) => Err(Fail::new(v.start, "an option or `-j TARGET`", &v.text)),
+        Some(v) => Err(Fail::new(v.start, "an option or `-j TARGET`", &v.value())),
     }
 }
 
@@ -256,7 +256,7 @@ fn typed<'a>(
                 let v = o.one("a port list")?;
                 let raw = v.borrowed()?;
                 if !values::is_port_list(raw) {
-                    return Err(Fail::new(v.start, "a port list", &v.text));
+                    return Err(Fail::new(v.start, "a port list", &v.value()));
                 }
                 Module::Multiport {
                     kind,

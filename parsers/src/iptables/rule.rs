@@ -118,16 +118,16 @@ fn value_of<'t, 'a>(
     let opt = &toks[i];
     match toks.get(i + 1) {
         Some(v) if !v.is_option() && !v.is_bang() => Ok(v),
-        Some(v) => Err(Fail::new(v.start, what, &v.text)),
+        Some(v) => Err(Fail::new(v.start, what, &v.value())),
         None => Err(Fail::new(opt.end, what, "")),
     }
 }
 
 /// `counter = 1*DIGIT`
 fn counter(t: &Tok<'_>) -> Result<u64, Fail> {
-    t.text
+    t.value()
         .parse()
-        .map_err(|_| Fail::new(t.start, "a counter", &t.text))
+        .map_err(|_| Fail::new(t.start, "a counter", &t.value()))
 }
 
 /// Parses the specification `line[from..]` (see the module doc for the grammar).
@@ -183,7 +183,7 @@ pub(crate) fn parse_spec<'a>(
                 i += 1;
                 continue;
             }
-            return Err(Fail::new(tok.start, "an option", &tok.text));
+            return Err(Fail::new(tok.start, "an option", &tok.value()));
         }
         let negated = neg.take().is_some();
         let opt = tok.borrowed()?;
@@ -198,7 +198,7 @@ pub(crate) fn parse_spec<'a>(
             "-s" | "--source" | "--src" | "-d" | "--destination" | "--dst" => {
                 let v = value_of(toks, i, "an address[/mask]")?;
                 let spec = values::addr_spec(v.borrowed()?)
-                    .ok_or_else(|| Fail::new(v.start, "an address[/mask]", &v.text))?;
+                    .ok_or_else(|| Fail::new(v.start, "an address[/mask]", &v.value()))?;
                 first_addr.get_or_insert(spec.addr.is_ipv6());
                 let n = Neg {
                     negated,

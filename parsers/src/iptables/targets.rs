@@ -87,10 +87,10 @@ fn mark_op(opts: &[OptView<'_, '_>]) -> Result<Option<MarkOp>, Fail> {
         return Ok(None);
     }
     let v = o.one("a mark value")?;
-    let bad = || Fail::new(v.start, "a mark value", &v.text);
+    let bad = || Fail::new(v.start, "a mark value", &v.value());
     let op = match o.name {
         "set-xmark" | "set-mark" => {
-            let m = values::mark_value(&v.text).ok_or_else(bad)?;
+            let m = values::mark_value(&v.value()).ok_or_else(bad)?;
             let mask = m.mask.unwrap_or(u32::MAX);
             if o.name == "set-xmark" {
                 MarkOp::SetXmark {
@@ -104,9 +104,9 @@ fn mark_op(opts: &[OptView<'_, '_>]) -> Result<Option<MarkOp>, Fail> {
                 }
             }
         }
-        "or-mark" => MarkOp::Or(values::number(&v.text).ok_or_else(bad)?),
-        "xor-mark" => MarkOp::Xor(values::number(&v.text).ok_or_else(bad)?),
-        "and-mark" => MarkOp::And(values::number(&v.text).ok_or_else(bad)?),
+        "or-mark" => MarkOp::Or(values::number(&v.value()).ok_or_else(bad)?),
+        "xor-mark" => MarkOp::Xor(values::number(&v.value()).ok_or_else(bad)?),
+        "and-mark" => MarkOp::And(values::number(&v.value()).ok_or_else(bad)?),
         _ => return Ok(None),
     };
     Ok(Some(op))
@@ -128,7 +128,7 @@ pub(crate) fn build_target<'a>(
             (Some(t), _) => Err(Fail::new(
                 t.start,
                 "an option or end of rule after `-g CHAIN`",
-                &t.text,
+                &t.value(),
             )),
             (None, Some(o)) => Err(Fail::new(o.at, "end of rule after `-g CHAIN`", o.name)),
             (None, None) => Ok(Target::Goto(name)),
@@ -193,8 +193,9 @@ pub(crate) fn build_target<'a>(
                 match o.name {
                     "to-ports" => {
                         let v = o.one("a port or port range")?;
-                        let r = values::nat_ports(&v.text)
-                            .ok_or_else(|| Fail::new(v.start, "a port or port range", &v.text))?;
+                        let r = values::nat_ports(&v.value()).ok_or_else(|| {
+                            Fail::new(v.start, "a port or port range", &v.value())
+                        })?;
                         to_ports = Some(r);
                     }
                     "random" | "random-fully" => {}

@@ -97,6 +97,47 @@ fn prefix_of_mask(mask: IpAddr) -> Option<u8> {
     (bits.checked_shl(ones).unwrap_or(0) == 0 && ones <= width).then_some(ones as u8)
 }
 
+/// An IPv4 address in dotted-quad form, exactly as `Ipv4Addr::from_str` reads it (four decimal
+/// octets of one to three digits, no leading zeros, each at most 255) but without its general
+/// parser machinery: addresses are in most rules of a large dump.
+pub(crate) fn ipv4(s: &str) -> Option<Ipv4Addr> {
+    let b = s.as_bytes();
+    let mut octets = [0u8; 4];
+    let mut i = 0;
+    for (n, octet) in octets.iter_mut().enumerate() {
+        if n > 0 {
+            if b.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let start = i;
+        let mut v: u32 = 0;
+        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v * 10 + u32::from(d - b'0');
+            i += 1;
+            if i - start > 3 {
+                return None;
+            }
+        }
+        let digits = i - start;
+        if digits == 0 || v > 255 || (digits > 1 && b[start] == b'0') {
+            return None;
+        }
+        *octet = v as u8;
+    }
+    (i == b.len()).then(|| Ipv4Addr::from(octets))
+}
+
+/// An address: IPv4 (the common case, read by [`ipv4`]) or anything `IpAddr` reads.
+fn ip_addr(s: &str) -> Option<IpAddr> {
+    match ipv4(s) {
+        Some(a) => Some(IpAddr::V4(a)),
+        None if s.contains(':') => s.parse().ok(),
+        None => None,
+    }
+}
+
 /// `addr = ip [ "/" ( prefixlen | dotted-mask ) ]` — `-s`/`-d` values: `10.0.0.1`, `10.0.0.0/8`,
 /// `10.0.0.0/255.0.0.0`, `fd00::/64`.
 pub(crate) fn addr_spec(word: &str) -> Option<AddrSpec<'_>> {
@@ -104,7 +145,7 @@ pub(crate) fn addr_spec(word: &str) -> Option<AddrSpec<'_>> {
         Some((a, m)) => (a, Some(m)),
         None => (word, None),
     };
-    let addr: IpAddr = ip.parse().ok()?;
+    let addr = ip_addr(ip)?;
     let width: u8 = if addr.is_ipv4() { 32 } else { 128 };
     let (prefix, odd_mask) = match mask {
         None => (width, None),
@@ -116,7 +157,7 @@ pub(crate) fn addr_spec(word: &str) -> Option<AddrSpec<'_>> {
             (p, None)
         }
         Some(m) => {
-            let mask_addr: IpAddr = m.parse().ok()?;
+            let mask_addr = ip_addr(m)?;
             if mask_addr.is_ipv4() != addr.is_ipv4() {
                 return None;
             }
@@ -165,7 +206,7 @@ fn nat_range_v4_port(word: &str) -> Option<NatRange<'_>> {
     if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let (Ok(addr), Ok(port)) = (a.parse::<Ipv4Addr>(), p.parse::<u16>()) else {
+    let (Some(addr), Ok(port)) = (ipv4(a), p.parse::<u16>()) else {
         return None;
     };
     Some(NatRange {
@@ -310,6 +351,54 @@ mod tests {
         assert!(addr_spec("10.0.0.0/33").is_none());
         assert!(addr_spec("10.0.0.0/").is_none());
         assert!(addr_spec("host.example").is_none());
+    }
+
+    #[test]
+    fn ipv4_reads_what_the_standard_parser_reads() {
+        let mut words: Vec<String> = [
+            "0.0.0.0",
+            "10.0.0.1",
+            "255.255.255.255",
+            "256.0.0.1",
+            "01.2.3.4",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4 ",
+            "1.2.3.0004",
+            "1.2.3.400",
+            "a.b.c.d",
+            "",
+            "0.0.0.00",
+            "100.200.250.199",
+            "1.2.3.4/32",
+            "٣.1.2.3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..50_000 {
+            let mut w = String::new();
+            for _ in 0..(x % 16) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                w.push(b"0123456789.."[(x % 12) as usize] as char);
+            }
+            x = x.wrapping_add(0x6d2b_79f5);
+            words.push(w);
+        }
+        for w in &words {
+            assert_eq!(ipv4(w), w.parse::<Ipv4Addr>().ok(), "{w:?}");
+            let any = ip_addr(w);
+            assert_eq!(any, w.parse::<IpAddr>().ok(), "{w:?}");
+        }
+        for w in ["fd00::1", "::", "::ffff:1.2.3.4", "fd00::1:", "1:2"] {
+            assert_eq!(ip_addr(w), w.parse::<IpAddr>().ok(), "{w:?}");
+        }
     }
 
     #[test]

@@ -63,6 +63,24 @@ fn main() {
     report("  graph kept", counting::live() - base);
     let _ = kept;
     drop(g);
+    // What verify holds besides the dump's rules.
+    let base = counting::live();
+    let plan = kproxy::proxier::iptables::expected_service_ports(
+        &scale.state,
+        &scale.config,
+        &scale.facts,
+    );
+    report("  plan kept", counting::live() - base);
+    let base = counting::live();
+    let expected = kproxy::compare::expected::expected_ports(&plan);
+    report("  expected ports kept", counting::live() - base);
+    drop(expected);
+    let (rendered, p) = counting::peak_of(|| {
+        kproxy::proxier::iptables::render_plan(&plan, &scale.facts, Default::default())
+    });
+    report("  render (from the plan)", p);
+    drop(rendered);
+    drop(plan);
     let input = scale.verify_input();
     let (r, p) =
         counting::peak_of(|| verify(&input).map(|r| r.summary.errors + r.summary.warnings));

@@ -82,10 +82,10 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
         let table = ti.name;
         undeclared_jumps(ti, save_form, &mut out);
         let full_dump = BUILTIN_CHAINS.iter().any(|b| is_declared(ti, b));
-        for c in &ti.chains {
+        for (ci, c) in ti.chains.iter().enumerate() {
             let kind = classify(table, c.name);
             if let Some(kind) = kind {
-                unreferenced_and_empty(ti, c, kind, full_dump, &mut out);
+                unreferenced_and_empty(ti, ci, kind, full_dump, &mut out);
             }
             if kind.is_none() && !BUILTIN_CHAINS.contains(&c.name) {
                 unreadable(table, c, &mut out);
@@ -185,17 +185,18 @@ fn undeclared_jumps(ti: &TableRules<'_>, save_form: bool, out: &mut Vec<Anomaly>
 
 fn unreferenced_and_empty(
     ti: &TableRules<'_>,
-    c: &Chain<'_>,
+    ci: usize,
     kind: ChainKind,
     full_dump: bool,
     out: &mut Vec<Anomaly>,
 ) {
+    let Some(c) = ti.chains.get(ci) else { return };
     let (table, chain) = (ti.name, c.name);
     let check = match kind {
         ChainKind::Fixed => full_dump && !NEVER_REFERENCED.contains(&chain),
         _ => true,
     };
-    if check && !ti.is_jump_target(chain) {
+    if check && !ti.is_jumped_to(ci) {
         out.push(anomaly(
             AnomalyKind::UnreferencedChain,
             table,

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     ChainCommandKind, ChainDecl, Counters, Dump, Family, NameHash, ParseOptions, Rule, RuleOp,
-    parse_dump,
+    TargetKind, parse_dump,
 };
 
 pub use canonical::{CanonicalRule, Fingerprint};
@@ -95,64 +95,91 @@ pub struct RuleRef {
     pub rule: u32,
 }
 
-/// Jump/goto target → the rules that jump there, as one array grouped by target (no vector per
-/// target: a large node has 100k targets).
+/// Jump/goto target → the rules that jump there, as one array grouped by target chain (no
+/// vector and no map entry per target: a large node has 100k of them). Targets that are chains of
+/// the table are found through the table's own name index; the few that are not (undeclared
+/// chains) get a small map of their own.
 #[derive(Debug, Default)]
 struct JumpIndex<'a> {
-    /// Target → `(start, len)` in `refs`.
-    targets: HashMap<&'a str, (u32, u32), NameHash>,
-    /// Rules, grouped by target, in chain then rule order within a group.
+    /// Per slot (chain index, then absent targets): where its referrers start in `refs`, with
+    /// one entry more than slots.
+    start: Vec<u32>,
+    /// Targets that are not chains of the table → their slot (from `chains.len()` on).
+    absent: HashMap<&'a str, u32, NameHash>,
+    /// Referring rules, grouped by target, in chain then rule order within a group.
     refs: Vec<RuleRef>,
 }
 
 impl<'a> JumpIndex<'a> {
-    fn new(chains: &[Chain<'a>]) -> Self {
-        // Slot of each target in first-use order, then a counting sort of the jumps by slot.
-        let mut slots: HashMap<&'a str, u32, NameHash> = HashMap::default();
-        let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
-        for (ci, c) in chains.iter().enumerate() {
-            for (ri, r) in c.rules.iter().enumerate() {
-                if let Some(t) = r.rule.jump_target() {
-                    let next = slots.len() as u32;
-                    let slot = *slots.entry(t).or_insert(next);
-                    jumps.push((
-                        slot,
-                        RuleRef {
-                            chain: ci as u32,
-                            rule: ri as u32,
-                        },
-                    ));
-                }
+    fn new(chains: &[Chain<'a>], index: &HashMap<&'a str, usize, NameHash>) -> Self {
+        // The target slot of every jump (in rule order), then a counting sort of the jumps by
+        // slot in a second walk over the rules.
+        let mut absent: HashMap<&'a str, u32, NameHash> = HashMap::default();
+        let mut slots: Vec<u32> = Vec::new();
+        for c in chains {
+            for r in &c.rules {
+                let Some(t) = r.rule.jump_target() else {
+                    continue;
+                };
+                slots.push(match index.get(t) {
+                    Some(&i) => i as u32,
+                    None => {
+                        let next = (chains.len() + absent.len()) as u32;
+                        *absent.entry(t).or_insert(next)
+                    }
+                });
             }
         }
-        let mut start = vec![0u32; slots.len() + 1];
-        for (slot, _) in &jumps {
+        let mut start = vec![0u32; chains.len() + absent.len() + 1];
+        for slot in &slots {
             start[*slot as usize + 1] += 1;
         }
         for i in 1..start.len() {
             start[i] += start[i - 1];
         }
         let mut fill = start.clone();
-        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; jumps.len()];
-        for (slot, r) in jumps {
-            let at = &mut fill[slot as usize];
-            refs[*at as usize] = r;
-            *at += 1;
+        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; slots.len()];
+        let mut next = slots.iter();
+        for (ci, c) in chains.iter().enumerate() {
+            for (ri, r) in c.rules.iter().enumerate() {
+                if !matches!(
+                    r.rule.target_kind(),
+                    Some(TargetKind::Jump | TargetKind::Goto)
+                ) {
+                    continue;
+                }
+                let Some(&slot) = next.next() else { break };
+                let at = &mut fill[slot as usize];
+                refs[*at as usize] = RuleRef {
+                    chain: ci as u32,
+                    rule: ri as u32,
+                };
+                *at += 1;
+            }
         }
-        let targets = slots
-            .into_iter()
-            .map(|(t, slot)| {
-                let s = start[slot as usize];
-                (t, (s, start[slot as usize + 1] - s))
-            })
-            .collect();
-        JumpIndex { targets, refs }
+        JumpIndex {
+            start,
+            absent,
+            refs,
+        }
     }
 
-    fn of(&self, target: &str) -> &[RuleRef] {
-        self.targets.get(target).map_or(&[], |&(s, n)| {
-            self.refs.get(s as usize..(s + n) as usize).unwrap_or(&[])
-        })
+    fn slot(&self, target: &str, index: &HashMap<&'a str, usize, NameHash>) -> Option<usize> {
+        index
+            .get(target)
+            .copied()
+            .or_else(|| self.absent.get(target).map(|&s| s as usize))
+    }
+
+    fn of_slot(&self, slot: usize) -> &[RuleRef] {
+        match (self.start.get(slot), self.start.get(slot + 1)) {
+            (Some(&s), Some(&e)) => self.refs.get(s as usize..e as usize).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    fn of(&self, target: &str, index: &HashMap<&'a str, usize, NameHash>) -> &[RuleRef] {
+        self.slot(target, index).map_or(&[], |s| self.of_slot(s))
     }
 }
 
@@ -203,23 +230,37 @@ impl<'a> TableRules<'a> {
 
     /// Jump/goto target → the rules that jump there, built on first use.
     fn jump_index(&self) -> &JumpIndex<'a> {
-        self.jumps.get_or_init(|| JumpIndex::new(&self.chains))
+        self.jumps
+            .get_or_init(|| JumpIndex::new(&self.chains, &self.index))
     }
 
-    /// Every chain some rule jumps (`-j`) or goes (`-g`) to, in no particular order.
+    /// Every chain some rule jumps (`-j`) or goes (`-g`) to: the table's chains that are jumped
+    /// to, in chain order, then the targets the table does not have.
     pub fn jump_targets(&self) -> impl Iterator<Item = &'a str> + '_ {
-        self.jump_index().targets.keys().copied()
+        let j = self.jump_index();
+        let present = self
+            .chains
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !j.of_slot(*i).is_empty())
+            .map(|(_, c)| c.name);
+        present.chain(j.absent.keys().copied())
     }
 
     /// Whether some rule jumps or goes to chain `name`.
     pub fn is_jump_target(&self, name: &str) -> bool {
-        self.jump_index().targets.contains_key(name)
+        !self.jump_index().of(name, &self.index).is_empty()
+    }
+
+    /// Whether some rule jumps or goes to the chain at index `chain`.
+    pub fn is_jumped_to(&self, chain: usize) -> bool {
+        !self.jump_index().of_slot(chain).is_empty()
     }
 
     /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
     pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
         self.jump_index()
-            .of(name)
+            .of(name, &self.index)
             .iter()
             .filter_map(|r| self.at(*r))
     }
@@ -315,6 +356,8 @@ impl<'a> Ruleset<'a> {
                 continue;
             };
             table.committed &= t.committed;
+            table.chains.reserve(t.chains.len());
+            table.index.reserve(t.chains.len());
             for d in &t.chains {
                 table.declare(d);
             }

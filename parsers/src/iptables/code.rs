@@ -8,13 +8,15 @@
 //! Layout of one rule (integers are fixed-width little-endian, so reading one is a load):
 //!
 //! ```text
-//! code    = flags:u8 matches-at options-at counters-at [ target ] match-count:u32 { match }
+//! code    = flags:u8 matches-at options-at counters-at [ target ] match-count:N { match }
 //!           { option } [ packets bytes ]
 //! match   = tag:u8 length:u8 [ length:u16 when the u8 is 255 ] payload   ; skippable
 //! flags   = bit 0: counters present, bit 1: target present, bit 2: wide offsets,
 //!           bit 3: unconditional (see Rule::is_unconditional)
 //! *-at    = u8 byte offsets into the code (u16 with wide offsets)
-//! string  = offset:u16 length:u16  ; into Rule::raw (u32 each when the rule text is ≥ 64 KiB)
+//! string  = offset:N length:N      ; into Rule::raw
+//! N       = the width the rule text's length needs: u8 (up to 255 bytes, most rules), u16, u32
+//! list    = at:u16 count:u8 | at:u32 count:u16 | at:u32 count:u32   ; by the same width
 //! address = 4:u8 4×u8 | 6:u8 16×u8
 //! option  = negated:u8 name:string values:string
 //! packets, bytes = LEB128 varints
@@ -116,12 +118,12 @@ impl<'b, 'a> Enc<'b, 'a> {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    /// A string offset or length: u16, or u32 when the rule text is too long for that.
+    /// A string offset or length (or a count): as wide as the rule text's length needs.
     fn offset(&mut self, v: usize) {
-        if wide_text(self.raw) {
-            self.u32(u32::try_from(v).unwrap_or(u32::MAX));
-        } else {
-            self.u16(u16::try_from(v).unwrap_or(u16::MAX));
+        match text_width(self.raw) {
+            1 => self.u8(u8::try_from(v).unwrap_or(u8::MAX)),
+            2 => self.u16(u16::try_from(v).unwrap_or(u16::MAX)),
+            _ => self.u32(u32::try_from(v).unwrap_or(u32::MAX)),
         }
     }
 
@@ -193,8 +195,12 @@ impl<'b, 'a> Enc<'b, 'a> {
     }
 
     fn list(&mut self, l: OptList) {
-        self.u32(l.at);
-        self.u32(l.len);
+        if text_width(self.raw) == 1 {
+            self.u16(u16::try_from(l.at).unwrap_or(u16::MAX));
+        } else {
+            self.u32(l.at);
+        }
+        self.offset(l.len as usize);
     }
 
     fn addr(&mut self, n: &Neg<AddrSpec<'_>>) {
@@ -536,14 +542,20 @@ impl<'b, 'a> Enc<'b, 'a> {
     }
 }
 
-/// Whether string offsets of a rule with text `raw` take four bytes instead of two.
+/// How many bytes string offsets, lengths and counts of a rule with text `raw` take.
 #[inline]
-fn wide_text(raw: &str) -> bool {
-    raw.len() > usize::from(u16::MAX)
+fn text_width(raw: &str) -> u8 {
+    match raw.len() {
+        0..=255 => 1,
+        256..=65_535 => 2,
+        _ => 4,
+    }
 }
 
 /// Assembles a rule's code from its parts (each already encoded against the same `raw`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble(
+    raw: &str,
     counters: Option<Counters>,
     target: &[u8],
     has_target: bool,
@@ -552,8 +564,9 @@ pub(crate) fn assemble(
     options: &[u8],
     unconditional: bool,
 ) -> Box<[u8]> {
-    let count = u32::try_from(match_count).unwrap_or(u32::MAX).to_le_bytes();
-    let count = &count[..];
+    let width = usize::from(text_width(raw));
+    let count_bytes = u32::try_from(match_count).unwrap_or(u32::MAX).to_le_bytes();
+    let count = &count_bytes[..width];
     let mut tail = [0u8; 20];
     let tail = match counters {
         Some(c) => {
@@ -667,10 +680,10 @@ impl<'r, 'a> Dec<'r, 'a> {
 
     #[inline]
     fn offset(&mut self) -> usize {
-        if wide_text(self.raw) {
-            self.u32() as usize
-        } else {
-            usize::from(self.u16())
+        match text_width(self.raw) {
+            1 => usize::from(self.u8()),
+            2 => usize::from(self.u16()),
+            _ => self.u32() as usize,
         }
     }
 
@@ -730,9 +743,14 @@ impl<'r, 'a> Dec<'r, 'a> {
     }
 
     fn list(&mut self) -> OptList {
+        let at = if text_width(self.raw) == 1 {
+            u32::from(self.u16())
+        } else {
+            self.u32()
+        };
         OptList {
-            at: self.u32(),
-            len: self.u32(),
+            at,
+            len: self.offset() as u32,
         }
     }
 
@@ -1128,7 +1146,7 @@ pub(crate) fn matches<'r, 'a>(raw: &'a str, code: &'r [u8]) -> Matches<'r, 'a> {
         pos: l.matches,
     };
     // Every record takes a byte at least: a count beyond the code's end is not a valid encoding.
-    let left = d.u32().min(code.len().saturating_sub(d.pos) as u32);
+    let left = (d.offset() as u32).min(code.len().saturating_sub(d.pos) as u32);
     Matches {
         raw,
         code,

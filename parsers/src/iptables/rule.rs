@@ -403,6 +403,7 @@ pub(crate) fn parse_spec<'a>(
         _ => false,
     });
     let code = assemble(
+        raw,
         prefix.or(counters),
         target_code,
         target.is_some(),

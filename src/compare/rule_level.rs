@@ -6,16 +6,36 @@
 //! (compared as multisets), `--random-fully` (iptables version), `-m nfacct` matches and the
 //! localhost NodePort rule that depends on them (kernel support), the INVALID drop rule (sysctl),
 //! and mark formatting (canonical form).
+//!
+//! The comparison runs on 128-bit keys ([`Fingerprint`]s of the canonical text without what
+//! varies): [`ExpectedRules`] reads the render as it is produced and keeps one key per rule, never
+//! the render's text, and each dump chain's keys are computed from the model. Only chains whose
+//! keys differ are looked at rule by rule; for those the render runs again and keeps the texts of
+//! just those chains (a drifted node has a few; a clean one none).
 
 use super::catalogue as cat;
 use super::finding::Finding;
 use super::graph_level::Explained;
 use crate::graph::names::{NameResolver, parse_comment};
 use crate::graph::ownership::service_chain;
-use crate::model::{RuleEntry, Ruleset};
-use kproxy_parsers::iptables::{Family, Match, Module, Target};
-use std::borrow::Cow;
+use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
+use crate::model::{Fingerprint, Ruleset};
+use crate::proxier::iptables::{NODEPORTS_TAIL_COMMENT, RenderChunk};
+use kproxy_parsers::ParseError;
+use kproxy_parsers::iptables::{
+    Family, Match, Module, NameHash, Rule, Target, TargetKind, for_each_rule,
+};
 use std::collections::HashMap;
+
+/// Runs a render, handing its chunks to the sink (see
+/// [`crate::proxier::iptables::render_plan_chunks`]).
+pub type RenderFn<'f> = dyn Fn(&mut dyn FnMut(RenderChunk<'_>)) + Sync + 'f;
+
+/// What the comparison leaves out of every key.
+const OMIT: Omit = Omit {
+    nfacct: true,
+    masquerade_random_fully: true,
+};
 
 /// Chains whose rules kube-proxy writes in an order that matters.
 fn is_ordered(table: &str, chain: &str) -> bool {
@@ -35,65 +55,47 @@ fn skipped_chain(chain: &str) -> bool {
     crate::model::BUILTIN_CHAINS.contains(&chain) || chain == "KUBE-PROXY-CANARY"
 }
 
-/// A rule's comparison key: the canonical text without what legitimately varies; `None` for rules
-/// that are optional (present or not depending on kernel features). Borrows the canonical text
-/// when nothing is dropped from it (the common case: no allocation per rule).
-fn key<'r>(table: &str, chain: &str, r: &'r RuleEntry<'_>, family: Family) -> Option<Cow<'r, str>> {
-    let has_nfacct = r
-        .matches()
-        .any(|m| matches!(m, Match::Module(Module::Nfacct(_))));
-    if table == "nat" && chain == "KUBE-NODEPORTS" && has_nfacct {
-        return None; // localhost NodePort rule: only with the nfacct counter
+/// Whether a rule is optional: present or not depending on kernel features (then it has no key).
+fn optional(table: &str, chain: &str, r: &Rule<'_>) -> bool {
+    let has_nfacct = || {
+        r.matches()
+            .any(|m| matches!(m, Match::Module(Module::Nfacct(_))))
+    };
+    if table == "nat" && chain == "KUBE-NODEPORTS" && has_nfacct() {
+        return true; // localhost NodePort rule: only with the nfacct counter
     }
-    if table == "filter" && chain == "KUBE-FORWARD" && matches!(r.target(), Some(Target::Drop)) {
-        let invalid = r.matches().any(|m| {
+    table == "filter"
+        && chain == "KUBE-FORWARD"
+        && r.target_kind() == Some(TargetKind::Drop)
+        && r.matches().any(|m| {
             matches!(m, Match::Module(Module::Conntrack { ctstate: Some(s), .. }) if s.value.contains("INVALID"))
-        });
-        if invalid {
-            return None; // INVALID drop: depends on nf_conntrack_tcp_be_liberal
-        }
-    }
-    let canonical = r.canonical(family).into_string();
-    let canonical = canonical.as_str();
-    let masquerade = matches!(r.target(), Some(Target::Masquerade { .. }));
-    // Splitting on ' ' and joining again is the identity, so without the words dropped below the
-    // key is the canonical text itself.
-    let drops_nfacct = canonical.contains("-m nfacct");
-    let drops_random_fully = masquerade && canonical.contains("--random-fully");
-    if !drops_nfacct && !drops_random_fully {
-        return Some(Cow::Owned(canonical.to_string()));
-    }
-    let words: Vec<&str> = canonical.split(' ').collect();
-    let mut kept: Vec<&str> = Vec::with_capacity(words.len());
-    let mut i = 0;
-    while let Some(w) = words.get(i) {
-        if *w == "-m" && words.get(i + 1) == Some(&"nfacct") {
-            // `-m nfacct --nfacct-name [ ]NAME` (iptables-save prints two spaces before NAME).
-            i += 3;
-            while words.get(i) == Some(&"") {
-                i += 1;
-            }
-            i += 1;
-            continue;
-        }
-        if *w == "--random-fully" && masquerade {
-            i += 1;
-            continue;
-        }
-        kept.push(w);
-        i += 1;
-    }
-    Some(Cow::Owned(kept.join(" ")))
+        })
+}
+
+/// A rule's comparison key: the fingerprint of its canonical text without what legitimately
+/// varies; `None` for optional rules.
+fn key(
+    table: &str,
+    chain: &str,
+    r: &Rule<'_>,
+    family: Family,
+    buf: &mut String,
+) -> Option<Fingerprint> {
+    (!optional(table, chain, r)).then(|| Fingerprint::omitting(r, family, OMIT, buf))
+}
+
+/// Whether the rule is the nat `KUBE-SERVICES` → `KUBE-NODEPORTS` tail rule.
+fn is_tail(r: &Rule<'_>) -> bool {
+    r.comment()
+        .is_some_and(|c| c.value().contains(NODEPORTS_TAIL_COMMENT))
 }
 
 /// The service port a rule belongs to: its comment, its own chain's hash, or its jump target's hash.
-fn owner(r: &RuleEntry<'_>, chain: &str, names: &NameResolver) -> Option<String> {
-    let comment = r.matches().find_map(|m| match m {
-        Match::Module(Module::Comment(c)) => Some(c.value()),
-        _ => None,
-    });
-    if let Some(c) = comment.as_deref().and_then(parse_comment) {
-        return Some(c.name.to_string());
+fn owner(r: &Rule<'_>, chain: &str, names: &NameResolver) -> Option<String> {
+    if let Some(c) = r.comment()
+        && let Some(sc) = parse_comment(&c.value())
+    {
+        return Some(sc.name.to_string());
     }
     let by_hash = |c: &str| {
         service_chain(c)
@@ -106,212 +108,450 @@ fn owner(r: &RuleEntry<'_>, chain: &str, names: &NameResolver) -> Option<String>
     })
 }
 
-fn explained(r: &RuleEntry<'_>, chain: &str, names: &NameResolver, ex: &Explained) -> bool {
-    if ex.chains.contains(chain) {
-        return true;
-    }
-    if let Some(Target::Jump(t) | Target::Goto(t)) = r.target()
-        && ex.chains.contains(t)
-    {
-        return true;
-    }
-    owner(r, chain, names).is_some_and(|s| ex.services.contains(&s))
+/// The keys of one chain of the render, in rule order.
+#[derive(Debug, Default)]
+struct ExpectedChain {
+    /// Position among the table's chain declarations, when declared.
+    declared: Option<usize>,
+    /// Position among the chains rules were first written to.
+    first_use: Option<usize>,
+    keys: Vec<Option<Fingerprint>>,
 }
 
-fn rule_line(chain: &str, r: &RuleEntry<'_>, family: Family) -> String {
-    format!("-A {chain} {}", r.canonical(family))
+/// One table of the render.
+#[derive(Debug, Default)]
+struct ExpectedTable {
+    name: &'static str,
+    chains: Vec<(String, ExpectedChain)>,
+    index: HashMap<String, usize, NameHash>,
+    declarations: usize,
+    uses: usize,
 }
 
-/// Compares every chain of `expected` (the render) with `actual` (the dump).
-pub fn compare(
-    expected: &Ruleset<'_>,
+impl ExpectedTable {
+    fn chain(&mut self, name: &str) -> &mut ExpectedChain {
+        let i = match self.index.get(name) {
+            Some(&i) => i,
+            None => {
+                self.chains
+                    .push((name.to_string(), ExpectedChain::default()));
+                self.index.insert(name.to_string(), self.chains.len() - 1);
+                self.chains.len() - 1
+            }
+        };
+        &mut self.chains[i].1
+    }
+
+    /// The chains in the order a ruleset of the render would hold them: declared chains in
+    /// declaration order, then chains only written to, in first-use order.
+    fn in_order(&self) -> Vec<(&str, &ExpectedChain)> {
+        let mut v: Vec<(&str, &ExpectedChain)> =
+            self.chains.iter().map(|(n, c)| (n.as_str(), c)).collect();
+        v.sort_by_key(|(_, c)| (c.declared.is_none(), c.declared, c.first_use));
+        v
+    }
+}
+
+/// What kube-proxy's render implies for the rule level: each chain's rule keys, read from the
+/// render as it is produced (none of its text is kept).
+#[derive(Debug, Default)]
+pub struct ExpectedRules {
+    tables: Vec<ExpectedTable>,
+}
+
+impl ExpectedRules {
+    /// Runs `render` (the render of `family`) and keeps each rule's comparison key.
+    pub fn build(render: &RenderFn<'_>, family: Family) -> Result<ExpectedRules, ParseError> {
+        let mut rules = ExpectedRules { tables: Vec::new() };
+        let mut failed = None;
+        let mut buf = String::new();
+        render(&mut |chunk: RenderChunk<'_>| {
+            if failed.is_some() {
+                return;
+            }
+            let t = rules.table(chunk.table);
+            if chunk.declarations {
+                for line in chunk.text.lines() {
+                    let name = line
+                        .strip_prefix(':')
+                        .and_then(|l| l.split(' ').next())
+                        .unwrap_or(line);
+                    let n = t.declarations;
+                    let c = t.chain(name);
+                    if c.declared.is_none() {
+                        c.declared = Some(n);
+                        t.declarations = n + 1;
+                    }
+                }
+                return;
+            }
+            let table = t.name;
+            let parsed = for_each_rule(chunk.text, |r| {
+                let k = key(table, r.chain, &r, family, &mut buf);
+                let n = t.uses;
+                let c = t.chain(r.chain);
+                let first = c.first_use.is_none();
+                if first {
+                    c.first_use = Some(n);
+                }
+                c.keys.push(k);
+                if first {
+                    t.uses = n + 1;
+                }
+            });
+            if let Err(e) = parsed {
+                failed = Some(e);
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(rules),
+        }
+    }
+
+    fn table(&mut self, name: &'static str) -> &mut ExpectedTable {
+        let i = match self.tables.iter().position(|t| t.name == name) {
+            Some(i) => i,
+            None => {
+                self.tables.push(ExpectedTable {
+                    name,
+                    ..ExpectedTable::default()
+                });
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[i]
+    }
+}
+
+/// One rule as the detailed comparison reads it.
+#[derive(Debug, Clone)]
+struct RuleView {
+    key: Option<Fingerprint>,
+    /// The key's text (canonical without what varies), for order messages.
+    key_text: Option<String>,
+    /// `-A CHAIN <canonical>`.
+    line: String,
+    owner: Option<String>,
+    jump: Option<String>,
+}
+
+impl RuleView {
+    fn of(table: &str, chain: &str, r: &Rule<'_>, family: Family, names: &NameResolver) -> Self {
+        let key_text = (!optional(table, chain, r)).then(|| {
+            let mut t = String::new();
+            write_rule_omitting(&mut t, r, family, OMIT);
+            t
+        });
+        let mut canonical = String::new();
+        write_rule(&mut canonical, r, family);
+        RuleView {
+            key: key_text.as_deref().map(Fingerprint::of_text),
+            key_text,
+            line: format!("-A {chain} {canonical}"),
+            owner: owner(r, chain, names),
+            jump: r.jump_target().map(str::to_string),
+        }
+    }
+
+    fn explained(&self, chain: &str, ex: &Explained) -> bool {
+        ex.chains.contains(chain)
+            || self.jump.as_ref().is_some_and(|t| ex.chains.contains(t))
+            || self.owner.as_ref().is_some_and(|s| ex.services.contains(s))
+    }
+}
+
+/// How one chain of the render compares with the dump, before the graph level has said what it
+/// explains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// The dump has no such table (reported node-wide as KP011).
+    TableMissing,
+    /// The dump lacks the chain; the render has this many rules in it.
+    ChainMissing(usize),
+    /// The same keys in the same order.
+    Same,
+    /// The keys differ: looked at rule by rule.
+    Differs,
+}
+
+/// The keys of every chain of the render compared with the dump's: which chains are the same,
+/// missing or different. The costly part of the rule level (a key for each of the dump's rules),
+/// independent of the graph level, so it runs while the graph is built.
+#[derive(Debug, Default)]
+pub struct Screen {
+    chains: Vec<(&'static str, String, Status)>,
+}
+
+/// Compares the keys of every chain of `expected` (the render) with `actual` (the dump).
+pub fn screen(expected: &ExpectedRules, actual: &Ruleset<'_>) -> Screen {
+    let mut buf = String::new();
+    let mut chains = Vec::new();
+    for et in &expected.tables {
+        let at = actual.table(et.name);
+        for (chain, ec) in et.in_order() {
+            if skipped_chain(chain) {
+                continue;
+            }
+            let status = match (at, at.and_then(|t| t.chain(chain))) {
+                (None, _) => Status::TableMissing,
+                (Some(_), None) => Status::ChainMissing(ec.keys.len()),
+                (Some(_), Some(ac)) => {
+                    let same =
+                        ec.keys.len() == ac.rules.len()
+                            && ec.keys.iter().zip(&ac.rules).all(|(w, r)| {
+                                *w == key(et.name, chain, r, actual.family, &mut buf)
+                            });
+                    if same { Status::Same } else { Status::Differs }
+                }
+            };
+            chains.push((et.name, chain.to_string(), status));
+        }
+    }
+    Screen { chains }
+}
+
+/// The findings of the rule level: `screen` says which chains differ; those are looked at rule
+/// by rule, the render's side re-read through `render` (the render of `family`).
+pub fn findings(
+    screen: &Screen,
+    family: Family,
+    render: &RenderFn<'_>,
     actual: &Ruleset<'_>,
     names: &NameResolver,
     ex: &Explained,
-) -> Vec<Finding> {
+) -> Result<Vec<Finding>, ParseError> {
     let mut out = Vec::new();
-    for et in &expected.tables {
-        let at = actual.table(et.name);
-        for ec in &et.chains {
-            if skipped_chain(ec.name) {
-                continue;
-            }
-            let table_chain = format!("{} {}", et.name, ec.name);
-            let Some(ac) = at.and_then(|t| t.chain(ec.name)) else {
-                if at.is_none() || ex.chains.contains(ec.name) {
-                    continue; // table missing is KP011; explained chains are reported already
+    let mut differing: Vec<(&'static str, String)> = Vec::new();
+    for (table, chain, status) in &screen.chains {
+        let (table, chain) = (*table, chain.as_str());
+        let table_chain = format!("{table} {chain}");
+        match *status {
+            Status::TableMissing => {}
+            Status::ChainMissing(n) => {
+                if ex.chains.contains(chain) {
+                    continue; // explained chains are reported already
                 }
-                let svc = service_chain(ec.name)
+                let svc = service_chain(chain)
                     .and_then(|(_, h)| names.resolve(h))
                     .map(|(n, _)| n.to_string());
                 if svc.as_ref().is_some_and(|s| ex.services.contains(s)) {
                     continue;
                 }
                 let mut f = cat::CHAIN_MISSING
-                    .finding(format!(
-                        "{table_chain} is missing ({} rule(s) expected)",
-                        ec.rules.len()
-                    ))
+                    .finding(format!("{table_chain} is missing ({n} rule(s) expected)"))
                     .chain(table_chain.clone())
-                    .expected(format!(":{} with {} rule(s)", ec.name, ec.rules.len()))
+                    .expected(format!(":{chain} with {n} rule(s)"))
                     .actual("no such chain");
                 if let Some(s) = svc {
                     f = f.service(s);
                 }
                 out.push(f);
-                continue;
-            };
-            let want: Vec<(Option<Cow<'_, str>>, &RuleEntry<'_>)> = ec
-                .rules
-                .iter()
-                .map(|r| (key(et.name, ec.name, r, expected.family), r))
-                .collect();
-            let got: Vec<(Option<Cow<'_, str>>, &RuleEntry<'_>)> = ac
-                .rules
-                .iter()
-                .map(|r| (key(et.name, ec.name, r, actual.family), r))
-                .collect();
-            // The common case: the very same keys in the same order — nothing missing or extra.
-            let same =
-                want.len() == got.len() && want.iter().zip(&got).all(|((w, _), (g, _))| w == g);
-            if same {
+            }
+            Status::Same => {
                 // Same order: only the unordered chains' NodePort-tail check can still report.
-                if !is_ordered(et.name, ec.name) && !ex.chains.contains(ec.name) {
-                    order(et.name, ec.name, &want, &got, &table_chain, &mut out);
-                }
-                continue;
-            }
-            let mut counts: HashMap<&str, isize> = HashMap::new();
-            for (k, _) in &want {
-                if let Some(k) = k {
-                    *counts.entry(k.as_ref()).or_default() += 1;
-                }
-            }
-            for (k, _) in &got {
-                if let Some(k) = k {
-                    *counts.entry(k.as_ref()).or_default() -= 1;
-                }
-            }
-            let mut missing: Vec<&RuleEntry<'_>> = Vec::new();
-            let mut budget = counts.clone();
-            for (k, r) in &want {
-                if let Some(k) = k
-                    && let Some(n) = budget.get_mut(k.as_ref())
-                    && *n > 0
+                if !is_ordered(table, chain)
+                    && !ex.chains.contains(chain)
+                    && let Some(ac) = actual.chain(table, chain)
                 {
-                    *n -= 1;
-                    missing.push(r);
+                    tail_last(table, chain, ac, &table_chain, &mut out);
                 }
             }
-            let mut extra: Vec<&RuleEntry<'_>> = Vec::new();
-            let mut budget = counts;
-            for (k, r) in &got {
-                if let Some(k) = k
-                    && let Some(n) = budget.get_mut(k.as_ref())
-                    && *n < 0
-                {
-                    *n += 1;
-                    extra.push(r);
-                }
-            }
-            missing.retain(|r| !explained(r, ec.name, names, ex));
-            extra.retain(|r| !explained(r, ec.name, names, ex));
-            // Pairs of one missing and one extra rule of the same owner: a changed rule.
-            let mut changed: Vec<(&RuleEntry<'_>, &RuleEntry<'_>)> = Vec::new();
-            if is_ordered(et.name, ec.name) && missing.len() == extra.len() {
-                changed = missing.iter().copied().zip(extra.iter().copied()).collect();
-                missing.clear();
-                extra.clear();
-            }
-            for (w, g) in changed {
-                let mut f = cat::RULE_CHANGED
-                    .finding(format!(
-                        "a rule of {table_chain} differs from what kube-proxy writes"
-                    ))
-                    .chain(table_chain.clone())
-                    .expected(rule_line(ec.name, w, expected.family))
-                    .actual(rule_line(ec.name, g, actual.family));
-                if let Some(s) = owner(w, ec.name, names) {
-                    f = f.service(s);
-                }
-                out.push(f);
-            }
-            for r in missing {
-                let mut f = cat::RULE_MISSING
-                    .finding(format!("{table_chain} lacks a rule kube-proxy writes"))
-                    .chain(table_chain.clone())
-                    .expected(rule_line(ec.name, r, expected.family))
-                    .actual("no such rule");
-                if let Some(s) = owner(r, ec.name, names) {
-                    f = f.service(s);
-                }
-                out.push(f);
-            }
-            for r in extra {
-                let mut f = cat::RULE_EXTRA
-                    .finding(format!(
-                        "{table_chain} holds a rule kube-proxy does not write"
-                    ))
-                    .chain(table_chain.clone())
-                    .expected("no such rule")
-                    .actual(rule_line(ec.name, r, actual.family));
-                if let Some(s) = owner(r, ec.name, names) {
-                    f = f.service(s);
-                }
-                out.push(f);
-            }
-            if ex.chains.contains(ec.name) {
-                continue;
-            }
-            order(et.name, ec.name, &want, &got, &table_chain, &mut out);
+            Status::Differs => differing.push((table, chain.to_string())),
         }
     }
-    out
+    if differing.is_empty() {
+        return Ok(out);
+    }
+    let wanted = expected_views(render, family, &differing, names)?;
+    for ((table, chain), want) in differing.iter().zip(&wanted) {
+        let Some(ac) = actual.chain(table, chain) else {
+            continue;
+        };
+        let got: Vec<RuleView> = ac
+            .rules
+            .iter()
+            .map(|r| RuleView::of(table, chain, r, actual.family, names))
+            .collect();
+        chain_details(table, chain, want, &got, ex, &mut out);
+        if !ex.chains.contains(chain.as_str()) && !is_ordered(table, chain) {
+            tail_last(table, chain, ac, &format!("{table} {chain}"), &mut out);
+        }
+    }
+    Ok(out)
 }
 
-/// KP904: same rules, different order (ordered chains), or the nodeport tail rule not last.
-fn order(
+/// The rules of the `chains` of the render, rule by rule (the render runs again), in the order
+/// of `chains`.
+fn expected_views(
+    render: &RenderFn<'_>,
+    family: Family,
+    chains: &[(&'static str, String)],
+    names: &NameResolver,
+) -> Result<Vec<Vec<RuleView>>, ParseError> {
+    let mut wanted: HashMap<&'static str, HashMap<&str, usize, NameHash>> = HashMap::new();
+    for (i, (t, c)) in chains.iter().enumerate() {
+        wanted.entry(t).or_default().insert(c.as_str(), i);
+    }
+    let mut views: Vec<Vec<RuleView>> = vec![Vec::new(); chains.len()];
+    let mut failed = None;
+    render(&mut |chunk: RenderChunk<'_>| {
+        if chunk.declarations || failed.is_some() {
+            return;
+        }
+        let Some(table) = wanted.get(chunk.table) else {
+            return;
+        };
+        let parsed = for_each_rule(chunk.text, |r| {
+            if let Some(v) = table.get(r.chain).and_then(|&i| views.get_mut(i)) {
+                v.push(RuleView::of(chunk.table, r.chain, &r, family, names));
+            }
+        });
+        if let Err(e) = parsed {
+            failed = Some(e);
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(views),
+    }
+}
+
+/// Missing, extra, changed and reordered rules of one chain whose keys differ.
+fn chain_details(
     table: &str,
     chain: &str,
-    want: &[(Option<Cow<'_, str>>, &RuleEntry<'_>)],
-    got: &[(Option<Cow<'_, str>>, &RuleEntry<'_>)],
+    want: &[RuleView],
+    got: &[RuleView],
+    ex: &Explained,
+    out: &mut Vec<Finding>,
+) {
+    let table_chain = format!("{table} {chain}");
+    let mut counts: HashMap<Fingerprint, isize> = HashMap::new();
+    for k in want.iter().filter_map(|r| r.key) {
+        *counts.entry(k).or_default() += 1;
+    }
+    for k in got.iter().filter_map(|r| r.key) {
+        *counts.entry(k).or_default() -= 1;
+    }
+    let mut missing: Vec<&RuleView> = Vec::new();
+    let mut budget = counts.clone();
+    for r in want {
+        if let Some(n) = r.key.and_then(|k| budget.get_mut(&k))
+            && *n > 0
+        {
+            *n -= 1;
+            missing.push(r);
+        }
+    }
+    let mut extra: Vec<&RuleView> = Vec::new();
+    let mut budget = counts;
+    for r in got {
+        if let Some(n) = r.key.and_then(|k| budget.get_mut(&k))
+            && *n < 0
+        {
+            *n += 1;
+            extra.push(r);
+        }
+    }
+    missing.retain(|r| !r.explained(chain, ex));
+    extra.retain(|r| !r.explained(chain, ex));
+    // Pairs of one missing and one extra rule of the same owner: a changed rule.
+    let mut changed: Vec<(&RuleView, &RuleView)> = Vec::new();
+    if is_ordered(table, chain) && missing.len() == extra.len() {
+        changed = missing.iter().copied().zip(extra.iter().copied()).collect();
+        missing.clear();
+        extra.clear();
+    }
+    for (w, g) in changed {
+        let mut f = cat::RULE_CHANGED
+            .finding(format!(
+                "a rule of {table_chain} differs from what kube-proxy writes"
+            ))
+            .chain(table_chain.clone())
+            .expected(w.line.clone())
+            .actual(g.line.clone());
+        if let Some(s) = &w.owner {
+            f = f.service(s.clone());
+        }
+        out.push(f);
+    }
+    for r in missing {
+        let mut f = cat::RULE_MISSING
+            .finding(format!("{table_chain} lacks a rule kube-proxy writes"))
+            .chain(table_chain.clone())
+            .expected(r.line.clone())
+            .actual("no such rule");
+        if let Some(s) = &r.owner {
+            f = f.service(s.clone());
+        }
+        out.push(f);
+    }
+    for r in extra {
+        let mut f = cat::RULE_EXTRA
+            .finding(format!(
+                "{table_chain} holds a rule kube-proxy does not write"
+            ))
+            .chain(table_chain.clone())
+            .expected("no such rule")
+            .actual(r.line.clone());
+        if let Some(s) = &r.owner {
+            f = f.service(s.clone());
+        }
+        out.push(f);
+    }
+    if ex.chains.contains(chain) || !is_ordered(table, chain) {
+        return;
+    }
+    // KP904: the same rules in another order.
+    let w: Vec<&str> = want.iter().filter_map(|r| r.key_text.as_deref()).collect();
+    let g: Vec<&str> = got.iter().filter_map(|r| r.key_text.as_deref()).collect();
+    let mut ws = w.clone();
+    let mut gs = g.clone();
+    ws.sort_unstable();
+    gs.sort_unstable();
+    if ws == gs && w != g {
+        out.push(
+            cat::RULE_ORDER
+                .finding(format!(
+                    "{table_chain} holds kube-proxy's rules in another order"
+                ))
+                .chain(table_chain)
+                .expected(w.join(" | "))
+                .actual(g.join(" | ")),
+        );
+    }
+}
+
+/// KP904 for nat `KUBE-SERVICES`: the NodePort tail rule(s) must come after every service rule.
+fn tail_last(
+    table: &str,
+    chain: &str,
+    ac: &crate::model::Chain<'_>,
     table_chain: &str,
     out: &mut Vec<Finding>,
 ) {
-    let w: Vec<&str> = want.iter().filter_map(|(k, _)| k.as_deref()).collect();
-    let g: Vec<&str> = got.iter().filter_map(|(k, _)| k.as_deref()).collect();
-    if is_ordered(table, chain) {
-        let mut ws = w.clone();
-        let mut gs = g.clone();
-        ws.sort_unstable();
-        gs.sort_unstable();
-        if ws == gs && w != g {
-            out.push(
-                cat::RULE_ORDER
-                    .finding(format!(
-                        "{table_chain} holds kube-proxy's rules in another order"
-                    ))
-                    .chain(table_chain.to_string())
-                    .expected(w.join(" | "))
-                    .actual(g.join(" | ")),
-            );
-        }
+    if table != "nat" || chain != "KUBE-SERVICES" {
         return;
     }
-    if table == "nat" && chain == "KUBE-SERVICES" {
-        let tail = |k: &&str| k.contains(crate::proxier::iptables::NODEPORTS_TAIL_COMMENT);
-        let last_non_tail = g.iter().rposition(|k| !tail(k));
-        let first_tail = g.iter().position(tail);
-        if let (Some(l), Some(t)) = (last_non_tail, first_tail)
-            && t < l
-        {
-            out.push(
-                cat::RULE_ORDER
-                    .finding("nat KUBE-SERVICES: the NodePort rule is not the last rule; later service rules are shadowed for local addresses".to_string())
-                    .chain(table_chain.to_string())
-                    .expected("the KUBE-NODEPORTS jump last")
-                    .actual(format!("at position {} of {}", t + 1, g.len())),
-            );
-        }
+    // Optional rules have no key and take no position, as in the comparison itself.
+    let positions: Vec<bool> = ac
+        .rules
+        .iter()
+        .filter(|r| !optional(table, chain, r))
+        .map(|r| is_tail(r))
+        .collect();
+    let last_non_tail = positions.iter().rposition(|t| !t);
+    let first_tail = positions.iter().position(|t| *t);
+    if let (Some(l), Some(t)) = (last_non_tail, first_tail)
+        && t < l
+    {
+        out.push(
+            cat::RULE_ORDER
+                .finding("nat KUBE-SERVICES: the NodePort rule is not the last rule; later service rules are shadowed for local addresses".to_string())
+                .chain(table_chain.to_string())
+                .expected("the KUBE-NODEPORTS jump last")
+                .actual(format!("at position {} of {}", t + 1, positions.len())),
+        );
     }
 }

@@ -10,13 +10,14 @@ use super::report::Report;
 use super::rule_level;
 use crate::graph::{self, GraphOptions, NameResolver};
 use crate::model::Ruleset;
-use crate::proxier::iptables::{self as ipt, RenderOptions};
+use crate::proxier::iptables as ipt;
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
 use crate::state::node::NodeFacts;
 use kproxy_parsers::ParseError;
-use kproxy_parsers::iptables::{ParseOptions, parse_dump};
+use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
+use std::sync::OnceLock;
 
 /// One dump to verify.
 #[derive(Debug, Clone, Copy)]
@@ -182,9 +183,26 @@ struct DumpChecked {
     legacy_tables_present: bool,
 }
 
-/// Node-wide, graph-level and rule-level checks of one dump. What kube-proxy would write is
-/// computed, rendered and re-read on a second thread while this one parses the dump and builds
-/// its graph: the two halves cost about the same.
+/// The dump's model, shared with the render thread: always set before this thread leaves the
+/// scope (to `None` when the dump did not parse, or on a panic), so that thread never waits
+/// forever.
+struct ModelCell<'c, 't>(&'c OnceLock<Option<Ruleset<'t>>>);
+
+impl Drop for ModelCell<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.0.set(None);
+    }
+}
+
+/// Node-wide, graph-level and rule-level checks of one dump, on two threads:
+///
+/// * this one parses the dump, builds its model (handed to the other thread), its graph and the
+///   graph-level findings;
+/// * the other computes what kube-proxy would write, reads the render as it is produced into one
+///   key per rule (the text is never held whole), and compares those keys with the dump's chain
+///   by chain once the model is there ([`rule_level::screen`]).
+///
+/// Then the few chains that differ are looked at rule by rule ([`rule_level::findings`]).
 fn verify_dump(
     input: &VerifyInput<'_>,
     d: &DumpText<'_>,
@@ -202,25 +220,40 @@ fn verify_dump(
     };
     let mut facts = input.facts.clone();
     facts.family = d.family;
-    let plan_cell = std::sync::OnceLock::new();
-    let rendered_cell = std::sync::OnceLock::new();
+    let family = match d.family {
+        IpFamily::V6 => Family::V6,
+        IpFamily::V4 => Family::V4,
+    };
+    let plan_cell = OnceLock::new();
+    let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
+    let render_error = |source: ParseError| VerifyError::Parse {
+        label: format!("render for {}", d.label),
+        source: Box::new(source),
+    };
+    let plan_of =
+        || plan_cell.get_or_init(|| ipt::expected_service_ports(input.state, input.config, &facts));
+    let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
+        let _ = ipt::render_plan_chunks(plan_of(), &facts, sink);
+    };
+    let facts = &facts;
     std::thread::scope(|scope| {
-        let render_job = scope.spawn(|| {
-            let plan = plan_cell
-                .get_or_init(|| ipt::expected_service_ports(input.state, input.config, &facts));
-            let text = rendered_cell.get_or_init(|| {
-                ipt::render_plan(plan, &facts, RenderOptions::default()).to_restore_text()
-            });
-            Ruleset::parse(text, &ParseOptions::strict())
+        let rules_job = scope.spawn(|| {
+            let expected = rule_level::ExpectedRules::build(&render, family)?;
+            let screen = match model_cell.wait() {
+                Some(actual) => rule_level::screen(&expected, actual),
+                None => rule_level::Screen::default(),
+            };
+            Ok::<_, ParseError>(screen)
         });
+        let model_guard = ModelCell(&model_cell);
         let dump = parse(d, &input.parse)?;
         stage("parsed");
-        let plan = plan_cell.wait();
+        let plan = plan_of();
         let expected = expected::expected_ports(plan);
         stage("expected service ports computed");
         let addresses = service_addresses(&expected);
         let cx = NodeContext {
-            mark: mark_value(&facts, input.config),
+            mark: mark_value(facts, input.config),
             mode,
             services: &addresses,
             large_cluster: plan.large_cluster_mode,
@@ -235,11 +268,15 @@ fn verify_dump(
         let resolver =
             NameResolver::from_ports(expected.iter().map(|e| (e.name.as_str(), e.protocol)));
         let dump_facts = graph::DumpFacts::of(&dump);
-        // One ruleset serves the graph and the rule level (canonicalising 400k rules is costly).
-        let actual_rules = Ruleset::from_dump(dump);
+        // One ruleset serves the graph and the rule level (both threads).
+        let _ = model_cell.set(Some(Ruleset::from_dump(dump)));
+        drop(model_guard);
+        let Some(actual_rules) = model_cell.get().and_then(Option::as_ref) else {
+            unreachable!("the model was just set");
+        };
         stage("dump indexed");
         let graph = graph::build_ruleset(
-            &actual_rules,
+            actual_rules,
             &dump_facts,
             &GraphOptions {
                 resolver: resolver.clone(),
@@ -263,21 +300,22 @@ fn verify_dump(
         drop(expected);
         drop(addresses);
 
-        let expected_rules = render_job.join().unwrap_or_else(|panic| {
-            std::panic::resume_unwind(panic);
-        });
-        stage("render joined");
+        let screen = rules_job
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .map_err(render_error)?;
+        stage("rule keys compared");
         if !unreadable && !skeleton {
-            let expected_rules = expected_rules.map_err(|source| VerifyError::Parse {
-                label: format!("render for {}", d.label),
-                source: Box::new(source),
-            })?;
-            findings.extend(rule_level::compare(
-                &expected_rules,
-                &actual_rules,
+            let rule_findings = rule_level::findings(
+                &screen,
+                family,
+                &render,
+                actual_rules,
                 &resolver,
                 &explained,
-            ));
+            )
+            .map_err(render_error)?;
+            findings.extend(rule_findings);
             stage("rule level compared");
         }
         Ok(DumpChecked {

@@ -65,8 +65,10 @@ impl fmt::Display for CanonicalRule {
 /// A rule's identity as 128 bits: the XXH3-128 hash of its canonical text. Two rules are the same
 /// rule exactly when their fingerprints are equal (a collision is a 2^-128 event); computing one
 /// writes the canonical text into a reused buffer, so comparing 400k rules allocates nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct Fingerprint(pub u128);
+///
+/// Never zero (a zero hash reads as one), so `Option<Fingerprint>` takes 16 bytes as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint(pub std::num::NonZeroU128);
 
 impl Fingerprint {
     /// The fingerprint of `rule` in a ruleset of `family`; `buf` is scratch space.
@@ -76,14 +78,36 @@ impl Fingerprint {
         Self::of_text(buf)
     }
 
+    /// The fingerprint of `rule` without the parts `omit` names.
+    pub fn omitting(rule: &Rule<'_>, family: Family, omit: Omit, buf: &mut String) -> Self {
+        buf.clear();
+        write_rule_omitting(buf, rule, family, omit);
+        Self::of_text(buf)
+    }
+
     /// The fingerprint of canonical text (as [`write_rule`] writes it).
     pub fn of_text(text: &str) -> Self {
-        Fingerprint(xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+        let h = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        Fingerprint(std::num::NonZeroU128::new(h).unwrap_or(std::num::NonZeroU128::MIN))
     }
+}
+
+/// Parts a comparison leaves out of the canonical text (what legitimately varies between nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Omit {
+    /// `-m nfacct --nfacct-name NAME` matches (present only when the kernel has nfacct).
+    pub nfacct: bool,
+    /// `--random-fully` of `-j MASQUERADE` (present only when iptables supports it).
+    pub masquerade_random_fully: bool,
 }
 
 /// Writes the canonical specification of `rule` to `out`.
 pub fn write_rule(out: &mut String, rule: &Rule<'_>, family: Family) {
+    write_rule_omitting(out, rule, family, Omit::default());
+}
+
+/// Writes the canonical specification of `rule` to `out`, without the parts `omit` names.
+pub fn write_rule_omitting(out: &mut String, rule: &Rule<'_>, family: Family, omit: Omit) {
     // Rank of each basic match in iptables-save's order `-s -d -i -o -p -f`.
     fn rank(m: &Match<'_>) -> Option<u8> {
         match m {
@@ -96,25 +120,57 @@ pub fn write_rule(out: &mut String, rule: &Rule<'_>, family: Family) {
             Match::Module(_) => None,
         }
     }
-    let mut present = 0u8;
+    // Decode the matches once (a rule has a handful; more than 16 are read again per rank).
+    let mut held: [Option<Match<'_>>; 16] = [None; 16];
+    let mut n = 0;
+    let mut all_held = true;
     for m in rule.matches() {
-        if let Some(r) = rank(&m) {
-            present |= 1 << r;
-        }
-    }
-    for r in 0..6u8 {
-        if present & (1 << r) != 0 {
-            for m in rule.matches().filter(|m| rank(m) == Some(r)) {
-                write_basic(out, &m);
+        match held.get_mut(n) {
+            Some(slot) => {
+                *slot = Some(m);
+                n += 1;
+            }
+            None => {
+                all_held = false;
+                break;
             }
         }
     }
-    for m in rule.matches() {
-        if let Match::Module(module) = m {
-            write_module(out, rule, &module, family);
+    let each = |f: &mut dyn FnMut(&Match<'_>)| {
+        if all_held {
+            held[..n].iter().flatten().for_each(&mut *f);
+        } else {
+            rule.matches().for_each(|m| f(&m));
+        }
+    };
+    let mut present = 0u8;
+    each(&mut |m| {
+        if let Some(r) = rank(m) {
+            present |= 1 << r;
+        }
+    });
+    for r in 0..6u8 {
+        if present & (1 << r) != 0 {
+            each(&mut |m| {
+                if rank(m) == Some(r) {
+                    write_basic(out, m);
+                }
+            });
         }
     }
-    if let Some(t) = rule.target() {
+    each(&mut |m| {
+        if let Match::Module(module) = m
+            && !(omit.nfacct && matches!(module, Module::Nfacct(_)))
+        {
+            write_module(out, rule, module, family);
+        }
+    });
+    if let Some(mut t) = rule.target() {
+        if omit.masquerade_random_fully
+            && let Target::Masquerade { random_fully, .. } = &mut t
+        {
+            *random_fully = false;
+        }
         write_target(out, rule, &t, family);
     }
 }

@@ -840,6 +840,61 @@ pub fn render_plan(plan: &ServicePlan, facts: &NodeFacts, opts: RenderOptions) -
     em.finish(opts, plan.warnings.clone())
 }
 
+/// Whole lines of one table, as [`render_plan_chunks`] hands them out.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderChunk<'c> {
+    /// `filter` or `nat`.
+    pub table: &'static str,
+    /// Chain declarations (`:NAME - [0:0]`) when true, rules (`-A …`) when false.
+    pub declarations: bool,
+    /// The lines, each ending in a newline.
+    pub text: &'c str,
+}
+
+/// What a render says besides its lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderSummary {
+    /// The family rendered.
+    pub family: IpFamily,
+    /// Whether large-cluster mode was on.
+    pub large_cluster_mode: bool,
+    /// Objects skipped or oddities kube-proxy would log.
+    pub warnings: Vec<Warning>,
+}
+
+/// Renders `plan` as [`render_plan`] does (without base jumps), handing the text to `sink` in
+/// chunks of whole lines (about 1 MiB each) as it is written and keeping none of it: readers that
+/// look at each rule once (verify) never hold a large render's text whole. Within one table and
+/// kind, chunks come in render order.
+pub fn render_plan_chunks(
+    plan: &ServicePlan,
+    facts: &NodeFacts,
+    sink: &mut dyn FnMut(RenderChunk<'_>),
+) -> RenderSummary {
+    let mut em = Emitter::new(plan, facts);
+    for p in &plan.ports {
+        em.port(p);
+        em.drain(sink);
+    }
+    let rendered = em.finish(RenderOptions::default(), plan.warnings.clone());
+    for t in &rendered.tables {
+        for (declarations, buf) in [(true, &t.chain_lines), (false, &t.rule_lines)] {
+            for text in buf.chunks().filter(|c| !c.is_empty()) {
+                sink(RenderChunk {
+                    table: t.name,
+                    declarations,
+                    text,
+                });
+            }
+        }
+    }
+    RenderSummary {
+        family: rendered.family,
+        large_cluster_mode: rendered.large_cluster_mode,
+        warnings: rendered.warnings,
+    }
+}
+
 /// Writes the rules of one render into the filter and nat buffers.
 struct Emitter {
     filter: RenderedTable,
@@ -861,6 +916,22 @@ struct Emitter {
 }
 
 impl Emitter {
+    /// Hands the full chunks written so far to `sink` and forgets them.
+    fn drain(&mut self, sink: &mut dyn FnMut(RenderChunk<'_>)) {
+        for t in [&mut self.filter, &mut self.nat] {
+            let name = t.name;
+            for (declarations, buf) in [(true, &mut t.chain_lines), (false, &mut t.rule_lines)] {
+                for text in buf.done.drain(..) {
+                    sink(RenderChunk {
+                        table: name,
+                        declarations,
+                        text: &text,
+                    });
+                }
+            }
+        }
+    }
+
     /// Chain lines and the rules written before the services.
     fn new(plan: &ServicePlan, facts: &NodeFacts) -> Emitter {
         let is_v6 = plan.family == IpFamily::V6;

@@ -636,31 +636,65 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
 /// Parses one rule line, `[ "[" P ":" B "] " ] ( "-A" | "-I" ) CHAIN spec` (line number 1).
 pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
     let opts = ParseOptions::default();
-    let mut p = DumpParser {
-        opts: &opts,
-        dump: Dump::default(),
-        open: None,
-        chain_pos: HashMap::default(),
-        rule_chain_ids: HashMap::default(),
-        saw_table_line: false,
-        first_addr: None,
-        scratch: Scratch::default(),
-        implicit_table: "filter",
-        sizes: Vec::new(),
-    };
-    let trimmed = line.trim_end_matches(is_line_end);
-    let body = trimmed.trim_start_matches(is_blank);
-    let lead = trimmed.len() - body.len();
-    match p.command(body, 1) {
-        Ok(Line::Rule(r)) => Ok(r),
-        Ok(_) => Err(to_error(
-            1,
-            trimmed,
-            Fail::new(lead, "a rule (`-A CHAIN …`)", body),
-        )),
-        Err(mut f) => {
-            f.at += lead;
-            Err(to_error(1, trimmed, f))
+    let mut p = DumpParser::for_rules(&opts);
+    p.rule_line(line, 1)
+}
+
+/// Parses every line of `text` as a rule line (`[p:b] -A|-I CHAIN …`), handing each rule to `f`
+/// in order; blank lines are skipped, anything else is an error (its line counted from 1 at the
+/// start of `text`). One set of buffers serves all lines: this is the reader for a stream of
+/// rendered rules.
+pub fn for_each_rule<'a>(text: &'a str, mut f: impl FnMut(Rule<'a>)) -> Result<(), ParseError> {
+    let opts = ParseOptions::default();
+    let mut p = DumpParser::for_rules(&opts);
+    let bytes = text.as_bytes();
+    let (mut start, mut line_no) = (0usize, 0u32);
+    while start < bytes.len() {
+        let end = find2(bytes, start, b'\n', b'\n');
+        let line = &text[start..end];
+        start = end + 1;
+        line_no = line_no.saturating_add(1);
+        if line.trim_matches(is_line_end).is_empty() {
+            continue;
+        }
+        f(p.rule_line(line, line_no)?);
+    }
+    Ok(())
+}
+
+impl<'a, 'o> DumpParser<'a, 'o> {
+    /// A parser for lone rule lines.
+    fn for_rules(opts: &'o ParseOptions) -> Self {
+        DumpParser {
+            opts,
+            dump: Dump::default(),
+            open: None,
+            chain_pos: HashMap::default(),
+            rule_chain_ids: HashMap::default(),
+            saw_table_line: false,
+            first_addr: None,
+            scratch: Scratch::default(),
+            implicit_table: "filter",
+            sizes: Vec::new(),
+        }
+    }
+
+    /// One rule line (numbered `line_no` in errors).
+    fn rule_line(&mut self, line: &'a str, line_no: u32) -> Result<Rule<'a>, ParseError> {
+        let trimmed = line.trim_end_matches(is_line_end);
+        let body = trimmed.trim_start_matches(is_blank);
+        let lead = trimmed.len() - body.len();
+        match self.command(body, line_no) {
+            Ok(Line::Rule(r)) => Ok(r),
+            Ok(_) => Err(to_error(
+                line_no,
+                trimmed,
+                Fail::new(lead, "a rule (`-A CHAIN …`)", body),
+            )),
+            Err(mut f) => {
+                f.at += lead;
+                Err(to_error(line_no, trimmed, f))
+            }
         }
     }
 }
@@ -671,6 +705,19 @@ mod tests {
 
     fn strict(text: &str) -> Result<Dump<'_>, ParseError> {
         parse_dump(text, &ParseOptions::strict())
+    }
+
+    #[test]
+    fn rule_streams_parse_line_by_line() {
+        let text = "-A X -j ACCEPT\n\n[1:2] -A Y -p tcp -j DROP\n";
+        let mut got = Vec::new();
+        for_each_rule(text, |r| {
+            got.push((r.chain, r.line, r.counters().map(|c| c.packets)))
+        })
+        .unwrap();
+        assert_eq!(got, [("X", 1, None), ("Y", 3, Some(1))]);
+        let e = for_each_rule("-A X -j ACCEPT\n:Y - [0:0]\n", |_| {}).unwrap_err();
+        assert_eq!((e.line, e.col), (2, 1));
     }
 
     #[test]

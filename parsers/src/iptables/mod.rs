@@ -13,4 +13,4 @@ mod targets;
 mod values;
 
 pub use ast::*;
-pub use dump::{NameHash, NameHasher, ParseOptions, parse_dump, parse_rule_line};
+pub use dump::{NameHash, NameHasher, ParseOptions, for_each_rule, parse_dump, parse_rule_line};

@@ -562,18 +562,7 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
                 line_text: String::new(),
             })?,
     };
-    let mut p = DumpParser {
-        opts,
-        dump: Dump::default(),
-        open: None,
-        chain_pos: HashMap::default(),
-        rule_chain_ids: HashMap::default(),
-        saw_table_line: false,
-        first_addr: None,
-        scratch: Scratch::default(),
-        implicit_table,
-        sizes: block_sizes(text),
-    };
+    let mut p = DumpParser::new(opts, implicit_table, block_sizes(text));
     let chain_lines = p.sizes.iter().map(|s| s.chains).sum::<usize>();
     p.chain_pos.reserve(chain_lines);
     p.rule_chain_ids.reserve(chain_lines);
@@ -663,8 +652,8 @@ pub fn for_each_rule<'a>(text: &'a str, mut f: impl FnMut(Rule<'a>)) -> Result<(
 }
 
 impl<'a, 'o> DumpParser<'a, 'o> {
-    /// A parser for lone rule lines.
-    fn for_rules(opts: &'o ParseOptions) -> Self {
+    /// A parser whose `-S` input goes to `implicit_table`, its tables sized by `sizes`.
+    fn new(opts: &'o ParseOptions, implicit_table: &'static str, sizes: Vec<BlockSize>) -> Self {
         DumpParser {
             opts,
             dump: Dump::default(),
@@ -674,9 +663,14 @@ impl<'a, 'o> DumpParser<'a, 'o> {
             saw_table_line: false,
             first_addr: None,
             scratch: Scratch::default(),
-            implicit_table: "filter",
-            sizes: Vec::new(),
+            implicit_table,
+            sizes,
         }
+    }
+
+    /// A parser for lone rule lines.
+    fn for_rules(opts: &'o ParseOptions) -> Self {
+        DumpParser::new(opts, "filter", Vec::new())
     }
 
     /// One rule line (numbered `line_no` in errors).

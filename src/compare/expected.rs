@@ -28,30 +28,31 @@ impl Verdict {
 
 /// One endpoint as the rules should DNAT to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpectedEndpoint {
+pub struct ExpectedEndpoint<'p> {
     /// Address.
     pub ip: IpAddr,
     /// Target port.
     pub port: u16,
     /// `ip:port` / `[ip]:port`.
-    pub endpoint: String,
+    pub endpoint: &'p str,
     /// `KUBE-SEP-<hash>`.
-    pub chain: String,
+    pub chain: &'p str,
     /// On this node.
     pub is_local: bool,
     /// `nodeName`, when set.
-    pub node_name: Option<String>,
+    pub node_name: Option<&'p str>,
 }
 
-/// Per service port: what kube-proxy's rules must do.
+/// Per service port: what kube-proxy's rules must do. Borrows the plan it was read from (a
+/// 10k-service node has 100k endpoints: copies of their names would double what verify holds).
 #[derive(Debug, Clone)]
-pub struct ExpectedPort {
+pub struct ExpectedPort<'p> {
     /// `ns/name[:port]`.
-    pub name: String,
+    pub name: &'p str,
     /// `tcp`, `udp`, `sctp`.
     pub protocol: &'static str,
     /// The SVC/SVL/EXT/FW hash.
-    pub hash: String,
+    pub hash: &'p str,
     /// Cluster IP of this family.
     pub cluster_ip: IpAddr,
     /// Service port.
@@ -59,9 +60,9 @@ pub struct ExpectedPort {
     /// NodePort (none when 0).
     pub node_port: Option<u16>,
     /// External IPs of this family.
-    pub external_ips: Vec<IpAddr>,
+    pub external_ips: &'p [IpAddr],
     /// Load-balancer VIPs of this family.
-    pub lb_ips: Vec<IpAddr>,
+    pub lb_ips: &'p [IpAddr],
     /// Allowed source ranges in the `KUBE-FW-*` chain (including the LB VIPs when the node IP is in
     /// a range), canonical text.
     pub firewall_sources: Vec<String>,
@@ -80,11 +81,11 @@ pub struct ExpectedPort {
     /// External destinations are served.
     pub has_external_endpoints: bool,
     /// `KUBE-SVC-*` endpoints (empty when the chain is not used).
-    pub cluster_endpoints: Vec<ExpectedEndpoint>,
+    pub cluster_endpoints: Vec<ExpectedEndpoint<'p>>,
     /// `KUBE-SVL-*` endpoints (empty when the chain is not used).
-    pub local_endpoints: Vec<ExpectedEndpoint>,
+    pub local_endpoints: Vec<ExpectedEndpoint<'p>>,
     /// Every endpoint chain that should exist (the union).
-    pub reachable: Vec<ExpectedEndpoint>,
+    pub reachable: Vec<ExpectedEndpoint<'p>>,
     /// The `KUBE-EXT-*` chain is used.
     pub uses_ext: bool,
     /// The `KUBE-FW-*` chain is used.
@@ -93,7 +94,7 @@ pub struct ExpectedPort {
     pub unusable_endpoints: usize,
 }
 
-impl ExpectedPort {
+impl ExpectedPort<'_> {
     /// `KUBE-SVC-<hash>`.
     pub fn svc_chain(&self) -> String {
         format!("KUBE-SVC-{}", self.hash)
@@ -160,7 +161,7 @@ pub fn detector_text(plan: &ServicePlan) -> Option<String> {
 
 /// The expected facts of every service port of the plan (the proxier's decisions, spec §5.1–§5.2),
 /// in the plan's order.
-pub fn expected_ports(plan: &ServicePlan) -> Vec<ExpectedPort> {
+pub fn expected_ports(plan: &ServicePlan) -> Vec<ExpectedPort<'_>> {
     plan.ports
         .iter()
         .map(|p| port_facts(p, plan.family))
@@ -171,18 +172,18 @@ fn port_u16(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
 
-fn port_facts(p: &ServicePortPlan, family: IpFamily) -> ExpectedPort {
+fn port_facts(p: &ServicePortPlan, family: IpFamily) -> ExpectedPort<'_> {
     let info = &p.info;
-    let to_expected = |idx: &[usize]| -> Vec<ExpectedEndpoint> {
+    let to_expected = |idx: &[usize]| -> Vec<ExpectedEndpoint<'_>> {
         idx.iter()
             .filter_map(|&i| Some((p.endpoints.get(i)?, p.endpoint_chains.get(i)?)))
             .map(|(e, chain)| ExpectedEndpoint {
                 ip: e.ip,
                 port: port_u16(e.port),
-                endpoint: e.endpoint.clone(),
-                chain: chain.clone(),
+                endpoint: &e.endpoint,
+                chain,
                 is_local: e.is_local,
-                node_name: e.node_name.clone(),
+                node_name: e.node_name.as_deref(),
             })
             .collect()
     };
@@ -200,14 +201,14 @@ fn port_facts(p: &ServicePortPlan, family: IpFamily) -> ExpectedPort {
     }
     let has_endpoints = p.categorized.has_any;
     ExpectedPort {
-        name: info.name_string.clone(),
+        name: &info.name_string,
         protocol: info.name.protocol.lower(),
-        hash: p.chains.svc.trim_start_matches("KUBE-SVC-").to_string(),
+        hash: p.chains.svc.trim_start_matches("KUBE-SVC-"),
         cluster_ip: info.cluster_ip,
         port: port_u16(info.port),
         node_port: (info.node_port != 0).then(|| port_u16(info.node_port)),
-        external_ips: info.external_ips.clone(),
-        lb_ips: info.load_balancer_vips.clone(),
+        external_ips: &info.external_ips,
+        lb_ips: &info.load_balancer_vips,
         firewall_sources,
         health_check_node_port: (info.health_check_node_port != 0)
             .then(|| port_u16(info.health_check_node_port)),

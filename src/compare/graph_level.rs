@@ -54,12 +54,12 @@ impl Ctx<'_> {
         chain: &str,
         message: String,
     ) -> &mut Finding {
-        self.explained.services.insert(e.name.clone());
+        self.explained.services.insert(e.name.to_string());
         self.explained.chains.insert(bare_chain(chain).to_string());
         self.out.push(
             check
                 .finding(message)
-                .service(e.name.clone())
+                .service(e.name)
                 .chain(chain.to_string()),
         );
         let last = self.out.len() - 1;
@@ -132,7 +132,7 @@ pub fn compare(
                 .actual("none"),
         );
         for e in expected {
-            cx.explained.services.insert(e.name.clone());
+            cx.explained.services.insert(e.name.to_string());
         }
         cx.explained.chains.insert("KUBE-SERVICES".into());
         cx.explained.chains.insert("KUBE-NODEPORTS".into());
@@ -148,9 +148,9 @@ pub fn compare(
 
     let mut matched: HashSet<&str> = HashSet::new();
     for e in expected {
-        let actual = by_hash.get(e.hash.as_str()).copied();
+        let actual = by_hash.get(e.hash).copied();
         if let Some(a) = actual {
-            matched.insert(e.hash.as_str());
+            matched.insert(e.hash);
             entries(&mut cx, e, a);
             if e.has_endpoints {
                 endpoints(&mut cx, e, a);
@@ -184,7 +184,7 @@ pub fn compare(
 
 fn port_chains(e: &ExpectedPort) -> Vec<String> {
     let mut v = vec![e.svc_chain(), e.svl_chain(), e.ext_chain(), e.fw_chain()];
-    v.extend(e.reachable.iter().map(|r| r.chain.clone()));
+    v.extend(e.reachable.iter().map(|r| r.chain.to_string()));
     v
 }
 
@@ -204,10 +204,10 @@ fn skeleton_only(expected: &[ExpectedPort], graph: &ServiceGraph) -> bool {
 /// No chain, entry or verdict at all for an expected service port.
 fn missing_port(cx: &mut Ctx<'_>, e: &ExpectedPort) {
     let empty = ServicePort {
-        name: Some(e.name.clone()),
+        name: Some(e.name.to_string()),
         name_source: crate::graph::NameSource::Unknown,
         protocol: Some(e.protocol.to_string()),
-        hash: Some(e.hash.clone()),
+        hash: Some(e.hash.to_string()),
         chains: Vec::new(),
         entries: Vec::new(),
         endpoints: Vec::new(),
@@ -253,7 +253,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
         }),
     }
     let ext = e.external_verdict();
-    for x in &e.external_ips {
+    for x in e.external_ips {
         if e.has_endpoints {
             v.push(Want {
                 kind: EntryKind::ExternalIp,
@@ -271,7 +271,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
             });
         }
     }
-    for l in &e.lb_ips {
+    for l in e.lb_ips {
         if e.has_endpoints {
             v.push(Want {
                 kind: EntryKind::LoadBalancerIp,
@@ -593,7 +593,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                             ep.chain,
                             format!("{} DNATs to {got} instead of {}", ep.chain, w.endpoint),
                         );
-                        set(f, w.endpoint.clone(), got);
+                        set(f, w.endpoint, got);
                     } else if !ep.hairpin_masquerade {
                         let f = cx.push(
                             cat::MASQ_MISSING,
@@ -632,7 +632,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                                 .join(", ")
                         },
                     );
-                    cx.explained.chains.insert(w.chain.clone());
+                    cx.explained.chains.insert(w.chain.to_string());
                 }
             }
         }
@@ -665,7 +665,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     cat::NOT_LOCAL_ENDPOINT,
                     format!(
                         "{chain} forwards to {dest}, which runs on {}",
-                        w.node_name.as_deref().unwrap_or("another node")
+                        w.node_name.unwrap_or("another node")
                     ),
                 )
             } else {
@@ -680,7 +680,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             set(
                 f,
                 want.iter()
-                    .map(|w| w.endpoint.clone())
+                    .map(|w| w.endpoint)
                     .collect::<Vec<_>>()
                     .join(", "),
                 dest,
@@ -987,7 +987,7 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
     }
     // The filter drop of traffic the FW chain did not accept.
     if e.uses_fw {
-        for l in &e.lb_ips {
+        for l in e.lb_ips {
             let present = a.verdicts.iter().any(|v| {
                 v.reason == VerdictReason::SourceRange
                     && parse_addr(v.address.as_deref()) == Some(*l)

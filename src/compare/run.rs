@@ -81,18 +81,18 @@ fn service_addresses(expected: &[ExpectedPort]) -> ServiceAddresses {
     let mut a = ServiceAddresses::default();
     for e in expected {
         for ip in std::iter::once(&e.cluster_ip)
-            .chain(&e.external_ips)
-            .chain(&e.lb_ips)
+            .chain(e.external_ips)
+            .chain(e.lb_ips)
         {
-            a.ips.entry(*ip).or_insert_with(|| e.name.clone());
+            a.ips.entry(*ip).or_insert_with(|| e.name.to_string());
         }
         a.ports
             .entry((e.protocol.to_string(), e.port))
-            .or_insert_with(|| e.name.clone());
+            .or_insert_with(|| e.name.to_string());
         if let Some(np) = e.node_port {
             a.ports
                 .entry((e.protocol.to_string(), np))
-                .or_insert_with(|| e.name.clone());
+                .or_insert_with(|| e.name.to_string());
         }
     }
     a
@@ -266,7 +266,7 @@ fn verify_dump(
         let unreadable = nodewide::is_unreadable(&dump);
 
         let resolver =
-            NameResolver::from_ports(expected.iter().map(|e| (e.name.as_str(), e.protocol)));
+            NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
         let dump_facts = graph::DumpFacts::of(&dump);
         // One ruleset serves the graph and the rule level (both threads).
         let _ = model_cell.set(Some(Ruleset::from_dump(dump)));

@@ -64,6 +64,17 @@ fn main() {
     let _ = kept;
     drop(g);
     // What verify holds besides the dump's rules.
+    let state_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/scale/state.json");
+    let state_text = std::fs::read_to_string(&state_path).expect("state.json");
+    let base = counting::live();
+    let (state, p) = counting::peak_of(|| {
+        kproxy::state::load::from_str(&state_text, "state.json").expect("state.json loads")
+    });
+    report("  API state load (from JSON)", p);
+    report("  API state kept", counting::live() - base);
+    drop(state);
+    drop(state_text);
     let base = counting::live();
     let plan = kproxy::proxier::iptables::expected_service_ports(
         &scale.state,
@@ -81,9 +92,9 @@ fn main() {
     report("  render (from the plan)", p);
     drop(rendered);
     drop(plan);
-    let input = scale.verify_input();
-    let (r, p) =
-        counting::peak_of(|| verify(&input).map(|r| r.summary.errors + r.summary.warnings));
+    let (r, p) = counting::peak_of(|| {
+        verify(&scale.verify_input()).map(|r| r.summary.errors + r.summary.warnings)
+    });
     assert_eq!(r.ok(), Some(0), "scale dump is not clean");
     report("verify (state preloaded)", p);
 }

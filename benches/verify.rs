@@ -32,8 +32,9 @@ fn benches(c: &mut Criterion) {
     );
     let mut g = c.benchmark_group("verify_end_to_end");
     g.sample_size(10);
+    // Each iteration plans (what kube-proxy would install), parses, renders and compares.
     g.bench_function("10k_services_x10", |b| {
-        b.iter(|| black_box(verify(black_box(&input))))
+        b.iter(|| black_box(verify(black_box(&scale.verify_input()))))
     });
     g.finish();
 }

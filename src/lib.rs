@@ -11,6 +11,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod apply;
 pub mod cli;
 pub mod collect;

@@ -6,5 +6,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    kproxy::allocator::keep_freed_memory();
     kproxy::cli::main()
 }

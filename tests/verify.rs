@@ -5,7 +5,7 @@
 
 use crate::support::netns::{Backend, Family, Netns, require_root_and_tools};
 use assert_cmd::Command;
-use kproxy::compare::{DumpText, Report, VerifyInput};
+use kproxy::compare::{DumpText, NodePlans, Report, VerifyInput};
 use kproxy::proxier::iptables::{RenderOptions, render};
 use kproxy::state::ClusterState;
 use kproxy::state::config::ProxyConfig;
@@ -81,7 +81,7 @@ fn verify(c: &Cluster, v4: &str, v6: Option<&str>, legacy: Option<&str>) -> Repo
     }
     let input = VerifyInput {
         node: "node-1",
-        state: &c.state,
+        plans: NodePlans::new(&c.state, &c.config, &c.facts, &dumps),
         config: &c.config,
         facts: &c.facts,
         dumps,

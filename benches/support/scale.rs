@@ -1,7 +1,7 @@
 //! The large-node inputs of the benches: `target/scale/` made by `testdata/make-scale-dump.sh`
 //! (root; a real `iptables-save` of the rendered 10,000 services × 10 endpoints).
 
-use kproxy::compare::{DumpText, VerifyInput};
+use kproxy::compare::{DumpText, NodePlans, VerifyInput};
 use kproxy::state::ClusterState;
 use kproxy::state::config::ProxyConfig;
 use kproxy::state::ip::IpFamily;
@@ -56,18 +56,19 @@ impl Scale {
         })
     }
 
-    /// `verify node-1` of the dump against the state.
+    /// `verify node-1` of the dump against the state (kube-proxy's plan computed here).
     pub fn verify_input(&self) -> VerifyInput<'_> {
+        let dumps = vec![DumpText {
+            label: "scale.nft.save",
+            text: &self.dump,
+            family: IpFamily::V4,
+        }];
         VerifyInput {
             node: "node-1",
-            state: &self.state,
+            plans: NodePlans::new(&self.state, &self.config, &self.facts, &dumps),
             config: &self.config,
             facts: &self.facts,
-            dumps: vec![DumpText {
-                label: "scale.nft.save",
-                text: &self.dump,
-                family: IpFamily::V4,
-            }],
+            dumps,
             legacy: None,
             nft_ruleset: None,
             parse: ParseOptions::strict(),

@@ -2,7 +2,7 @@
 //! what the node has (offline form: `--state`, `--config` and the node's dumps).
 
 use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
-use crate::compare::{DumpText, Report, Severity, VerifyInput};
+use crate::compare::{DumpText, NodePlans, Report, Severity, VerifyInput};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::output::table::KubeTable;
@@ -90,7 +90,7 @@ pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Re
         &args.dumps,
         args.node_name.as_deref(),
     )?;
-    report_from_inputs(args, &inputs)
+    report_from_inputs(args, inputs)
 }
 
 /// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
@@ -98,7 +98,7 @@ fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcom
     let args = std::sync::Arc::new(args);
     let per_node = std::sync::Arc::clone(&args);
     super::live::run_all_nodes(global, &args.live, &args.state, move |inputs| {
-        let report = report_from_inputs(&per_node, &inputs)?;
+        let report = report_from_inputs(&per_node, inputs)?;
         Ok(super::live::NodeSummary {
             mode: report.mode.clone(),
             service_ports_checked: report.summary.service_ports,
@@ -109,12 +109,19 @@ fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcom
     })
 }
 
-/// Verifies the node described by `inputs` (flags other than the inputs come from `args`).
+/// Verifies the node described by `inputs` (flags other than the inputs come from `args`). The
+/// API state is freed once kube-proxy's plan is computed from it, before the dumps are parsed.
 pub fn report_from_inputs(
     args: &VerifyArgs,
-    inputs: &super::live::ResolvedInputs,
+    inputs: super::live::ResolvedInputs,
 ) -> anyhow::Result<Report> {
-    let snap = &inputs.snapshot;
+    let super::live::ResolvedInputs {
+        state,
+        config_text,
+        snapshot,
+        node: node_name,
+    } = inputs;
+    let snap = &snapshot;
     let Some(main_text) = snap
         .iptables_save
         .as_deref()
@@ -135,8 +142,7 @@ pub fn report_from_inputs(
             "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save, or with a collector whose image has ipvsadm (--collector debug-pod)"
         );
     }
-    let state = &inputs.state;
-    let config = match &inputs.config_text {
+    let config = match &config_text {
         Some((text, source)) => {
             let (c, warnings) = crate::state::config::parse(text, source)
                 .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
@@ -151,19 +157,19 @@ pub fn report_from_inputs(
     if let Some(n) = args
         .node_name
         .clone()
-        .or_else(|| (!inputs.node.is_empty()).then(|| inputs.node.clone()))
+        .or_else(|| (!node_name.is_empty()).then(|| node_name.clone()))
     {
         fact_args.node = Some(n);
     }
     let (facts, warnings) =
-        crate::state::node::build(&fact_args, state, &config).context("node facts")?;
+        crate::state::node::build(&fact_args, &state, &config).context("node facts")?;
     for w in warnings {
         tracing::warn!("{w}");
     }
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
         let proxy_inputs = super::common::ProxyInputs {
-            state: state.clone(),
+            state,
             config,
             facts,
         };
@@ -227,23 +233,26 @@ pub fn report_from_inputs(
         None => None,
     };
     let node = if facts.node_name.is_empty() {
-        inputs.node.as_str()
+        node_name.as_str()
     } else {
         facts.node_name.as_str()
     };
+    let dumps: Vec<DumpText> = texts
+        .iter()
+        .map(|(l, t, f)| DumpText {
+            label: l,
+            text: t,
+            family: *f,
+        })
+        .collect();
+    let plans = NodePlans::new(&state, &config, &facts, &dumps);
+    drop(state);
     let input = VerifyInput {
         node,
-        state,
+        plans,
         config: &config,
         facts: &facts,
-        dumps: texts
-            .iter()
-            .map(|(l, t, f)| DumpText {
-                label: l,
-                text: t,
-                family: *f,
-            })
-            .collect(),
+        dumps,
         legacy: legacy.as_ref().map(|(l, t)| DumpText {
             label: l,
             text: t,

@@ -17,4 +17,4 @@ pub mod run;
 
 pub use finding::{Finding, Severity};
 pub use report::{Report, Summary};
-pub use run::{DumpText, VerifyError, VerifyInput, verify};
+pub use run::{DumpText, NodePlans, VerifyError, VerifyInput, verify};

@@ -297,11 +297,13 @@ pub fn screen(expected: &ExpectedRules, actual: &Ruleset<'_>) -> Screen {
                 (None, _) => Status::TableMissing,
                 (Some(_), None) => Status::ChainMissing(ec.keys.len()),
                 (Some(_), Some(ac)) => {
-                    let same =
-                        ec.keys.len() == ac.rules.len()
-                            && ec.keys.iter().zip(&ac.rules).all(|(w, r)| {
-                                *w == key(et.name, chain, r, actual.family, &mut buf)
-                            });
+                    // Optional rules have no key and take no position (as rule by rule).
+                    let mut got = ac
+                        .rules
+                        .iter()
+                        .filter_map(|r| key(et.name, chain, r, actual.family, &mut buf));
+                    let same = ec.keys.iter().flatten().all(|w| got.next() == Some(*w))
+                        && got.next().is_none();
                     if same { Status::Same } else { Status::Differs }
                 }
             };
@@ -363,6 +365,11 @@ pub fn findings(
     if differing.is_empty() {
         return Ok(out);
     }
+    tracing::debug!(
+        "rule level: {} chain(s) differ from the render, first {:?}",
+        differing.len(),
+        &differing[..differing.len().min(5)]
+    );
     let wanted = expected_views(render, family, &differing, names)?;
     for ((table, chain), want) in differing.iter().zip(&wanted) {
         let Some(ac) = actual.chain(table, chain) else {

@@ -35,8 +35,8 @@ pub struct DumpText<'a> {
 pub struct VerifyInput<'a> {
     /// The node name shown in the report.
     pub node: &'a str,
-    /// API objects.
-    pub state: &'a ClusterState,
+    /// What kube-proxy would install, per family, from the API objects ([`NodePlans::new`]).
+    pub plans: NodePlans,
     /// kube-proxy's configuration.
     pub config: &'a ProxyConfig,
     /// Node facts (their `family` is replaced per dump).
@@ -51,6 +51,52 @@ pub struct VerifyInput<'a> {
     pub parse: ParseOptions,
 }
 
+/// What kube-proxy would install on the node, computed from the API state before the dumps are
+/// read: the caller can free the state (the largest input: ~100 MB for 10,000 services) before
+/// verify allocates the dumps' models and graphs, which then reuse its memory.
+#[derive(Debug, Clone)]
+pub struct NodePlans {
+    /// One plan per family that has a dump.
+    plans: Vec<ipt::ServicePlan>,
+    /// Families without a dump, with the number of service ports that were not checked.
+    not_collected: Vec<(IpFamily, usize)>,
+}
+
+impl NodePlans {
+    /// Plans every family of `dumps` (node facts as given, `family` replaced), and counts the
+    /// service ports of the families no dump covers (none when there is no dump at all).
+    pub fn new(
+        state: &ClusterState,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        dumps: &[DumpText<'_>],
+    ) -> NodePlans {
+        let plan = |family: IpFamily| {
+            let mut facts = facts.clone();
+            facts.family = family;
+            ipt::expected_service_ports(state, config, &facts)
+        };
+        let mut plans: Vec<ipt::ServicePlan> = Vec::new();
+        let mut not_collected = Vec::new();
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            if dumps.iter().any(|d| d.family == fam) {
+                plans.push(plan(fam));
+            } else if !dumps.is_empty() {
+                not_collected.push((fam, plan(fam).ports.len()));
+            }
+        }
+        NodePlans {
+            plans,
+            not_collected,
+        }
+    }
+
+    /// The plan of `family`, when a dump of that family was given to [`NodePlans::new`].
+    pub fn of(&self, family: IpFamily) -> Option<&ipt::ServicePlan> {
+        self.plans.iter().find(|p| p.family == family)
+    }
+}
+
 /// Why verify could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -61,6 +107,14 @@ pub enum VerifyError {
         label: String,
         /// The parse error (with line:col).
         source: Box<ParseError>,
+    },
+    /// A dump's family was not planned ([`NodePlans::new`] was given other dumps).
+    #[error("{label}: no {family} plan; NodePlans::new was not given this dump")]
+    NotPlanned {
+        /// Which dump.
+        label: String,
+        /// Its family.
+        family: IpFamily,
     },
 }
 
@@ -127,15 +181,7 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
         findings.extend(checked.findings);
     }
     // Families whose dump was not given.
-    for fam in [IpFamily::V4, IpFamily::V6] {
-        if input.dumps.iter().any(|d| d.family == fam) || input.dumps.is_empty() {
-            continue;
-        }
-        let mut facts = input.facts.clone();
-        facts.family = fam;
-        let n = ipt::expected_service_ports(input.state, input.config, &facts)
-            .ports
-            .len();
+    for &(fam, n) in &input.plans.not_collected {
         if n > 0 {
             findings.push(
                 cat::FAMILY_NOT_COLLECTED
@@ -224,16 +270,20 @@ fn verify_dump(
         IpFamily::V6 => Family::V6,
         IpFamily::V4 => Family::V4,
     };
-    let plan_cell = OnceLock::new();
+    let plan = input
+        .plans
+        .of(d.family)
+        .ok_or_else(|| VerifyError::NotPlanned {
+            label: d.label.to_string(),
+            family: d.family,
+        })?;
     let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
     let render_error = |source: ParseError| VerifyError::Parse {
         label: format!("render for {}", d.label),
         source: Box::new(source),
     };
-    let plan_of =
-        || plan_cell.get_or_init(|| ipt::expected_service_ports(input.state, input.config, &facts));
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
-        let _ = ipt::render_plan_chunks(plan_of(), &facts, sink);
+        let _ = ipt::render_plan_chunks(plan, &facts, sink);
     };
     let facts = &facts;
     std::thread::scope(|scope| {
@@ -248,7 +298,6 @@ fn verify_dump(
         let model_guard = ModelCell(&model_cell);
         let dump = parse(d, &input.parse)?;
         stage("parsed");
-        let plan = plan_of();
         let expected = expected::expected_ports(plan);
         stage("expected service ports computed");
         let addresses = service_addresses(&expected);
@@ -265,8 +314,7 @@ fn verify_dump(
         let legacy_tables_present = dump.legacy_tables_present;
         let unreadable = nodewide::is_unreadable(&dump);
 
-        let resolver =
-            NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
+        let resolver = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
         let dump_facts = graph::DumpFacts::of(&dump);
         // One ruleset serves the graph and the rule level (both threads).
         let _ = model_cell.set(Some(Ruleset::from_dump(dump)));

@@ -17,6 +17,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 fn benches(c: &mut Criterion) {
+    kproxy::allocator::keep_freed_memory(); // as the binary does
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/scale/scale.nft.save");
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!(

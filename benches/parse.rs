@@ -165,6 +165,7 @@ fn report_memory(text: &str) {
 }
 
 fn bench(c: &mut Criterion) {
+    kproxy::allocator::keep_freed_memory(); // as the binary does
     let (text, origin) = dump_text();
     println!("iptables_parse input: {origin}");
     report_memory(&text);

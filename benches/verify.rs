@@ -19,6 +19,7 @@ use kproxy::compare::verify;
 use std::hint::black_box;
 
 fn benches(c: &mut Criterion) {
+    kproxy::allocator::keep_freed_memory(); // as the binary does
     let Some(scale) = scale::Scale::load("verify bench") else {
         return;
     };

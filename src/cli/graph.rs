@@ -113,6 +113,12 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         .zip(&inputs)
         .map(|(text, p)| graph_of(text, p, &args.table, args.dump.lenient))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.output == GraphFormat::Json {
+        // Streamed: the document of a node-sized dump is ~120 MB of text.
+        let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        output::write_json(out, &GraphDocument::new(&graphs))?;
+        return Ok(Outcome::Clean);
+    }
     let text = render(&graphs, args.output, global.no_headers)?;
     let mut out = anstream::stdout();
     out.write_all(text.as_bytes())?;
@@ -126,8 +132,8 @@ pub fn render(
     no_headers: bool,
 ) -> anyhow::Result<String> {
     Ok(match format {
-        GraphFormat::Json => output::to_json(&GraphDocument::new(graphs.to_vec()))?,
-        GraphFormat::Yaml => output::to_yaml(&GraphDocument::new(graphs.to_vec()))?,
+        GraphFormat::Json => output::to_json(&GraphDocument::new(graphs))?,
+        GraphFormat::Yaml => output::to_yaml(&GraphDocument::new(graphs))?,
         GraphFormat::Dot => graphs.iter().map(graph::render::dot).collect(),
         GraphFormat::Table | GraphFormat::Wide => {
             let wide = format == GraphFormat::Wide;

@@ -31,16 +31,16 @@ pub const SCHEMA: &str = "kproxy.graph/v1";
 /// Graphs of one or more dumps (e.g. `--iptables-save` and `--ip6tables-save`): the top-level
 /// JSON/YAML document of `graph`.
 #[derive(Debug, Clone, Serialize)]
-pub struct GraphDocument<'a> {
+pub struct GraphDocument<'g, 'a> {
     /// Always [`SCHEMA`].
     pub schema: &'static str,
     /// One graph per input, in argument order.
-    pub graphs: Vec<ServiceGraph<'a>>,
+    pub graphs: &'g [ServiceGraph<'a>],
 }
 
-impl<'a> GraphDocument<'a> {
-    /// Wraps graphs into a document.
-    pub fn new(graphs: Vec<ServiceGraph<'a>>) -> Self {
+impl<'g, 'a> GraphDocument<'g, 'a> {
+    /// Wraps graphs into a document (borrowed: a node's graph is not copied to be printed).
+    pub fn new(graphs: &'g [ServiceGraph<'a>]) -> Self {
         GraphDocument {
             schema: SCHEMA,
             graphs,

@@ -4,7 +4,7 @@
 //! are the same everywhere:
 //!
 //! * [`table::KubeTable`]: kubectl-like borderless tables (UPPERCASE headers, `--no-headers`);
-//! * [`to_json`] / [`to_yaml`]: the machine forms (serde_json pretty, serde-saphyr);
+//! * [`to_json`] / [`write_json`] / [`to_yaml`]: the machine forms (serde_json pretty, serde-saphyr);
 //! * [`dot::Digraph`]: a small Graphviz DOT writer with correct escaping;
 //! * [`tree::TreeNode`]: an indented tree printer (`├──`/`└──`);
 //! * [`color`]: the one place that decides whether output is coloured, and the palette.
@@ -25,6 +25,9 @@ pub enum OutputError {
     /// YAML serialisation failed.
     #[error("serialising YAML: {0}")]
     Yaml(#[from] serde_saphyr::SerializeError),
+    /// Writing the output failed (a closed pipe, a full disk).
+    #[error("writing output")]
+    Io(#[from] std::io::Error),
 }
 
 /// Pretty-printed JSON with a trailing newline (the stable machine form of every command).
@@ -32,6 +35,24 @@ pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, OutputError> 
     let mut s = serde_json::to_string_pretty(value)?;
     s.push('\n');
     Ok(s)
+}
+
+/// [`to_json`] written as it is produced (for documents of a node-sized dump, which would
+/// otherwise be held whole: `graph -o json` of 10,000 services is ~120 MB), then flushed.
+pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
+    mut out: W,
+    value: &T,
+) -> Result<(), OutputError> {
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| {
+        if e.is_io() {
+            OutputError::Io(e.into()) // the writer's own error, unwrapped
+        } else {
+            OutputError::Json(e)
+        }
+    })?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
 }
 
 /// YAML (serde-saphyr), ending with a newline.

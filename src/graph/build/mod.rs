@@ -83,27 +83,48 @@ pub fn build<'a>(dump: &Dump<'a>, opts: &GraphOptions) -> ServiceGraph<'a> {
     from_dump(dump.clone(), opts)
 }
 
+/// Rules from which [`build_ruleset`] runs the anomaly checks on their own thread (below, a
+/// thread costs more than it saves).
+const PARALLEL_ANOMALIES_FROM: usize = 20_000;
+
 /// Builds the service graph of a ruleset (see [`build`]); `facts` carries what the ruleset does not.
 pub fn build_ruleset<'a>(
     rs: &Ruleset<'a>,
     facts: &DumpFacts,
     opts: &GraphOptions,
 ) -> ServiceGraph<'a> {
-    let mut b = Builder::default();
-    let nat = rs.table("nat");
-    (b.masq_mark, b.masq_mark_text) = nat.map(find_masq_mark).unwrap_or_default();
-    if let Some(nat) = nat {
-        b.register_chains(nat);
-        b.name_from_chains(nat);
-        b.entries(nat);
-        b.policy_and_external_chains(nat);
-        b.endpoint_chains(nat);
-    }
-    if let Some(filter) = rs.table("filter") {
-        b.filter_verdicts(filter);
-    }
-    b.resolve_names(&opts.resolver);
-    let mut anomalies = super::anomalies::find(rs, facts.save_form);
+    let service_ports_of = || {
+        let mut b = Builder::default();
+        let nat = rs.table("nat");
+        (b.masq_mark, b.masq_mark_text) = nat.map(find_masq_mark).unwrap_or_default();
+        if let Some(nat) = nat {
+            b.register_chains(nat);
+            b.name_from_chains(nat);
+            b.entries(nat);
+            b.policy_and_external_chains(nat);
+            b.endpoint_chains(nat);
+        }
+        if let Some(filter) = rs.table("filter") {
+            b.filter_verdicts(filter);
+        }
+        b.resolve_names(&opts.resolver);
+        b
+    };
+    let anomalies_of = || super::anomalies::find(rs, facts.save_form);
+    // The anomaly checks read only the ruleset: on a node-sized dump they run on a second
+    // thread while the service ports are built (about a third of the work).
+    let (mut anomalies, mut b) = if rs.rule_count() >= PARALLEL_ANOMALIES_FROM {
+        std::thread::scope(|scope| {
+            let found = scope.spawn(anomalies_of);
+            let b = service_ports_of();
+            let anomalies = found
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (anomalies, b)
+        })
+    } else {
+        (anomalies_of(), service_ports_of())
+    };
     anomalies.append(&mut b.anomalies);
     let service_ports = b.ports.finish();
     if anomalies

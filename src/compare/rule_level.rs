@@ -21,6 +21,7 @@ use crate::graph::ownership::service_chain;
 use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
 use crate::model::{Fingerprint, Ruleset};
 use crate::proxier::iptables::{NODEPORTS_TAIL_COMMENT, RenderChunk};
+use indexmap::IndexMap;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     Family, Match, Module, NameHash, Rule, Target, TargetKind, for_each_rule,
@@ -122,31 +123,35 @@ struct ExpectedChain {
 #[derive(Debug, Default)]
 struct ExpectedTable {
     name: &'static str,
-    chains: Vec<(String, ExpectedChain)>,
-    index: HashMap<String, usize, NameHash>,
+    /// The chains by name, in the order first seen.
+    chains: IndexMap<String, ExpectedChain, NameHash>,
+    /// The chain the last rule was written to (the render writes a chain's rules together).
+    last: Option<usize>,
     declarations: usize,
     uses: usize,
 }
 
 impl ExpectedTable {
     fn chain(&mut self, name: &str) -> &mut ExpectedChain {
-        let i = match self.index.get(name) {
-            Some(&i) => i,
-            None => {
-                self.chains
-                    .push((name.to_string(), ExpectedChain::default()));
-                self.index.insert(name.to_string(), self.chains.len() - 1);
-                self.chains.len() - 1
-            }
+        let i = match self.last {
+            Some(i) if self.chains.get_index(i).is_some_and(|(n, _)| n == name) => i,
+            _ => match self.chains.get_index_of(name) {
+                Some(i) => i,
+                None => {
+                    self.chains
+                        .insert_full(name.to_string(), ExpectedChain::default())
+                        .0
+                }
+            },
         };
-        &mut self.chains[i].1
+        self.last = Some(i);
+        &mut self.chains[i]
     }
 
     /// The chains in the order a ruleset of the render would hold them: declared chains in
     /// declaration order, then chains only written to, in first-use order.
-    fn in_order(&self) -> Vec<(&str, &ExpectedChain)> {
-        let mut v: Vec<(&str, &ExpectedChain)> =
-            self.chains.iter().map(|(n, c)| (n.as_str(), c)).collect();
+    fn into_order(self) -> Vec<(String, ExpectedChain)> {
+        let mut v: Vec<(String, ExpectedChain)> = self.chains.into_iter().collect();
         v.sort_by_key(|(_, c)| (c.declared.is_none(), c.declared, c.first_use));
         v
     }
@@ -284,16 +289,17 @@ pub struct Screen {
 }
 
 /// Compares the keys of every chain of `expected` (the render) with `actual` (the dump).
-pub fn screen(expected: &ExpectedRules, actual: &Ruleset<'_>) -> Screen {
+pub fn screen(expected: ExpectedRules, actual: &Ruleset<'_>) -> Screen {
     let mut buf = String::new();
     let mut chains = Vec::new();
-    for et in &expected.tables {
-        let at = actual.table(et.name);
-        for (chain, ec) in et.in_order() {
-            if skipped_chain(chain) {
+    for et in expected.tables {
+        let table = et.name;
+        let at = actual.table(table);
+        for (chain, ec) in et.into_order() {
+            if skipped_chain(&chain) {
                 continue;
             }
-            let status = match (at, at.and_then(|t| t.chain(chain))) {
+            let status = match (at, at.and_then(|t| t.chain(&chain))) {
                 (None, _) => Status::TableMissing,
                 (Some(_), None) => Status::ChainMissing(ec.keys.len()),
                 (Some(_), Some(ac)) => {
@@ -301,13 +307,13 @@ pub fn screen(expected: &ExpectedRules, actual: &Ruleset<'_>) -> Screen {
                     let mut got = ac
                         .rules
                         .iter()
-                        .filter_map(|r| key(et.name, chain, r, actual.family, &mut buf));
+                        .filter_map(|r| key(table, &chain, r, actual.family, &mut buf));
                     let same = ec.keys.iter().flatten().all(|w| got.next() == Some(*w))
                         && got.next().is_none();
                     if same { Status::Same } else { Status::Differs }
                 }
             };
-            chains.push((et.name, chain.to_string(), status));
+            chains.push((table, chain, status));
         }
     }
     Screen { chains }

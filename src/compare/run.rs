@@ -289,10 +289,20 @@ fn verify_dump(
     std::thread::scope(|scope| {
         let rules_job = scope.spawn(|| {
             let expected = rule_level::ExpectedRules::build(&render, family)?;
+            tracing::debug!(
+                "verify {}: render keys built after {:?}",
+                d.label,
+                t0.elapsed()
+            );
             let screen = match model_cell.wait() {
-                Some(actual) => rule_level::screen(&expected, actual),
+                Some(actual) => rule_level::screen(expected, actual),
                 None => rule_level::Screen::default(),
             };
+            tracing::debug!(
+                "verify {}: rule keys screened after {:?}",
+                d.label,
+                t0.elapsed()
+            );
             Ok::<_, ParseError>(screen)
         });
         let model_guard = ModelCell(&model_cell);

@@ -1,5 +1,6 @@
 //! iptables parse speed on a large node: 10,000 services × 10 endpoints in `iptables-save` form
-//! (~430k lines, ~47 MB), or the real dump at `target/scale/iptables-save.txt` when present.
+//! (~430k lines, ~45 MB, generated here), or the real dump `target/scale/scale.nft.save` when
+//! `testdata/make-scale-dump.sh` made it (then that is measured).
 //!
 //! * `iptables_parse/parse_dump` — text → `Dump` (AST);
 //! * `iptables_parse/parse_and_model` — text → `Ruleset` (AST + canonical form of every rule);
@@ -124,9 +125,9 @@ fn generate() -> String {
 
 /// The dump to measure: the real one made by testdata's scale scripts, else a generated one.
 fn dump_text() -> (String, &'static str) {
-    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/scale/iptables-save.txt");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/scale/scale.nft.save");
     match std::fs::read_to_string(&real) {
-        Ok(t) if !t.is_empty() => (t, "target/scale/iptables-save.txt"),
+        Ok(t) if !t.is_empty() => (t, "target/scale/scale.nft.save"),
         _ => (generate(), "generated 10k services x 10 endpoints"),
     }
 }

@@ -11,6 +11,8 @@ use super::finding::Finding;
 use crate::graph::{
     AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
 };
+use crate::parsers::iptables::NameHash;
+use crate::state::ip::Cidr;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -82,20 +84,25 @@ fn parse_addr(text: Option<&str>) -> Option<IpAddr> {
 }
 
 /// `1.2.3.4` → `1.2.3.4/32`; CIDRs in network form.
-fn canonical_cidr(text: &str) -> String {
+/// A CIDR as compared: the block normalised to its network (`10.0.0.1` ≡ `10.0.0.1/32`, sloppy
+/// IPv4 read as kube-proxy reads it), or the text as written when it is not one.
+fn cidr_key(text: &str) -> Result<Cidr, &str> {
     let (addr, prefix) = match text.split_once('/') {
         Some((a, p)) => (a, p.parse::<u8>().ok()),
         None => (text, None),
     };
-    match crate::state::ip::parse_ip_sloppy(addr) {
-        Some(ip) => {
-            let host = if ip.is_ipv4() { 32 } else { 128 };
-            let p = prefix.unwrap_or(host);
-            crate::state::ip::Cidr::parse_sloppy(&format!("{ip}/{p}"))
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| text.to_string())
-        }
-        None => text.to_string(),
+    let Some(ip) = crate::state::ip::parse_ip_sloppy(addr) else {
+        return Err(text);
+    };
+    let host = if ip.is_ipv4() { 32 } else { 128 };
+    Cidr::new(ip, prefix.unwrap_or(host)).ok_or(text)
+}
+
+/// [`cidr_key`] as text (for messages and sorting).
+fn canonical_cidr(text: &str) -> String {
+    match cidr_key(text) {
+        Ok(c) => c.to_string(),
+        Err(t) => t.to_string(),
     }
 }
 
@@ -114,7 +121,7 @@ pub fn compare(
         explained: Explained::default(),
         gx,
     };
-    let by_hash: HashMap<&str, &ServicePort> = graph
+    let by_hash: HashMap<&str, &ServicePort, NameHash> = graph
         .service_ports
         .iter()
         .filter_map(|p| p.hash.as_deref().map(|h| (h, p)))
@@ -146,7 +153,8 @@ pub fn compare(
         return (cx.out, cx.explained);
     }
 
-    let mut matched: HashSet<&str> = HashSet::new();
+    let mut matched: HashSet<&str, NameHash> =
+        HashSet::with_capacity_and_hasher(expected.len(), NameHash::default());
     for e in expected {
         let actual = by_hash.get(e.hash).copied();
         if let Some(a) = actual {
@@ -552,7 +560,8 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         if want.is_empty() && picked.is_empty() {
             continue;
         }
-        let mut matched_actual: HashSet<&str> = HashSet::new();
+        let mut matched_actual: HashSet<&str, NameHash> =
+            HashSet::with_capacity_and_hasher(want.len(), NameHash::default());
         let mut all_found = true;
         for w in want {
             let hit = picked.iter().find(|ep| ep.chain == w.chain).or_else(|| {
@@ -858,7 +867,7 @@ fn condition_matches(cond: &str, det: &str) -> bool {
         .trim_start_matches("-i")
         .trim();
     if det.contains('/') {
-        canonical_cidr(got) == canonical_cidr(det)
+        cidr_key(got) == cidr_key(det)
     } else {
         got == det
     }
@@ -1017,7 +1026,7 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
 }
 
 /// Service ports in the dump the API does not have (KP401).
-fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str>) {
+fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str, NameHash>) {
     for p in &graph.service_ports {
         if p.hash.as_deref().is_some_and(|h| matched.contains(h)) {
             continue;
@@ -1129,5 +1138,33 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, _expected: &[ExpectedPort])
             f = f.service(s);
         }
         cx.out.push(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{canonical_cidr, condition_matches};
+
+    #[test]
+    fn detector_conditions_compare_as_blocks() {
+        assert!(condition_matches("! -s 10.244.0.0/16", "10.244.0.0/16"));
+        assert!(condition_matches("! -s 10.244.7.9/16", "10.244.0.0/16"));
+        assert!(condition_matches("-s 10.0.0.1", "10.0.0.1/32"));
+        assert!(condition_matches("! -s fd00:0::/48", "fd00::/48"));
+        assert!(!condition_matches("! -s 10.245.0.0/16", "10.244.0.0/16"));
+        assert!(!condition_matches("! -s 10.244.0.0/17", "10.244.0.0/16"));
+        assert!(!condition_matches("! -s 10.244.0.0/16", "fd00::/48"));
+        // Interface detectors compare as written.
+        assert!(condition_matches("! -i cbr0", "cbr0"));
+        assert!(!condition_matches("! -i cbr1", "cbr0"));
+    }
+
+    #[test]
+    fn canonical_cidr_text() {
+        assert_eq!(canonical_cidr("10.0.0.5/24"), "10.0.0.0/24");
+        assert_eq!(canonical_cidr("10.0.0.5"), "10.0.0.5/32");
+        assert_eq!(canonical_cidr("fd00::1"), "fd00::1/128");
+        assert_eq!(canonical_cidr("10.0.0.1/40"), "10.0.0.1/40");
+        assert_eq!(canonical_cidr("not-a-cidr"), "not-a-cidr");
     }
 }

@@ -97,6 +97,16 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// The block of `ip` with `prefix` bits (host bits cleared); `None` when the prefix is longer
+    /// than the address.
+    pub fn new(ip: IpAddr, prefix: u8) -> Option<Cidr> {
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then(|| Cidr {
+            addr: mask(ip, prefix),
+            prefix,
+        })
+    }
+
     /// Parses `ip/prefix` like Go's `ParseCIDRSloppy` (the result is the network, e.g. `1.2.3.4/24` → `1.2.3.0/24`).
     pub fn parse_sloppy(s: &str) -> Option<Cidr> {
         let (ip, prefix) = s.split_once('/')?;
@@ -110,17 +120,7 @@ impl Cidr {
         } else {
             IpAddr::V4(parse_ipv4_sloppy(ip)?)
         };
-        let max = match addr {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        if prefix > max {
-            return None;
-        }
-        Some(Cidr {
-            addr: mask(addr, prefix),
-            prefix,
-        })
+        Cidr::new(addr, prefix)
     }
 
     /// The family of the block.

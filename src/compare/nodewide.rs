@@ -8,7 +8,9 @@
 
 use super::catalogue as cat;
 use super::finding::Finding;
-use kproxy_parsers::iptables::{Dump, MarkOp, MarkValue, Match, Module, Neg, Rule, Table, Target};
+use kproxy_parsers::iptables::{
+    Dump, MarkOp, MarkValue, Match, Module, Neg, Rule, Table, Target, TargetKind,
+};
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -169,7 +171,12 @@ pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut count = 0usize;
     let mut first: Option<(&Rule<'_>, &str, &str)> = None;
     for t in &dump.tables {
-        for r in &t.rules {
+        // The target kind is read without decoding the target.
+        for r in t
+            .rules
+            .iter()
+            .filter(|r| r.target_kind() == Some(TargetKind::Unreadable))
+        {
             if let Some(Target::Unreadable { reason, .. }) = &r.target() {
                 count += 1;
                 if first.is_none() {
@@ -227,9 +234,12 @@ pub fn foreign_mode(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             .filter(|n| IPVS_CHAINS.contains(n))
             .collect();
         chains.dedup();
+        // Only rules whose text names the set module can match a set: the others are not decoded.
+        let set_module = memchr::memmem::Finder::new("set");
         let sets: HashSet<&str> = t
             .rules
             .iter()
+            .filter(|r| set_module.find(r.raw.as_bytes()).is_some())
             .flat_map(|r| r.matches())
             .filter_map(|m| match m {
                 Match::Module(Module::Set { name, .. }) if name.starts_with("KUBE-") => Some(name),
@@ -536,7 +546,9 @@ pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     for t in &dump.tables {
         for r in &t.rules {
-            if matches!(r.chain, "KUBE-MARK-MASQ" | "KUBE-POSTROUTING") {
+            if matches!(r.chain, "KUBE-MARK-MASQ" | "KUBE-POSTROUTING")
+                || r.target_kind() != Some(TargetKind::Mark)
+            {
                 continue;
             }
             if let Some(Target::Mark(op)) = &r.target()

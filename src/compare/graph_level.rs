@@ -83,7 +83,6 @@ fn parse_addr(text: Option<&str>) -> Option<IpAddr> {
     text.and_then(|t| t.parse().ok())
 }
 
-/// `1.2.3.4` → `1.2.3.4/32`; CIDRs in network form.
 /// A CIDR as compared: the block normalised to its network (`10.0.0.1` ≡ `10.0.0.1/32`, sloppy
 /// IPv4 read as kube-proxy reads it), or the text as written when it is not one.
 fn cidr_key(text: &str) -> Result<Cidr, &str> {

@@ -333,7 +333,7 @@ pub fn findings(
     let mut differing: Vec<(&'static str, String)> = Vec::new();
     for (table, chain, status) in &screen.chains {
         let (table, chain) = (*table, chain.as_str());
-        let table_chain = format!("{table} {chain}");
+        let table_chain = || format!("{table} {chain}");
         match *status {
             Status::TableMissing => {}
             Status::ChainMissing(n) => {
@@ -347,8 +347,11 @@ pub fn findings(
                     continue;
                 }
                 let mut f = cat::CHAIN_MISSING
-                    .finding(format!("{table_chain} is missing ({n} rule(s) expected)"))
-                    .chain(table_chain.clone())
+                    .finding(format!(
+                        "{} is missing ({n} rule(s) expected)",
+                        table_chain()
+                    ))
+                    .chain(table_chain())
                     .expected(format!(":{chain} with {n} rule(s)"))
                     .actual("no such chain");
                 if let Some(s) = svc {
@@ -362,7 +365,7 @@ pub fn findings(
                     && !ex.chains.contains(chain)
                     && let Some(ac) = actual.chain(table, chain)
                 {
-                    tail_last(table, chain, ac, &table_chain, &mut out);
+                    tail_last(table, chain, ac, &mut out);
                 }
             }
             Status::Differs => differing.push((table, chain.to_string())),
@@ -388,7 +391,7 @@ pub fn findings(
             .collect();
         chain_details(table, chain, want, &got, ex, &mut out);
         if !ex.chains.contains(chain.as_str()) && !is_ordered(table, chain) {
-            tail_last(table, chain, ac, &format!("{table} {chain}"), &mut out);
+            tail_last(table, chain, ac, &mut out);
         }
     }
     Ok(out)
@@ -537,13 +540,7 @@ fn chain_details(
 }
 
 /// KP904 for nat `KUBE-SERVICES`: the NodePort tail rule(s) must come after every service rule.
-fn tail_last(
-    table: &str,
-    chain: &str,
-    ac: &crate::model::Chain<'_>,
-    table_chain: &str,
-    out: &mut Vec<Finding>,
-) {
+fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut Vec<Finding>) {
     if table != "nat" || chain != "KUBE-SERVICES" {
         return;
     }
@@ -562,7 +559,7 @@ fn tail_last(
         out.push(
             cat::RULE_ORDER
                 .finding("nat KUBE-SERVICES: the NodePort rule is not the last rule; later service rules are shadowed for local addresses".to_string())
-                .chain(table_chain.to_string())
+                .chain(format!("{table} {chain}"))
                 .expected("the KUBE-NODEPORTS jump last")
                 .actual(format!("at position {} of {}", t + 1, positions.len())),
         );

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     ChainCommandKind, ChainDecl, Counters, Dump, Family, NameHash, ParseOptions, Rule, RuleOp,
-    TargetKind, parse_dump,
+    parse_dump,
 };
 
 pub use canonical::{CanonicalRule, Fingerprint};
@@ -112,50 +112,41 @@ struct JumpIndex<'a> {
 
 impl<'a> JumpIndex<'a> {
     fn new(chains: &[Chain<'a>], index: &HashMap<&'a str, usize, NameHash>) -> Self {
-        // The target slot of every jump (in rule order), then a counting sort of the jumps by
-        // slot in a second walk over the rules.
+        // The target slot of every jump (in rule order), then a counting sort of the jumps by slot.
         let mut absent: HashMap<&'a str, u32, NameHash> = HashMap::default();
-        let mut slots: Vec<u32> = Vec::new();
-        for c in chains {
-            for r in &c.rules {
+        let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
+        for (ci, c) in chains.iter().enumerate() {
+            for (ri, r) in c.rules.iter().enumerate() {
                 let Some(t) = r.rule.jump_target() else {
                     continue;
                 };
-                slots.push(match index.get(t) {
+                let slot = match index.get(t) {
                     Some(&i) => i as u32,
                     None => {
                         let next = (chains.len() + absent.len()) as u32;
                         *absent.entry(t).or_insert(next)
                     }
-                });
+                };
+                let at = RuleRef {
+                    chain: ci as u32,
+                    rule: ri as u32,
+                };
+                jumps.push((slot, at));
             }
         }
         let mut start = vec![0u32; chains.len() + absent.len() + 1];
-        for slot in &slots {
+        for (slot, _) in &jumps {
             start[*slot as usize + 1] += 1;
         }
         for i in 1..start.len() {
             start[i] += start[i - 1];
         }
         let mut fill = start.clone();
-        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; slots.len()];
-        let mut next = slots.iter();
-        for (ci, c) in chains.iter().enumerate() {
-            for (ri, r) in c.rules.iter().enumerate() {
-                if !matches!(
-                    r.rule.target_kind(),
-                    Some(TargetKind::Jump | TargetKind::Goto)
-                ) {
-                    continue;
-                }
-                let Some(&slot) = next.next() else { break };
-                let at = &mut fill[slot as usize];
-                refs[*at as usize] = RuleRef {
-                    chain: ci as u32,
-                    rule: ri as u32,
-                };
-                *at += 1;
-            }
+        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; jumps.len()];
+        for (slot, at) in jumps {
+            let next = &mut fill[slot as usize];
+            refs[*next as usize] = at;
+            *next += 1;
         }
         JumpIndex {
             start,

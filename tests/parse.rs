@@ -728,6 +728,24 @@ mod properties {
             prop_assert_eq!(to_restore(&again, Style::Canonical), out);
         }
 
+        /// A rule written as its canonical text (without what the rule level leaves out) reads
+        /// back to exactly that text: the fixed point `verify`'s screen relies on when it keys a
+        /// dump rule by its text (`rule_level::text_key`).
+        #[test]
+        fn canonical_key_text_is_a_fixed_point(r in rule()) {
+            let omit = kproxy::compare::rule_level::KEY_OMIT;
+            let written = format!("-A X {r}");
+            let first = parse_rule_line(&written).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let mut canonical = String::new();
+            kproxy::model::canonical::write_rule_omitting(&mut canonical, &first, Family::V4, omit);
+            let line = format!("-A X {canonical}");
+            let again = parse_rule_line(&line).map_err(|e| TestCaseError::fail(format!("{e}: {line}")))?;
+            prop_assert_eq!(again.raw, canonical.as_str());
+            let mut twice = String::new();
+            kproxy::model::canonical::write_rule_omitting(&mut twice, &again, Family::V4, omit);
+            prop_assert_eq!(twice, canonical);
+        }
+
         /// Moving the basic matches (`-s`, `-d`, `-p`, …) after the modules does not change a rule.
         #[test]
         fn option_order_of_basic_matches_does_not_matter(a in ipv4(), b in ipv4(), c in comment(), port in any::<u16>()) {

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 pub type RenderFn<'f> = dyn Fn(&mut dyn FnMut(RenderChunk<'_>)) + Sync + 'f;
 
 /// What the comparison leaves out of every key.
-const OMIT: Omit = Omit {
+pub const KEY_OMIT: Omit = Omit {
     nfacct: true,
     masquerade_random_fully: true,
 };
@@ -82,7 +82,22 @@ fn key(
     family: Family,
     buf: &mut String,
 ) -> Option<Fingerprint> {
-    (!optional(table, chain, r)).then(|| Fingerprint::omitting(r, family, OMIT, buf))
+    (!optional(table, chain, r)).then(|| Fingerprint::omitting(r, family, KEY_OMIT, buf))
+}
+
+/// A dump rule's key read straight off its text: the fingerprint of its specification as
+/// written. It equals [`key`] whenever the text is already canonical without what varies — as
+/// iptables-save prints every rule kube-proxy writes, `--random-fully` aside — because canonical
+/// text reads back to itself (a tested fixed point). When it differs nothing is concluded: the
+/// chain is compared again by [`key`].
+fn text_key(r: &Rule<'_>) -> Fingerprint {
+    Fingerprint::of_text(r.raw)
+}
+
+/// Whether a chain's keys are `want` (the render's; optional rules have none and take no
+/// position, as rule by rule).
+fn same_keys(want: &[Option<Fingerprint>], mut got: impl Iterator<Item = Fingerprint>) -> bool {
+    want.iter().flatten().all(|w| got.next() == Some(*w)) && got.next().is_none()
 }
 
 /// Whether the rule is the nat `KUBE-SERVICES` → `KUBE-NODEPORTS` tail rule.
@@ -245,7 +260,7 @@ impl RuleView {
     fn of(table: &str, chain: &str, r: &Rule<'_>, family: Family, names: &NameResolver) -> Self {
         let key_text = (!optional(table, chain, r)).then(|| {
             let mut t = String::new();
-            write_rule_omitting(&mut t, r, family, OMIT);
+            write_rule_omitting(&mut t, r, family, KEY_OMIT);
             t
         });
         let mut canonical = String::new();
@@ -303,13 +318,16 @@ pub fn screen(expected: ExpectedRules, actual: &Ruleset<'_>) -> Screen {
                 (None, _) => Status::TableMissing,
                 (Some(_), None) => Status::ChainMissing(ec.keys.len()),
                 (Some(_), Some(ac)) => {
-                    // Optional rules have no key and take no position (as rule by rule).
-                    let mut got = ac
-                        .rules
-                        .iter()
-                        .filter_map(|r| key(table, &chain, r, actual.family, &mut buf));
-                    let same = ec.keys.iter().flatten().all(|w| got.next() == Some(*w))
-                        && got.next().is_none();
+                    let rules = || ac.rules.iter().filter(|r| !optional(table, &chain, r));
+                    // First by the dump's own text (see `text_key`), then, only when that
+                    // differs, by each rule's canonical text.
+                    let same = same_keys(&ec.keys, rules().map(|r| text_key(r)))
+                        || same_keys(
+                            &ec.keys,
+                            rules().map(|r| {
+                                Fingerprint::omitting(r, actual.family, KEY_OMIT, &mut buf)
+                            }),
+                        );
                     if same { Status::Same } else { Status::Differs }
                 }
             };

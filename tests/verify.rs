@@ -96,6 +96,44 @@ fn verify(c: &Cluster, v4: &str, v6: Option<&str>, legacy: Option<&str>) -> Repo
     kproxy::compare::verify(&input).expect("verify runs")
 }
 
+/// Planning on a thread of its own while the dump is parsed ([`NodePlans::start`], what the
+/// command does) reports exactly what planning first ([`NodePlans::new`]) does: on a drifted dump
+/// (findings at every level) and with the IPv6 family not collected (counted from its plan).
+#[test]
+fn planning_on_its_own_thread_reports_the_same() {
+    let c = cluster();
+    let dump = std::fs::read_to_string(repo("testdata/dumps/drifted.nft-c.save")).expect("dump");
+    let report = |plans: &dyn Fn(&[DumpText<'_>]) -> NodePlans| {
+        let dumps = vec![DumpText {
+            label: "iptables-save",
+            text: &dump,
+            family: IpFamily::V4,
+        }];
+        let input = VerifyInput {
+            node: "node-1",
+            plans: plans(&dumps),
+            config: &c.config,
+            facts: &c.facts,
+            dumps,
+            legacy: None,
+            nft_ruleset: None,
+            parse: ParseOptions::strict(),
+        };
+        kproxy::compare::verify(&input).expect("verify runs")
+    };
+    let first = report(&|d| NodePlans::new(&c.state, &c.config, &c.facts, d));
+    let state = std::sync::Arc::new(c.state.clone());
+    let threaded = report(&|d| NodePlans::start(state.clone(), &c.config, &c.facts, d));
+    assert!(first.findings.len() > 1, "{}", show(&first));
+    assert!(
+        first.findings.iter().any(|f| f.id == "KP012"),
+        "IPv6 not collected: {}",
+        show(&first)
+    );
+    assert_eq!(show(&first), show(&threaded));
+    assert_eq!(first.summary, threaded.summary);
+}
+
 fn show(r: &Report) -> String {
     r.findings
         .iter()

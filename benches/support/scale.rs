@@ -8,11 +8,12 @@ use kproxy::state::ip::IpFamily;
 use kproxy::state::node::NodeFacts;
 use kproxy_parsers::iptables::ParseOptions;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The scale inputs, loaded: the API state and config parsed, the dump as text.
 pub struct Scale {
     /// `state.json`, parsed.
-    pub state: ClusterState,
+    pub state: Arc<ClusterState>,
     /// `config.yaml`, parsed.
     pub config: ProxyConfig,
     /// Node facts as `verify node-1 --random-fully true --nfacct none` builds them.
@@ -49,14 +50,15 @@ impl Scale {
         let (facts, _) =
             kproxy::state::node::build(&args, &state, &config).unwrap_or_else(|e| panic!("{e}"));
         Some(Scale {
-            state,
+            state: Arc::new(state),
             config,
             facts,
             dump,
         })
     }
 
-    /// `verify node-1` of the dump against the state (kube-proxy's plan computed here).
+    /// `verify node-1` of the dump against the state, as the command runs it: kube-proxy's plan
+    /// computed on a thread of its own ([`NodePlans::start`]) while verify parses the dump.
     pub fn verify_input(&self) -> VerifyInput<'_> {
         let dumps = vec![DumpText {
             label: "scale.nft.save",
@@ -65,7 +67,7 @@ impl Scale {
         }];
         VerifyInput {
             node: "node-1",
-            plans: NodePlans::new(&self.state, &self.config, &self.facts, &dumps),
+            plans: NodePlans::start(Arc::clone(&self.state), &self.config, &self.facts, &dumps),
             config: &self.config,
             facts: &self.facts,
             dumps,

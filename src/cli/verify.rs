@@ -110,7 +110,8 @@ fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcom
 }
 
 /// Verifies the node described by `inputs` (flags other than the inputs come from `args`). The
-/// API state is freed once kube-proxy's plan is computed from it, before the dumps are parsed.
+/// API state is freed once kube-proxy's plan is computed from it, on a thread of its own while
+/// the dumps are parsed.
 pub fn report_from_inputs(
     args: &VerifyArgs,
     inputs: super::live::ResolvedInputs,
@@ -245,8 +246,8 @@ pub fn report_from_inputs(
             family: *f,
         })
         .collect();
-    let plans = NodePlans::new(&state, &config, &facts, &dumps);
-    drop(state);
+    // Planned on a thread of its own while the dumps are parsed; the state goes with it.
+    let plans = NodePlans::start(std::sync::Arc::new(state), &config, &facts, &dumps);
     let input = VerifyInput {
         node,
         plans,

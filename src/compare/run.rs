@@ -17,7 +17,8 @@ use crate::state::ip::IpFamily;
 use crate::state::node::NodeFacts;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 /// One dump to verify.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +32,7 @@ pub struct DumpText<'a> {
 }
 
 /// Everything `verify` needs for one node.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct VerifyInput<'a> {
     /// The node name shown in the report.
     pub node: &'a str,
@@ -51,15 +52,62 @@ pub struct VerifyInput<'a> {
     pub parse: ParseOptions,
 }
 
-/// What kube-proxy would install on the node, computed from the API state before the dumps are
-/// read: the caller can free the state (the largest input: ~100 MB for 10,000 services) before
-/// verify allocates the dumps' models and graphs, which then reuse its memory.
-#[derive(Debug, Clone)]
+/// What kube-proxy would install on the node, computed from the API state: either before the
+/// dumps are read ([`NodePlans::new`]) or on a thread of its own while verify parses them
+/// ([`NodePlans::start`]). Either way the caller can let go of the state (the largest input:
+/// ~100 MB for 10,000 services) before verify allocates the dumps' models and graphs, which then
+/// reuse its memory.
+#[derive(Debug)]
 pub struct NodePlans {
+    /// The families planned: those with a dump.
+    families: Vec<IpFamily>,
+    planned: OnceLock<Planned>,
+    /// The planning thread of [`NodePlans::start`], until its result is taken into `planned`.
+    worker: Mutex<Option<JoinHandle<Planned>>>,
+}
+
+/// The plans themselves.
+#[derive(Debug)]
+struct Planned {
     /// One plan per family that has a dump.
     plans: Vec<ipt::ServicePlan>,
     /// Families without a dump, with the number of service ports that were not checked.
     not_collected: Vec<(IpFamily, usize)>,
+}
+
+impl Planned {
+    fn new(
+        state: &ClusterState,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        families: &[IpFamily],
+    ) -> Planned {
+        let plan = |family: IpFamily| {
+            let mut facts = facts.clone();
+            facts.family = family;
+            ipt::expected_service_ports(state, config, &facts)
+        };
+        let mut plans: Vec<ipt::ServicePlan> = Vec::new();
+        let mut not_collected = Vec::new();
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            if families.contains(&fam) {
+                plans.push(plan(fam));
+            } else if !families.is_empty() {
+                not_collected.push((fam, plan(fam).ports.len()));
+            }
+        }
+        Planned {
+            plans,
+            not_collected,
+        }
+    }
+}
+
+/// The families of `dumps`, each once.
+fn dump_families(dumps: &[DumpText<'_>]) -> Vec<IpFamily> {
+    let mut families: Vec<IpFamily> = dumps.iter().map(|d| d.family).collect();
+    families.dedup();
+    families
 }
 
 impl NodePlans {
@@ -71,29 +119,74 @@ impl NodePlans {
         facts: &NodeFacts,
         dumps: &[DumpText<'_>],
     ) -> NodePlans {
-        let plan = |family: IpFamily| {
-            let mut facts = facts.clone();
-            facts.family = family;
-            ipt::expected_service_ports(state, config, &facts)
-        };
-        let mut plans: Vec<ipt::ServicePlan> = Vec::new();
-        let mut not_collected = Vec::new();
-        for fam in [IpFamily::V4, IpFamily::V6] {
-            if dumps.iter().any(|d| d.family == fam) {
-                plans.push(plan(fam));
-            } else if !dumps.is_empty() {
-                not_collected.push((fam, plan(fam).ports.len()));
-            }
-        }
+        let families = dump_families(dumps);
+        let planned = Planned::new(state, config, facts, &families);
         NodePlans {
-            plans,
-            not_collected,
+            families,
+            planned: OnceLock::from(planned),
+            worker: Mutex::new(None),
         }
+    }
+
+    /// [`NodePlans::new`] on a thread of its own: returns at once, so verify parses the dumps
+    /// while kube-proxy's plan is computed (whoever needs a plan first waits for it). The thread
+    /// drops its reference to `state` when done: a caller that keeps no other frees the state
+    /// then.
+    pub fn start(
+        state: Arc<ClusterState>,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        dumps: &[DumpText<'_>],
+    ) -> NodePlans {
+        let families = dump_families(dumps);
+        let job = {
+            let (state, config, facts) = (Arc::clone(&state), config.clone(), facts.clone());
+            let families = families.clone();
+            move || Planned::new(&state, &config, &facts, &families)
+        };
+        match std::thread::Builder::new().name("plan".into()).spawn(job) {
+            Ok(worker) => NodePlans {
+                families,
+                planned: OnceLock::new(),
+                worker: Mutex::new(Some(worker)),
+            },
+            // No thread to be had: plan here and now.
+            Err(_) => NodePlans::new(&state, config, facts, dumps),
+        }
+    }
+
+    /// The plans, waiting for the planning thread when there is one.
+    fn planned(&self) -> &Planned {
+        self.planned.get_or_init(|| {
+            let worker = self
+                .worker
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            match worker.map(JoinHandle::join) {
+                Some(Ok(planned)) => planned,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => panic!("the planning thread failed earlier"),
+            }
+        })
+    }
+
+    /// Whether `family` was planned (a dump of that family was given).
+    pub fn has(&self, family: IpFamily) -> bool {
+        self.families.contains(&family)
     }
 
     /// The plan of `family`, when a dump of that family was given to [`NodePlans::new`].
     pub fn of(&self, family: IpFamily) -> Option<&ipt::ServicePlan> {
-        self.plans.iter().find(|p| p.family == family)
+        if !self.has(family) {
+            return None;
+        }
+        self.planned().plans.iter().find(|p| p.family == family)
+    }
+
+    /// Families without a dump, with the number of service ports that were not checked.
+    fn not_collected(&self) -> &[(IpFamily, usize)] {
+        &self.planned().not_collected
     }
 }
 
@@ -181,7 +274,7 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
         findings.extend(checked.findings);
     }
     // Families whose dump was not given.
-    for &(fam, n) in &input.plans.not_collected {
+    for &(fam, n) in input.plans.not_collected() {
         if n > 0 {
             findings.push(
                 cat::FAMILY_NOT_COLLECTED
@@ -270,20 +363,23 @@ fn verify_dump(
         IpFamily::V6 => Family::V6,
         IpFamily::V4 => Family::V4,
     };
-    let plan = input
-        .plans
-        .of(d.family)
-        .ok_or_else(|| VerifyError::NotPlanned {
-            label: d.label.to_string(),
-            family: d.family,
-        })?;
+    let not_planned = || VerifyError::NotPlanned {
+        label: d.label.to_string(),
+        family: d.family,
+    };
+    if !input.plans.has(d.family) {
+        return Err(not_planned());
+    }
     let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
     let render_error = |source: ParseError| VerifyError::Parse {
         label: format!("render for {}", d.label),
         source: Box::new(source),
     };
+    // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
-        let _ = ipt::render_plan_chunks(plan, &facts, sink);
+        if let Some(plan) = input.plans.of(d.family) {
+            let _ = ipt::render_plan_chunks(plan, &facts, sink);
+        }
     };
     let facts = &facts;
     std::thread::scope(|scope| {
@@ -308,6 +404,7 @@ fn verify_dump(
         let model_guard = ModelCell(&model_cell);
         let dump = parse(d, &input.parse)?;
         stage("parsed");
+        let plan = input.plans.of(d.family).ok_or_else(not_planned)?;
         let expected = expected::expected_ports(plan);
         stage("expected service ports computed");
         let addresses = service_addresses(&expected);

@@ -115,6 +115,16 @@ pub fn compare(
     graph: &ServiceGraph,
     gx: &GraphContext,
 ) -> (Vec<Finding>, Explained) {
+    compare_split(expected, graph, gx, PARALLEL_PORTS_FROM)
+}
+
+/// [`compare`], with the per-port checks split over two threads from `parallel_from` ports.
+fn compare_split(
+    expected: &[ExpectedPort],
+    graph: &ServiceGraph,
+    gx: &GraphContext,
+    parallel_from: usize,
+) -> (Vec<Finding>, Explained) {
     let mut cx = Ctx {
         out: Vec::new(),
         explained: Explained::default(),
@@ -152,17 +162,61 @@ pub fn compare(
         return (cx.out, cx.explained);
     }
 
+    let matched = if expected.len() >= parallel_from {
+        // A node-sized compare runs as two halves, the second on another thread; the halves'
+        // findings are joined in order, so the result is the same as one pass.
+        let (first, second) = expected.split_at(expected.len() / 2);
+        let halves = std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                let mut cx = Ctx {
+                    out: Vec::new(),
+                    explained: Explained::default(),
+                    gx,
+                };
+                let matched = compare_ports(&mut cx, second, &by_hash);
+                (cx, matched)
+            });
+            let matched = compare_ports(&mut cx, first, &by_hash);
+            let other = other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (matched, other)
+        });
+        let (mut matched, (mut later, later_matched)) = halves;
+        cx.out.append(&mut later.out);
+        cx.explained.chains.extend(later.explained.chains);
+        cx.explained.services.extend(later.explained.services);
+        matched.extend(later_matched);
+        matched
+    } else {
+        compare_ports(&mut cx, expected, &by_hash)
+    };
+    stale_ports(&mut cx, graph, &matched);
+    anomalies(&mut cx, graph, expected);
+    (cx.out, cx.explained)
+}
+
+/// From how many expected service ports [`compare`] splits the per-port checks over two threads.
+const PARALLEL_PORTS_FROM: usize = 4096;
+
+/// The per-port checks of `expected` against the graph's ports (by chain hash); returns the
+/// hashes that were found.
+fn compare_ports<'e>(
+    cx: &mut Ctx<'_>,
+    expected: &'e [ExpectedPort],
+    by_hash: &HashMap<&str, &ServicePort, NameHash>,
+) -> HashSet<&'e str, NameHash> {
     let mut matched: HashSet<&str, NameHash> =
         HashSet::with_capacity_and_hasher(expected.len(), NameHash::default());
     for e in expected {
         let actual = by_hash.get(e.hash).copied();
         if let Some(a) = actual {
             matched.insert(e.hash);
-            entries(&mut cx, e, a);
+            entries(cx, e, a);
             if e.has_endpoints {
-                endpoints(&mut cx, e, a);
-                masquerade(&mut cx, e, a);
-                affinity(&mut cx, e, a);
+                endpoints(cx, e, a);
+                masquerade(cx, e, a);
+                affinity(cx, e, a);
             } else {
                 // No endpoints: everything nat holds for it is explained by the entry findings.
                 for c in a
@@ -179,14 +233,12 @@ pub fn compare(
                     }
                 }
             }
-            firewall(&mut cx, e, a);
+            firewall(cx, e, a);
         } else {
-            missing_port(&mut cx, e);
+            missing_port(cx, e);
         }
     }
-    stale_ports(&mut cx, graph, &matched);
-    anomalies(&mut cx, graph, expected);
-    (cx.out, cx.explained)
+    matched
 }
 
 fn port_chains(e: &ExpectedPort) -> Vec<String> {
@@ -1142,7 +1194,46 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, _expected: &[ExpectedPort])
 
 #[cfg(test)]
 mod tests {
-    use super::{canonical_cidr, condition_matches};
+    use super::{GraphContext, canonical_cidr, compare_split, condition_matches};
+
+    /// Split over two threads, the per-port checks find exactly what one pass finds, in the
+    /// same order (a drifted dump of the testdata cluster).
+    #[test]
+    fn split_compare_finds_what_one_pass_finds() {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |p: &str| std::fs::read_to_string(repo.join(p)).expect(p);
+        let state = crate::state::load::from_str(&read("testdata/cluster/state.json"), "state")
+            .expect("state");
+        let (config, _) =
+            crate::state::config::parse(&read("testdata/cluster/config.yaml"), "config")
+                .expect("config");
+        let args = crate::cli::common::NodeFactArgs {
+            ip_family: "4".into(),
+            random_fully: true,
+            nfacct: Some("none".into()),
+            ..Default::default()
+        };
+        let (facts, _) = crate::state::node::build(&args, &state, &config).expect("facts");
+        let plan = crate::proxier::iptables::expected_service_ports(&state, &config, &facts);
+        let expected = super::super::expected::expected_ports(&plan);
+        let dump = read("testdata/dumps/drifted.nft-c.save");
+        let rules =
+            crate::model::Ruleset::parse(&dump, &kproxy_parsers::iptables::ParseOptions::strict())
+                .expect("dump");
+        let graph = crate::graph::build_ruleset(
+            &rules,
+            &crate::graph::DumpFacts::default(),
+            &crate::graph::GraphOptions::default(),
+        );
+        let gx = GraphContext::default();
+        let (one, one_explained) = compare_split(&expected, &graph, &gx, usize::MAX);
+        assert!(!one.is_empty(), "the drifted dump has graph-level findings");
+        assert!(expected.len() >= 2, "two halves");
+        let (split, split_explained) = compare_split(&expected, &graph, &gx, 1);
+        assert_eq!(split, one);
+        assert_eq!(split_explained.chains, one_explained.chains);
+        assert_eq!(split_explained.services, one_explained.services);
+    }
 
     #[test]
     fn detector_conditions_compare_as_blocks() {

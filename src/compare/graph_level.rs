@@ -1200,23 +1200,9 @@ mod tests {
     /// same order (a drifted dump of the testdata cluster).
     #[test]
     fn split_compare_finds_what_one_pass_finds() {
-        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let read = |p: &str| std::fs::read_to_string(repo.join(p)).expect(p);
-        let state = crate::state::load::from_str(&read("testdata/cluster/state.json"), "state")
-            .expect("state");
-        let (config, _) =
-            crate::state::config::parse(&read("testdata/cluster/config.yaml"), "config")
-                .expect("config");
-        let args = crate::cli::common::NodeFactArgs {
-            ip_family: "4".into(),
-            random_fully: true,
-            nfacct: Some("none".into()),
-            ..Default::default()
-        };
-        let (facts, _) = crate::state::node::build(&args, &state, &config).expect("facts");
-        let plan = crate::proxier::iptables::expected_service_ports(&state, &config, &facts);
+        let (plan, _) = super::super::fixture::cluster_plan();
         let expected = super::super::expected::expected_ports(&plan);
-        let dump = read("testdata/dumps/drifted.nft-c.save");
+        let dump = super::super::fixture::drifted_dump();
         let rules =
             crate::model::Ruleset::parse(&dump, &kproxy_parsers::iptables::ParseOptions::strict())
                 .expect("dump");

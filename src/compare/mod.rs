@@ -15,6 +15,9 @@ pub mod report;
 pub mod rule_level;
 pub mod run;
 
+#[cfg(test)]
+mod fixture;
+
 pub use finding::{Finding, Severity};
 pub use report::{Report, Summary};
 pub use run::{DumpText, NodePlans, VerifyError, VerifyInput, verify};

@@ -305,36 +305,77 @@ pub struct Screen {
 
 /// Compares the keys of every chain of `expected` (the render) with `actual` (the dump).
 pub fn screen(expected: ExpectedRules, actual: &Ruleset<'_>) -> Screen {
-    let mut buf = String::new();
-    let mut chains = Vec::new();
+    screen_split(expected, actual, PARALLEL_SCREEN_FROM)
+}
+
+/// [`screen`], split over two threads from `parallel_from` chains.
+fn screen_split(expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from: usize) -> Screen {
+    let mut work: Vec<(&'static str, String, ExpectedChain)> = Vec::new();
     for et in expected.tables {
         let table = et.name;
-        let at = actual.table(table);
-        for (chain, ec) in et.into_order() {
-            if skipped_chain(&chain) {
-                continue;
-            }
-            let status = match (at, at.and_then(|t| t.chain(&chain))) {
-                (None, _) => Status::TableMissing,
-                (Some(_), None) => Status::ChainMissing(ec.keys.len()),
-                (Some(_), Some(ac)) => {
-                    let rules = || ac.rules.iter().filter(|r| !optional(table, &chain, r));
-                    // First by the dump's own text (see `text_key`), then, only when that
-                    // differs, by each rule's canonical text.
-                    let same = same_keys(&ec.keys, rules().map(|r| text_key(r)))
-                        || same_keys(
-                            &ec.keys,
-                            rules().map(|r| {
-                                Fingerprint::omitting(r, actual.family, KEY_OMIT, &mut buf)
-                            }),
-                        );
-                    if same { Status::Same } else { Status::Differs }
-                }
-            };
-            chains.push((table, chain, status));
+        work.extend(
+            et.into_order()
+                .into_iter()
+                .filter(|(chain, _)| !skipped_chain(chain))
+                .map(|(chain, ec)| (table, chain, ec)),
+        );
+    }
+    let statuses = |part: Vec<(&'static str, String, ExpectedChain)>| {
+        let mut buf = String::new();
+        part.into_iter()
+            .map(|(table, chain, ec)| {
+                let status = chain_status(table, &chain, &ec, actual, &mut buf);
+                (table, chain, status)
+            })
+            .collect::<Vec<_>>()
+    };
+    let chains = if work.len() >= parallel_from {
+        // A node-sized screen runs as two halves, the second on another thread (the render
+        // thread is the last one busy by then); statuses are joined in order.
+        let second = work.split_off(work.len() / 2);
+        std::thread::scope(|scope| {
+            let later = scope.spawn(|| statuses(second));
+            let mut chains = statuses(work);
+            chains.extend(
+                later
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+            chains
+        })
+    } else {
+        statuses(work)
+    };
+    Screen { chains }
+}
+
+/// From how many chains [`screen`] splits its work over two threads.
+const PARALLEL_SCREEN_FROM: usize = 20_000;
+
+/// How one chain of the render (`ec`, its keys) compares with the dump's chain of that name.
+fn chain_status(
+    table: &'static str,
+    chain: &str,
+    ec: &ExpectedChain,
+    actual: &Ruleset<'_>,
+    buf: &mut String,
+) -> Status {
+    let at = actual.table(table);
+    match (at, at.and_then(|t| t.chain(chain))) {
+        (None, _) => Status::TableMissing,
+        (Some(_), None) => Status::ChainMissing(ec.keys.len()),
+        (Some(_), Some(ac)) => {
+            let rules = || ac.rules.iter().filter(|r| !optional(table, chain, r));
+            // First by the dump's own text (see `text_key`), then, only when that differs, by
+            // each rule's canonical text.
+            let same = same_keys(&ec.keys, rules().map(|r| text_key(r)))
+                || same_keys(
+                    &ec.keys,
+                    rules().map(|r| Fingerprint::omitting(r, actual.family, KEY_OMIT, buf)),
+                );
+            if same { Status::Same } else { Status::Differs }
         }
     }
-    Screen { chains }
 }
 
 /// The findings of the rule level: `screen` says which chains differ; those are looked at rule
@@ -581,5 +622,35 @@ fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut V
                 .expected("the KUBE-NODEPORTS jump last")
                 .actual(format!("at position {} of {}", t + 1, positions.len())),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ExpectedRules, screen_split};
+    use crate::proxier::iptables::{RenderChunk, render_plan_chunks};
+    use kproxy_parsers::iptables::{Family, ParseOptions};
+
+    /// Split over two threads, the screen says of every chain what one pass says, in the same
+    /// order (the testdata cluster's render against a drifted dump of it).
+    #[test]
+    fn split_screen_says_what_one_pass_says() {
+        let (plan, facts) = super::super::fixture::cluster_plan();
+        let render = |sink: &mut dyn FnMut(RenderChunk<'_>)| {
+            let _ = render_plan_chunks(&plan, &facts, sink);
+        };
+        let dump = super::super::fixture::drifted_dump();
+        let actual = crate::model::Ruleset::parse(&dump, &ParseOptions::strict()).expect("dump");
+        let keys = || ExpectedRules::build(&render, Family::V4).expect("render keys");
+        let one = screen_split(keys(), &actual, usize::MAX);
+        assert!(one.chains.len() >= 2, "two halves");
+        assert!(
+            one.chains
+                .iter()
+                .any(|(_, _, s)| *s == super::Status::Differs),
+            "the drifted dump differs somewhere"
+        );
+        let split = screen_split(keys(), &actual, 1);
+        assert_eq!(split.chains, one.chains);
     }
 }

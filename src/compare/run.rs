@@ -36,7 +36,8 @@ pub struct DumpText<'a> {
 pub struct VerifyInput<'a> {
     /// The node name shown in the report.
     pub node: &'a str,
-    /// What kube-proxy would install, per family, from the API objects ([`NodePlans::new`]).
+    /// What kube-proxy would install, per family, from the API objects ([`NodePlans::new`], or
+    /// [`NodePlans::start`] to plan while the dumps are parsed).
     pub plans: NodePlans,
     /// kube-proxy's configuration.
     pub config: &'a ProxyConfig,

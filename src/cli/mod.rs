@@ -54,7 +54,7 @@ pub enum Command {
     CobraComplete(completion::CobraCompleteArgs),
 }
 
-/// True when invoked as `kubectl kproxy` (argv[0] basename starts with `kubectl-`).
+/// True when invoked as `kubectl kproxy` (the basename of `argv[0]` starts with `kubectl-`).
 pub fn invoked_as_plugin() -> bool {
     std::env::args_os()
         .next()

@@ -1,5 +1,5 @@
 //! Service port names: from kube-proxy's rule comments, and from chain hashes when a dump has no
-//! comments (spec §2): `KUBE-SVC-` + base32(sha256(servicePortName + lowercase protocol))[:16].
+//! comments (spec §2): `KUBE-SVC-` + `base32(sha256(servicePortName + lowercase protocol))[:16]`.
 //! Without API state only the hash can be shown; a caller that knows the service ports (from
 //! `ClusterState`) passes them as a [`NameResolver`] to turn hashes back into names.
 

@@ -48,7 +48,15 @@ struct Ctx<'a> {
     gx: &'a GraphContext,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(gx: &'a GraphContext) -> Self {
+        Ctx {
+            out: Vec::new(),
+            explained: Explained::default(),
+            gx,
+        }
+    }
+
     fn push(
         &mut self,
         check: Check,
@@ -125,11 +133,7 @@ fn compare_split(
     gx: &GraphContext,
     parallel_from: usize,
 ) -> (Vec<Finding>, Explained) {
-    let mut cx = Ctx {
-        out: Vec::new(),
-        explained: Explained::default(),
-        gx,
-    };
+    let mut cx = Ctx::new(gx);
     let by_hash: HashMap<&str, &ServicePort, NameHash> = graph
         .service_ports
         .iter()
@@ -162,35 +166,21 @@ fn compare_split(
         return (cx.out, cx.explained);
     }
 
-    let matched = if expected.len() >= parallel_from {
-        // A node-sized compare runs as two halves, the second on another thread; the halves'
-        // findings are joined in order, so the result is the same as one pass.
-        let (first, second) = expected.split_at(expected.len() / 2);
-        let halves = std::thread::scope(|scope| {
-            let other = scope.spawn(|| {
-                let mut cx = Ctx {
-                    out: Vec::new(),
-                    explained: Explained::default(),
-                    gx,
-                };
-                let matched = compare_ports(&mut cx, second, &by_hash);
-                (cx, matched)
-            });
-            let matched = compare_ports(&mut cx, first, &by_hash);
-            let other = other
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (matched, other)
-        });
-        let (mut matched, (mut later, later_matched)) = halves;
-        cx.out.append(&mut later.out);
-        cx.explained.chains.extend(later.explained.chains);
-        cx.explained.services.extend(later.explained.services);
-        matched.extend(later_matched);
-        matched
-    } else {
-        compare_ports(&mut cx, expected, &by_hash)
-    };
+    // A node-sized compare runs in two halves on two threads; joined in order, the halves'
+    // findings are those of one pass.
+    let halves = super::halves::in_halves(expected, parallel_from, |part| {
+        let mut cx = Ctx::new(gx);
+        let matched = compare_ports(&mut cx, part, &by_hash);
+        (cx.out, cx.explained, matched)
+    });
+    let mut matched: HashSet<&str, NameHash> =
+        HashSet::with_capacity_and_hasher(expected.len(), NameHash::default());
+    for (mut out, explained, found) in halves {
+        cx.out.append(&mut out);
+        cx.explained.chains.extend(explained.chains);
+        cx.explained.services.extend(explained.services);
+        matched.extend(found);
+    }
     stale_ports(&mut cx, graph, &matched);
     anomalies(&mut cx, graph, expected);
     (cx.out, cx.explained)

@@ -9,6 +9,7 @@ pub mod catalogue;
 pub mod expected;
 pub mod finding;
 pub mod graph_level;
+mod halves;
 pub mod ipvs;
 pub mod nodewide;
 pub mod report;

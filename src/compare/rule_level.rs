@@ -320,32 +320,19 @@ fn screen_split(expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from: us
                 .map(|(chain, ec)| (table, chain, ec)),
         );
     }
-    let statuses = |part: Vec<(&'static str, String, ExpectedChain)>| {
+    // A node-sized screen runs in two halves on two threads (the render thread is the last
+    // one busy by then); the statuses come back in chain order.
+    let statuses = super::halves::in_halves(&work, parallel_from, |part| {
         let mut buf = String::new();
-        part.into_iter()
-            .map(|(table, chain, ec)| {
-                let status = chain_status(table, &chain, &ec, actual, &mut buf);
-                (table, chain, status)
-            })
+        part.iter()
+            .map(|(table, chain, ec)| chain_status(table, chain, ec, actual, &mut buf))
             .collect::<Vec<_>>()
-    };
-    let chains = if work.len() >= parallel_from {
-        // A node-sized screen runs as two halves, the second on another thread (the render
-        // thread is the last one busy by then); statuses are joined in order.
-        let second = work.split_off(work.len() / 2);
-        std::thread::scope(|scope| {
-            let later = scope.spawn(|| statuses(second));
-            let mut chains = statuses(work);
-            chains.extend(
-                later
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            );
-            chains
-        })
-    } else {
-        statuses(work)
-    };
+    });
+    let chains = work
+        .into_iter()
+        .zip(statuses.into_iter().flatten())
+        .map(|((table, chain, _), status)| (table, chain, status))
+        .collect();
     Screen { chains }
 }
 

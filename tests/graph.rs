@@ -285,7 +285,7 @@ fn build(text: &str, resolver: NameResolver) -> ServiceGraph<'_> {
         &dump,
         &GraphOptions {
             resolver,
-            source: None,
+            ..GraphOptions::default()
         },
     )
 }
@@ -660,4 +660,54 @@ fn snapshot_lb_json() {
     let dump = lb_dump();
     let g = build(&dump, NameResolver::new());
     insta::assert_snapshot!(kproxy::output::to_json(&g).expect("json"));
+}
+
+/// `comparison_only` leaves out exactly the edges and the endpoint chains' hairpin rules; every
+/// other fact (endpoints, shares, hairpin flags, entries, verdicts, anomalies) is the same.
+#[test]
+fn comparison_only_graph_is_the_full_graph_without_edges_and_hairpin_rules() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/dumps");
+    let mut checked = 0;
+    let mut hairpins = 0;
+    for e in std::fs::read_dir(&dir).expect("testdata/dumps").flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let opts = ParseOptions::default().with_table("nat");
+        let text = std::fs::read_to_string(e.path()).expect("read");
+        let Ok(dump) = parse_dump(&text, &opts) else {
+            continue;
+        };
+        let full = graph::build(&dump, &GraphOptions::default());
+        let lean = graph::build(
+            &dump,
+            &GraphOptions {
+                comparison_only: true,
+                ..GraphOptions::default()
+            },
+        );
+        assert_eq!(full.anomalies, lean.anomalies, "{name}");
+        assert_eq!(full.service_ports.len(), lean.service_ports.len(), "{name}");
+        for (f, l) in full.service_ports.iter().zip(&lean.service_ports) {
+            assert!(l.edges.is_empty(), "{name}: {:?}", l.edges);
+            assert_eq!(f.endpoints, l.endpoints, "{name}");
+            assert_eq!(f.entries, l.entries, "{name}");
+            assert_eq!(f.verdicts, l.verdicts, "{name}");
+            assert_eq!(f.affinity, l.affinity, "{name}");
+            assert_eq!(f.firewall, l.firewall, "{name}");
+            let kept: Vec<_> = f
+                .masquerade
+                .iter()
+                .filter(|m| {
+                    !(m.reason == MasqueradeReason::Hairpin && m.chain.starts_with("KUBE-SEP-"))
+                })
+                .collect();
+            hairpins += f.masquerade.len() - kept.len();
+            assert_eq!(kept, l.masquerade.iter().collect::<Vec<_>>(), "{name}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} dumps in {}", dir.display());
+    assert!(
+        hairpins > 0,
+        "no dump has a hairpin rule: the test checks nothing"
+    );
 }

@@ -42,7 +42,7 @@ fn graph_with(plan: Option<&ServicePlan>) -> graph::ServiceGraph<'static> {
         &ParseOptions::default(),
         &GraphOptions {
             resolver,
-            source: None,
+            ..GraphOptions::default()
         },
     )
     .expect("dump parses")

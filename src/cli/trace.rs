@@ -339,7 +339,7 @@ fn run_path(
             .as_ref()
             .map(|(p, _)| path::resolver_for(p))
             .unwrap_or_default(),
-        source: None,
+        ..GraphOptions::default()
     };
     let parse = if args.dump.lenient {
         ParseOptions::lenient()

@@ -6,7 +6,7 @@
 //! same drift again as missing or extra rules.
 
 use super::catalogue::{self as cat, Check};
-use super::expected::{ExpectedEndpoint, ExpectedPort, Verdict};
+use super::expected::{ExpectedEndpoints, ExpectedPort, Verdict};
 use super::finding::Finding;
 use crate::graph::{
     AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
@@ -587,9 +587,9 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
     }
     let local_names = [e.svl_chain(), format!("KUBE-XLB-{}", e.hash)];
     let cluster_names = [e.svc_chain()];
-    let policies: [(&[String], &[ExpectedEndpoint], bool); 2] = [
-        (&cluster_names, &e.cluster_endpoints, false),
-        (&local_names, &e.local_endpoints, true),
+    let policies: [(&[String], ExpectedEndpoints, bool); 2] = [
+        (&cluster_names, e.cluster_endpoints, false),
+        (&local_names, e.local_endpoints, true),
     ];
     for (names, want, local) in policies {
         let picked: Vec<&crate::graph::Endpoint> = a
@@ -604,7 +604,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         let mut matched_actual: HashSet<&str, NameHash> =
             HashSet::with_capacity_and_hasher(want.len(), NameHash::default());
         let mut all_found = true;
-        for w in want {
+        for w in want.iter() {
             let hit = picked.iter().find(|ep| ep.chain == w.chain).or_else(|| {
                 picked
                     .iter()

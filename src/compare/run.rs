@@ -437,6 +437,7 @@ fn verify_dump(
             &GraphOptions {
                 resolver: resolver.clone(),
                 source: Some(d.label.to_string()),
+                comparison_only: true,
             },
         );
         let gx = GraphContext {

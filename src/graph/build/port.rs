@@ -217,6 +217,8 @@ impl<'a> PortMap<'a> {
             .into_iter()
             .map(PortB::finish)
             .collect();
+        // Collected in place: the vector still has the (larger) builders' room.
+        out.shrink_to_fit();
         out.sort_by(|a, b| {
             (a.name.is_none(), &a.name, &a.protocol, &a.hash).cmp(&(
                 b.name.is_none(),

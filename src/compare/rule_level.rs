@@ -124,13 +124,31 @@ fn owner(r: &Rule<'_>, chain: &str, names: &NameResolver) -> Option<String> {
     })
 }
 
-/// The keys of one chain of the render, in rule order.
-#[derive(Debug, Default)]
+/// Where one chain of the render keeps its keys in its table's [`ExpectedTable::keys`].
+#[derive(Debug, Default, Clone, Copy)]
 struct ExpectedChain {
     /// Position among the table's chain declarations, when declared.
-    declared: Option<usize>,
+    declared: Option<u32>,
     /// Position among the chains rules were first written to.
-    first_use: Option<usize>,
+    first_use: Option<u32>,
+    /// The chain's keys, in rule order: `keys[start..start + len]` (once the render is read).
+    start: u32,
+    len: u32,
+    /// While the render is read: the chain was written to again after another chain, so its
+    /// keys are collected in [`ExpectedTable::spilled`].
+    spilled: bool,
+}
+
+impl ExpectedChain {
+    fn keys<'k>(&self, keys: &'k [Option<Fingerprint>]) -> &'k [Option<Fingerprint>] {
+        let start = self.start as usize;
+        keys.get(start..start + self.len as usize).unwrap_or(&[])
+    }
+}
+
+/// A table of the render with its chains in ruleset order ([`ExpectedTable::into_order`]).
+struct OrderedTable {
+    chains: Vec<(Box<str>, ExpectedChain)>,
     keys: Vec<Option<Fingerprint>>,
 }
 
@@ -139,36 +157,89 @@ struct ExpectedChain {
 struct ExpectedTable {
     name: &'static str,
     /// The chains by name, in the order first seen.
-    chains: IndexMap<String, ExpectedChain, NameHash>,
+    chains: IndexMap<Box<str>, ExpectedChain, NameHash>,
+    /// Every chain's keys, one run per chain (no vector per chain: a large node has 110k
+    /// chains of 1–3 rules, and each vector would double as it grows).
+    keys: Vec<Option<Fingerprint>>,
+    /// The keys of chains written in several runs (the render interleaves the service-keyed
+    /// chains, e.g. `KUBE-SERVICES`, with each service's own), by chain index; appended to
+    /// `keys` when the render is read ([`ExpectedTable::finish`]).
+    spilled: HashMap<usize, Vec<Option<Fingerprint>>>,
     /// The chain the last rule was written to (the render writes a chain's rules together).
     last: Option<usize>,
-    declarations: usize,
-    uses: usize,
+    declarations: u32,
+    uses: u32,
 }
 
 impl ExpectedTable {
-    fn chain(&mut self, name: &str) -> &mut ExpectedChain {
+    fn chain(&mut self, name: &str) -> (usize, &mut ExpectedChain) {
         let i = match self.last {
-            Some(i) if self.chains.get_index(i).is_some_and(|(n, _)| n == name) => i,
+            Some(i) if self.chains.get_index(i).is_some_and(|(n, _)| &**n == name) => i,
             _ => match self.chains.get_index_of(name) {
                 Some(i) => i,
                 None => {
                     self.chains
-                        .insert_full(name.to_string(), ExpectedChain::default())
+                        .insert_full(name.into(), ExpectedChain::default())
                         .0
                 }
             },
         };
         self.last = Some(i);
-        &mut self.chains[i]
+        (i, &mut self.chains[i])
+    }
+
+    /// Appends `key` to chain `name`: to its run at the tail of `keys`, or, once another chain
+    /// was written in between, to its spilled keys.
+    fn push_key(&mut self, name: &str, key: Option<Fingerprint>) {
+        let (uses, end) = (self.uses, self.keys.len() as u32);
+        let (i, c) = self.chain(name);
+        if c.first_use.is_none() {
+            c.first_use = Some(uses);
+            self.uses = uses + 1;
+        }
+        let (_, c) = self.chain(name);
+        if !c.spilled && c.len > 0 && c.start + c.len != end {
+            c.spilled = true;
+            let run = c.start as usize..(c.start + c.len) as usize;
+            let keys = self.keys.get(run).unwrap_or(&[]).to_vec();
+            self.spilled.insert(i, keys);
+        }
+        let (_, c) = self.chain(name);
+        if c.spilled {
+            self.spilled.entry(i).or_default().push(key);
+            return;
+        }
+        if c.len == 0 {
+            c.start = end;
+        }
+        c.len += 1;
+        self.keys.push(key);
+    }
+
+    /// Moves the spilled chains' keys to the tail of `keys`: every chain is one run.
+    fn finish(&mut self) {
+        let mut spilled: Vec<_> = std::mem::take(&mut self.spilled).into_iter().collect();
+        spilled.sort_unstable_by_key(|(i, _)| *i);
+        for (i, keys) in spilled {
+            if let Some((_, c)) = self.chains.get_index_mut(i) {
+                c.start = self.keys.len() as u32;
+                c.len = keys.len() as u32;
+                c.spilled = false;
+                self.keys.extend(keys);
+            }
+        }
+        self.keys.shrink_to_fit();
     }
 
     /// The chains in the order a ruleset of the render would hold them: declared chains in
-    /// declaration order, then chains only written to, in first-use order.
-    fn into_order(self) -> Vec<(String, ExpectedChain)> {
-        let mut v: Vec<(String, ExpectedChain)> = self.chains.into_iter().collect();
-        v.sort_by_key(|(_, c)| (c.declared.is_none(), c.declared, c.first_use));
-        v
+    /// declaration order, then chains only written to, in first-use order; with the keys.
+    fn into_order(self) -> OrderedTable {
+        let mut chains: Vec<(Box<str>, ExpectedChain)> = self.chains.into_iter().collect();
+        chains.sort_by_key(|(_, c)| (c.declared.is_none(), c.declared, c.first_use));
+        OrderedTable {
+            chains,
+            keys: self.keys,
+        }
     }
 }
 
@@ -197,7 +268,7 @@ impl ExpectedRules {
                         .and_then(|l| l.split(' ').next())
                         .unwrap_or(line);
                     let n = t.declarations;
-                    let c = t.chain(name);
+                    let (_, c) = t.chain(name);
                     if c.declared.is_none() {
                         c.declared = Some(n);
                         t.declarations = n + 1;
@@ -208,21 +279,15 @@ impl ExpectedRules {
             let table = t.name;
             let parsed = for_each_rule(chunk.text, |r| {
                 let k = key(table, r.chain, &r, family, &mut buf);
-                let n = t.uses;
-                let c = t.chain(r.chain);
-                let first = c.first_use.is_none();
-                if first {
-                    c.first_use = Some(n);
-                }
-                c.keys.push(k);
-                if first {
-                    t.uses = n + 1;
-                }
+                t.push_key(r.chain, k);
             });
             if let Err(e) = parsed {
                 failed = Some(e);
             }
         });
+        for t in &mut rules.tables {
+            t.finish();
+        }
         match failed {
             Some(e) => Err(e),
             None => Ok(rules),
@@ -310,28 +375,39 @@ pub fn screen(expected: ExpectedRules, actual: &Ruleset<'_>) -> Screen {
 
 /// [`screen`], split over two threads from `parallel_from` chains.
 fn screen_split(expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from: usize) -> Screen {
-    let mut work: Vec<(&'static str, String, ExpectedChain)> = Vec::new();
-    for et in expected.tables {
-        let table = et.name;
-        work.extend(
-            et.into_order()
-                .into_iter()
+    let tables: Vec<_> = expected
+        .tables
+        .into_iter()
+        .map(|et| (et.name, et.into_order()))
+        .collect();
+    let work: Vec<(&'static str, &str, &[Option<Fingerprint>])> = tables
+        .iter()
+        .flat_map(|(table, t)| {
+            t.chains
+                .iter()
                 .filter(|(chain, _)| !skipped_chain(chain))
-                .map(|(chain, ec)| (table, chain, ec)),
-        );
-    }
+                .map(|(chain, ec)| (*table, &**chain, ec.keys(&t.keys)))
+        })
+        .collect();
     // A node-sized screen runs in two halves on two threads (the render thread is the last
     // one busy by then); the statuses come back in chain order.
     let statuses = super::halves::in_halves(&work, parallel_from, |part| {
         let mut buf = String::new();
         part.iter()
-            .map(|(table, chain, ec)| chain_status(table, chain, ec, actual, &mut buf))
+            .map(|(table, chain, keys)| chain_status(table, chain, keys, actual, &mut buf))
             .collect::<Vec<_>>()
     });
-    let chains = work
+    drop(work);
+    let chains = tables
         .into_iter()
+        .flat_map(|(table, t)| {
+            t.chains
+                .into_iter()
+                .filter(|(chain, _)| !skipped_chain(chain))
+                .map(move |(chain, _)| (table, chain))
+        })
         .zip(statuses.into_iter().flatten())
-        .map(|((table, chain, _), status)| (table, chain, status))
+        .map(|((table, chain), status)| (table, chain.into_string(), status))
         .collect();
     Screen { chains }
 }
@@ -343,21 +419,21 @@ const PARALLEL_SCREEN_FROM: usize = 20_000;
 fn chain_status(
     table: &'static str,
     chain: &str,
-    ec: &ExpectedChain,
+    keys: &[Option<Fingerprint>],
     actual: &Ruleset<'_>,
     buf: &mut String,
 ) -> Status {
     let at = actual.table(table);
     match (at, at.and_then(|t| t.chain(chain))) {
         (None, _) => Status::TableMissing,
-        (Some(_), None) => Status::ChainMissing(ec.keys.len()),
+        (Some(_), None) => Status::ChainMissing(keys.len()),
         (Some(_), Some(ac)) => {
             let rules = || ac.rules.iter().filter(|r| !optional(table, chain, r));
             // First by the dump's own text (see `text_key`), then, only when that differs, by
             // each rule's canonical text.
-            let same = same_keys(&ec.keys, rules().map(|r| text_key(r)))
+            let same = same_keys(keys, rules().map(|r| text_key(r)))
                 || same_keys(
-                    &ec.keys,
+                    keys,
                     rules().map(|r| Fingerprint::omitting(r, actual.family, KEY_OMIT, buf)),
                 );
             if same { Status::Same } else { Status::Differs }
@@ -614,7 +690,8 @@ fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut V
 
 #[cfg(test)]
 mod tests {
-    use super::{ExpectedRules, screen_split};
+    use super::{ExpectedRules, ExpectedTable, screen_split};
+    use crate::model::Fingerprint;
     use crate::proxier::iptables::{RenderChunk, render_plan_chunks};
     use kproxy_parsers::iptables::{Family, ParseOptions};
 
@@ -639,5 +716,41 @@ mod tests {
         );
         let split = screen_split(keys(), &actual, 1);
         assert_eq!(split.chains, one.chains);
+    }
+
+    /// Chains written in one run and chains written in several (the render interleaves
+    /// `KUBE-SERVICES` with each service's chains) both read back their own keys in order.
+    #[test]
+    fn interleaved_chains_keep_their_own_keys() {
+        let k = |t: &str| Some(Fingerprint::of_text(t));
+        let writes = [
+            ("KUBE-SERVICES", "s1"),
+            ("KUBE-SVC-A", "a1"),
+            ("KUBE-SVC-A", "a2"),
+            ("KUBE-SERVICES", "s2"),
+            ("KUBE-SVC-B", "b1"),
+            ("KUBE-SERVICES", "s3"),
+            ("KUBE-SEP-C", "c1"),
+            ("KUBE-SVC-A", "a3"),
+            ("KUBE-SERVICES", "s4"),
+        ];
+        let mut t = ExpectedTable::default();
+        for (chain, rule) in writes {
+            t.push_key(chain, k(rule));
+        }
+        t.finish();
+        let t = t.into_order();
+        let got: Vec<(&str, Vec<Option<Fingerprint>>)> = t
+            .chains
+            .iter()
+            .map(|(name, c)| (&**name, c.keys(&t.keys).to_vec()))
+            .collect();
+        let want = [
+            ("KUBE-SERVICES", vec![k("s1"), k("s2"), k("s3"), k("s4")]),
+            ("KUBE-SVC-A", vec![k("a1"), k("a2"), k("a3")]),
+            ("KUBE-SVC-B", vec![k("b1")]),
+            ("KUBE-SEP-C", vec![k("c1")]),
+        ];
+        assert_eq!(got, want.to_vec());
     }
 }

@@ -47,15 +47,15 @@ pub struct Endpoint {
     /// `nodeName` equals the proxier's node name.
     pub is_local: bool,
     /// `hints.forZones[].name`.
-    pub zone_hints: Vec<String>,
+    pub zone_hints: Box<[String]>,
     /// `hints.forNodes[].name`.
-    pub node_hints: Vec<String>,
+    pub node_hints: Box<[String]>,
     /// `zone` (informational).
-    pub zone: Option<String>,
+    pub zone: Option<Box<str>>,
     /// `nodeName` (informational).
-    pub node_name: Option<String>,
+    pub node_name: Option<Box<str>>,
     /// `targetRef` (informational).
-    pub target_ref: Option<TargetRef>,
+    pub target_ref: Option<Box<TargetRef>>,
     /// The EndpointSlice it came from (`name`).
     #[serde(serialize_with = "serialize_arc_str")]
     pub slice: Arc<str>,
@@ -210,13 +210,19 @@ pub fn endpoints_map_with(
                         .and_then(|h| h.for_nodes.as_ref())
                         .map(|z| z.iter().map(|z| z.name.clone()).collect())
                         .unwrap_or_default(),
-                    zone: if full { ep.zone.clone() } else { None },
-                    node_name: if full { node.map(str::to_string) } else { None },
+                    zone: if full {
+                        ep.zone.as_deref().map(Box::from)
+                    } else {
+                        None
+                    },
+                    node_name: if full { node.map(Box::from) } else { None },
                     target_ref: if full {
-                        ep.target_ref.as_ref().map(|t| TargetRef {
-                            kind: t.kind.clone().unwrap_or_default(),
-                            namespace: t.namespace.clone().unwrap_or_default(),
-                            name: t.name.clone().unwrap_or_default(),
+                        ep.target_ref.as_ref().map(|t| {
+                            Box::new(TargetRef {
+                                kind: t.kind.clone().unwrap_or_default(),
+                                namespace: t.namespace.clone().unwrap_or_default(),
+                                name: t.name.clone().unwrap_or_default(),
+                            })
                         })
                     } else {
                         None
@@ -411,8 +417,8 @@ mod tests {
             serving,
             terminating,
             is_local: local,
-            zone_hints: vec![],
-            node_hints: vec![],
+            zone_hints: Box::default(),
+            node_hints: Box::default(),
             zone: None,
             node_name: None,
             target_ref: None,
@@ -479,9 +485,9 @@ mod tests {
     #[test]
     fn zone_hints_filter_cluster_endpoints() {
         let mut a = ep("10.0.0.1", true, true, false, false);
-        a.zone_hints = vec!["z1".into()];
+        a.zone_hints = Box::from(["z1".to_string()]);
         let mut b = ep("10.0.0.2", true, true, false, false);
-        b.zone_hints = vec!["z2".into()];
+        b.zone_hints = Box::from(["z2".to_string()]);
         let eps = vec![a, b];
         let c = categorize(&eps, &input(true, false));
         assert_eq!(c.topology, TopologyMode::PreferSameZone);

@@ -187,8 +187,8 @@ impl PodRef {
                 .target_ref
                 .as_ref()
                 .map(|t| format!("{}/{}", t.namespace, t.name)),
-            node: e.node_name.clone(),
-            zone: e.zone.clone(),
+            node: e.node_name.as_deref().map(str::to_string),
+            zone: e.zone.as_deref().map(str::to_string),
             ready: e.ready,
             serving: e.serving,
             terminating: e.terminating,

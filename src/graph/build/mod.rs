@@ -344,6 +344,10 @@ impl<'a> Builder<'a> {
                 self.by_entry = None;
             }
         }
+        // Entry lists grew from four 160-byte slots; most ports have one or two entries.
+        for p in self.ports.iter_mut() {
+            p.entries.shrink_to_fit();
+        }
         for (chain, r) in masq_rules {
             let f = Facts::of(r);
             let Some(i) = self.key_for_rule(&f) else {
@@ -441,10 +445,17 @@ impl<'a> Builder<'a> {
         let chain = c.name;
         // One endpoint and one edge per rule, about: no doubling of 10k ports' vectors.
         let with_edges = !self.comparison_only;
+        // About one endpoint and one edge per jump to an endpoint chain: room for exactly those
+        // (no doubling of 10k ports' vectors, no slack for the chain's other rules).
+        let picks = c
+            .rules
+            .iter()
+            .filter(|r| r.jump_target().is_some_and(|t| t.starts_with("KUBE-SEP-")))
+            .count();
         let p = self.ports.at(port);
-        p.reserve_endpoints(c.rules.len());
+        p.reserve_endpoints(picks);
         if with_edges {
-            p.edges.reserve(c.rules.len());
+            p.edges.reserve(picks);
         }
         let mut remaining = 1.0_f64;
         let mut saw_probability = false;

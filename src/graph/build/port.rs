@@ -114,7 +114,9 @@ impl<'a> PortB<'a> {
         self.masquerade
             .reserve_exact(self.endpoint_masquerade.len());
         self.masquerade.append(&mut self.endpoint_masquerade);
-        // The vectors grew by doubling: hand back the spare capacity of 100k endpoints.
+        // The vectors grew by doubling (from four: an entry list of one or two holds four
+        // 160-byte entries): hand back the spare capacity of 10k ports and 100k endpoints.
+        self.entries.shrink_to_fit();
         self.masquerade.shrink_to_fit();
         self.endpoints.shrink_to_fit();
         self.edges.shrink_to_fit();

@@ -185,20 +185,19 @@ impl ExpectedTable {
     /// Appends `key` to chain `name`: to its run at the tail of `keys`, or, once another chain
     /// was written in between, to its spilled keys.
     fn push_key(&mut self, name: &str, key: Option<Fingerprint>) {
-        let (uses, end) = (self.uses, self.keys.len() as u32);
-        let (i, c) = self.chain(name);
+        let end = self.keys.len() as u32;
+        let (i, _) = self.chain(name);
+        let c = &mut self.chains[i];
         if c.first_use.is_none() {
-            c.first_use = Some(uses);
-            self.uses = uses + 1;
+            c.first_use = Some(self.uses);
+            self.uses += 1;
         }
-        let (_, c) = self.chain(name);
         if !c.spilled && c.len > 0 && c.start + c.len != end {
             c.spilled = true;
             let run = c.start as usize..(c.start + c.len) as usize;
-            let keys = self.keys.get(run).unwrap_or(&[]).to_vec();
-            self.spilled.insert(i, keys);
+            self.spilled
+                .insert(i, self.keys.get(run).unwrap_or(&[]).to_vec());
         }
-        let (_, c) = self.chain(name);
         if c.spilled {
             self.spilled.entry(i).or_default().push(key);
             return;

@@ -74,8 +74,12 @@ pub struct TraceArgs {
     /// Node facts (path view with --state; `--node-ip` also counts as a local address for --packet).
     #[command(flatten)]
     pub node: NodeFactArgs,
-    /// Simulate one packet: SRC[:SPORT]->DST:PORT[/PROTO] (IPv6 as [ADDR]:PORT; PROTO tcp|udp|sctp, default tcp).
-    #[arg(long, value_name = "SRC[:SPORT]->DST:PORT/PROTO")]
+    /// Simulate one packet (syntax in the help text: source, destination, port, protocol).
+    #[arg(
+        long,
+        value_name = "SRC[:SPORT]->DST:PORT/PROTO",
+        help = "Simulate one packet: SRC[:SPORT]->DST:PORT[/PROTO] (IPv6 as [ADDR]:PORT; PROTO tcp|udp|sctp, default tcp)"
+    )]
     pub packet: Option<String>,
     /// Where the packet comes from (default: node if SRC is one of the node's addresses, else pod).
     #[arg(long, value_enum)]

@@ -128,7 +128,7 @@ pub fn state_to_list_json(state: &ClusterState) -> Result<Vec<u8>, serde_json::E
     }))
 }
 
-/// Reads a bundle written by [`write`].
+/// Reads a bundle written by [`write()`].
 pub fn read(path: &Path) -> Result<Bundle, CollectError> {
     let shown = path.display().to_string();
     let io = |source| CollectError::Io {

@@ -146,7 +146,7 @@ fn yaml_error(e: &serde_saphyr::Error, source_name: &str) -> StateError {
 
 /// Parses one text (JSON or YAML) into a [`ClusterState`]; `source_name` is used in errors.
 ///
-/// JSON takes [`direct::from_json`] (objects decoded straight from the text); when that declines
+/// JSON takes the direct decoder (objects decoded straight from the text); when that declines
 /// (any error or unusual layout) the text is parsed again through `serde_json::Value`, which gives
 /// the precise `file:line:col` / object / field messages.
 pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {

@@ -1,6 +1,6 @@
 //! The rule-matching engine shared by every walk: does one rule match one packet?
 //!
-//! [`matches`] is the single place where a rule's match criteria are evaluated. A
+//! [`matches()`] is the single place where a rule's match criteria are evaluated. A
 //! [`MatchPolicy`] decides what the model may know:
 //!
 //! * [`MatchPolicy::Kernel`] evaluates everything kube-proxy uses as netfilter would for the
@@ -18,7 +18,7 @@
 //!   unknown modules are ignored, ports compare as decimal strings, and `addrtype` knows only
 //!   `LOCAL` (exact membership in the local address list).
 //!
-//! The graph and verify engines can reuse [`matches`] with a [`PacketView`] of their own.
+//! The graph and verify engines can reuse [`matches()`] with a [`PacketView`] of their own.
 
 use super::packet::Protocol;
 use kproxy_parsers::iptables::{

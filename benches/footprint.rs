@@ -1,5 +1,6 @@
 //! Peak working memory (heap bytes added, counted by the allocator) of the large-node pipelines,
-//! as a multiple of the dump size: parse, parse + model, parse + model + graph, verify. Input:
+//! as a multiple of the dump size: parse, parse + model, parse + model + graph, verify, and the
+//! parts verify holds at once (model, its comparison-only graph, plan, render keys). Input:
 //! `target/scale/` made by `testdata/make-scale-dump.sh` (root). Prints one line per pipeline;
 //! the dump text and the preloaded API state are inputs and not counted.
 
@@ -14,7 +15,7 @@ static ALLOC: counting::Counting = counting::Counting;
 use kproxy::compare::verify;
 use kproxy::graph::{self, GraphOptions};
 use kproxy::model::Ruleset;
-use kproxy_parsers::iptables::{ParseOptions, parse_dump};
+use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
 use std::hint::black_box;
 
 fn main() {
@@ -58,10 +59,21 @@ fn main() {
     report("  model kept", counting::live() - base);
     let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &GraphOptions::default()));
     report("  graph build (over the model)", p);
-    let kept = counting::live() - base;
     drop(rs);
     report("  graph kept", counting::live() - base);
-    let _ = kept;
+    drop(g);
+    // verify's graph: only what the graph-level comparison reads.
+    let base = counting::live();
+    let dump_ast = parse_dump(dump, &strict).expect("parses");
+    let rs = Ruleset::from_dump(dump_ast);
+    let lean = GraphOptions {
+        comparison_only: true,
+        ..GraphOptions::default()
+    };
+    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &lean));
+    report("  verify's graph build", p);
+    drop(rs);
+    report("  verify's graph kept", counting::live() - base);
     drop(g);
     // What verify holds besides the dump's rules.
     let state_path =
@@ -91,6 +103,16 @@ fn main() {
     });
     report("  render (from the plan)", p);
     drop(rendered);
+    let render = |sink: &mut dyn FnMut(kproxy::proxier::iptables::RenderChunk<'_>)| {
+        let _ = kproxy::proxier::iptables::render_plan_chunks(&plan, &scale.facts, sink);
+    };
+    let base = counting::live();
+    let (keys, p) = counting::peak_of(|| {
+        kproxy::compare::rule_level::ExpectedRules::build(&render, Family::V4).expect("render keys")
+    });
+    report("  render keys build", p);
+    report("  render keys kept", counting::live() - base);
+    drop(keys);
     drop(plan);
     let (r, p) = counting::peak_of(|| {
         verify(&scale.verify_input()).map(|r| r.summary.errors + r.summary.warnings)

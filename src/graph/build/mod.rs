@@ -643,15 +643,17 @@ impl<'a> Builder<'a> {
                 }
             }
             let p = self.ports.at(i);
-            p.endpoint_from_chain(chain, ci);
+            let at = p.endpoint_from_chain(chain, ci);
             for &k in &dnat {
                 let (r, f) = (&c.rules[k], &facts[k]);
                 let Some(Target::Dnat { to, .. }) = r.target() else {
                     continue;
                 };
-                p.set_protocol(f.protocol_lower());
+                if p.protocol.is_none() {
+                    p.set_protocol(f.protocol_lower());
+                }
                 let set = f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
-                let ep = p.endpoint_from_chain(chain, ci);
+                let ep = &mut p.endpoints[at];
                 if ep.dnat_line.is_none() {
                     ep.destination = Some(to.raw);
                     ep.ip = to.addr;
@@ -661,7 +663,7 @@ impl<'a> Builder<'a> {
                 }
                 ep.affinity_set |= set;
             }
-            p.endpoint_from_chain(chain, ci).hairpin_masquerade |= hairpin;
+            p.endpoints[at].hairpin_masquerade |= hairpin;
             self.facts = facts;
             self.picked = dnat;
         }

@@ -79,15 +79,14 @@ impl<'a> PortB<'a> {
         &mut self.endpoints[pos]
     }
 
-    /// The endpoint of endpoint chain `chain` (nat chain `idx`), which may not be picked by any
-    /// policy chain.
-    pub fn endpoint_from_chain(&mut self, chain: &'a str, idx: usize) -> &mut Endpoint<'a> {
-        let pos = self.find_endpoint(chain, Some(idx)).unwrap_or_else(|| {
+    /// The position in `endpoints` of endpoint chain `chain` (nat chain `idx`), which may not be
+    /// picked by any policy chain (then it is created, as an orphan).
+    pub fn endpoint_from_chain(&mut self, chain: &'a str, idx: usize) -> usize {
+        self.find_endpoint(chain, Some(idx)).unwrap_or_else(|| {
             self.orphans_from.get_or_insert(self.endpoints.len());
             self.push_endpoint(chain, Some(idx));
             self.endpoints.len() - 1
-        });
-        &mut self.endpoints[pos]
+        })
     }
 
     fn find_endpoint(&self, chain: &str, idx: Option<usize>) -> Option<usize> {

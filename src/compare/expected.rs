@@ -53,7 +53,7 @@ pub struct ExpectedEndpoints<'p> {
 }
 
 impl<'p> ExpectedEndpoints<'p> {
-    /// The members `members` of `plan`'s endpoints.
+    /// The endpoints of `plan` at positions `members`.
     fn of(plan: &'p ServicePortPlan, members: &'p [usize]) -> Self {
         ExpectedEndpoints { plan, members }
     }

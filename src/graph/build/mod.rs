@@ -649,9 +649,7 @@ impl<'a> Builder<'a> {
                 let Some(Target::Dnat { to, .. }) = r.target() else {
                     continue;
                 };
-                if p.protocol.is_none() {
-                    p.set_protocol(f.protocol_lower());
-                }
+                p.set_protocol(f.protocol_lower());
                 let set = f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
                 let ep = &mut p.endpoints[at];
                 if ep.dnat_line.is_none() {

@@ -94,10 +94,37 @@ fn text_key(r: &Rule<'_>) -> Fingerprint {
     Fingerprint::of_text(r.raw)
 }
 
-/// Whether a chain's keys are `want` (the render's; optional rules have none and take no
-/// position, as rule by rule).
-fn same_keys(want: &[Option<Fingerprint>], mut got: impl Iterator<Item = Fingerprint>) -> bool {
-    want.iter().flatten().all(|w| got.next() == Some(*w)) && got.next().is_none()
+/// A chain's rule keys folded into one 128-bit digest, in rule order (optional rules have no
+/// key and take no position, as rule by rule): two chains have the same keys in the same order
+/// exactly when their digests are equal (a collision is a 2^-128 event). A chain's digest is all
+/// the screen keeps of the render's keys, so a node's 440k keys are never held.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct KeyDigest {
+    /// The digest: `xxh3-128(previous digest ‖ key)` for each key in turn (two words, so that a
+    /// chain's record needs no 16-byte alignment).
+    words: [u64; 2],
+    /// How many keys were folded in.
+    keys: u32,
+}
+
+impl KeyDigest {
+    /// Folds in the next key.
+    fn push(&mut self, key: Fingerprint) {
+        let mut input = [0u8; 32];
+        input[..8].copy_from_slice(&self.words[0].to_le_bytes());
+        input[8..16].copy_from_slice(&self.words[1].to_le_bytes());
+        input[16..].copy_from_slice(&key.0.get().to_le_bytes());
+        let h = xxhash_rust::xxh3::xxh3_128(&input);
+        self.words = [h as u64, (h >> 64) as u64];
+        self.keys += 1;
+    }
+
+    /// The digest of `keys`, in order.
+    fn of(keys: impl Iterator<Item = Fingerprint>) -> KeyDigest {
+        let mut d = KeyDigest::default();
+        keys.for_each(|k| d.push(k));
+        d
+    }
 }
 
 /// Whether the rule is the nat `KUBE-SERVICES` → `KUBE-NODEPORTS` tail rule.
@@ -124,25 +151,30 @@ fn owner(r: &Rule<'_>, chain: &str, names: &NameResolver) -> Option<String> {
     })
 }
 
-/// Where one chain of the render keeps its keys in its table's [`ExpectedTable::keys`].
-#[derive(Debug, Default, Clone, Copy)]
+/// One chain of the render: where it stands in its table, and its keys' digest.
+#[derive(Debug, Clone, Copy)]
 struct ExpectedChain {
-    /// Position among the table's chain declarations, when declared.
-    declared: Option<u32>,
-    /// Position among the chains rules were first written to.
-    first_use: Option<u32>,
-    /// The chain's keys, in rule order: `keys[start..start + len]` (once the render is read).
-    start: u32,
-    len: u32,
-    /// While the render is read: the chain was written to again after another chain, so its
-    /// keys are collected in [`ExpectedTable::spilled`].
-    spilled: bool,
+    /// Position among the table's chain declarations ([`UNSET`] when not declared).
+    declared: u32,
+    /// Position among the chains rules were first written to ([`UNSET`] when none was).
+    first_use: u32,
+    /// The chain's rules, optional ones included.
+    rules: u32,
+    /// The digest of its rules' keys.
+    digest: KeyDigest,
 }
 
-impl ExpectedChain {
-    fn keys<'k>(&self, keys: &'k [Option<Fingerprint>]) -> &'k [Option<Fingerprint>] {
-        let start = self.start as usize;
-        keys.get(start..start + self.len as usize).unwrap_or(&[])
+/// An [`ExpectedChain`] position that was never set (sorts after every set one).
+const UNSET: u32 = u32::MAX;
+
+impl Default for ExpectedChain {
+    fn default() -> Self {
+        ExpectedChain {
+            declared: UNSET,
+            first_use: UNSET,
+            rules: 0,
+            digest: KeyDigest::default(),
+        }
     }
 }
 
@@ -152,13 +184,6 @@ struct ExpectedTable {
     name: &'static str,
     /// The chains by name, in the order first seen.
     chains: IndexMap<Box<str>, ExpectedChain, NameHash>,
-    /// Every chain's keys, one run per chain (no vector per chain: a large node has 110k
-    /// chains of 1–3 rules, and each vector would double as it grows).
-    keys: Vec<Option<Fingerprint>>,
-    /// The keys of chains written in several runs (the render interleaves the service-keyed
-    /// chains, e.g. `KUBE-SERVICES`, with each service's own), by chain index; appended to
-    /// `keys` when the render is read ([`ExpectedTable::finish`]).
-    spilled: HashMap<usize, Vec<Option<Fingerprint>>>,
     /// The chain the last rule was written to (the render writes a chain's rules together).
     last: Option<usize>,
     declarations: u32,
@@ -166,7 +191,8 @@ struct ExpectedTable {
 }
 
 impl ExpectedTable {
-    fn chain(&mut self, name: &str) -> (usize, &mut ExpectedChain) {
+    /// The index of chain `name`, added when new.
+    fn chain(&mut self, name: &str) -> usize {
         let i = match self.last {
             Some(i) if self.chains.get_index(i).is_some_and(|(n, _)| &**n == name) => i,
             _ => match self.chains.get_index_of(name) {
@@ -179,62 +205,42 @@ impl ExpectedTable {
             },
         };
         self.last = Some(i);
-        (i, &mut self.chains[i])
+        i
     }
 
-    /// Appends `key` to chain `name`: to its run at the tail of `keys`, or, once another chain
-    /// was written in between, to its spilled keys.
-    fn push_key(&mut self, name: &str, key: Option<Fingerprint>) {
-        let end = self.keys.len() as u32;
-        let (i, _) = self.chain(name);
+    /// Declares chain `name` (its first declaration counts).
+    fn declare(&mut self, name: &str) {
+        let i = self.chain(name);
         let c = &mut self.chains[i];
-        if c.first_use.is_none() {
-            c.first_use = Some(self.uses);
+        if c.declared == UNSET {
+            c.declared = self.declarations;
+            self.declarations += 1;
+        }
+    }
+
+    /// Appends a rule with `key` (`None`: an optional rule) to chain `name`. The render writes
+    /// some chains in several runs (the service-keyed chains, e.g. `KUBE-SERVICES`, interleaved
+    /// with each service's own): the digest simply goes on.
+    fn push_key(&mut self, name: &str, key: Option<Fingerprint>) {
+        let i = self.chain(name);
+        let c = &mut self.chains[i];
+        if c.first_use == UNSET {
+            c.first_use = self.uses;
             self.uses += 1;
         }
-        if !c.spilled && c.len > 0 && c.start + c.len != end {
-            c.spilled = true;
-            let run = c.start as usize..(c.start + c.len) as usize;
-            self.spilled
-                .insert(i, self.keys.get(run).unwrap_or(&[]).to_vec());
+        c.rules += 1;
+        if let Some(k) = key {
+            c.digest.push(k);
         }
-        if c.spilled {
-            self.spilled.entry(i).or_default().push(key);
-            return;
-        }
-        if c.len == 0 {
-            c.start = end;
-        }
-        c.len += 1;
-        self.keys.push(key);
-    }
-
-    /// Moves the spilled chains' keys to the tail of `keys`: every chain is one run.
-    fn finish(&mut self) {
-        let mut spilled: Vec<_> = std::mem::take(&mut self.spilled).into_iter().collect();
-        spilled.sort_unstable_by_key(|(i, _)| *i);
-        for (i, keys) in spilled {
-            if let Some((_, c)) = self.chains.get_index_mut(i) {
-                c.start = self.keys.len() as u32;
-                c.len = keys.len() as u32;
-                c.spilled = false;
-                self.keys.extend(keys);
-            }
-        }
-        self.keys.shrink_to_fit();
     }
 
     /// Puts the chains in the order a ruleset of the render would hold them: declared chains in
     /// declaration order, then chains only written to, in first-use order (in place: a copy of
     /// 110k chains is megabytes at verify's busiest moment).
     fn order(&mut self) {
-        self.chains.sort_by(|_, a, _, b| {
-            (a.declared.is_none(), a.declared, a.first_use).cmp(&(
-                b.declared.is_none(),
-                b.declared,
-                b.first_use,
-            ))
-        });
+        self.chains
+            .sort_by(|_, a, _, b| (a.declared, a.first_use).cmp(&(b.declared, b.first_use)));
+        self.last = None;
     }
 }
 
@@ -262,12 +268,7 @@ impl ExpectedRules {
                         .strip_prefix(':')
                         .and_then(|l| l.split(' ').next())
                         .unwrap_or(line);
-                    let n = t.declarations;
-                    let (_, c) = t.chain(name);
-                    if c.declared.is_none() {
-                        c.declared = Some(n);
-                        t.declarations = n + 1;
-                    }
+                    t.declare(name);
                 }
                 return;
             }
@@ -280,9 +281,6 @@ impl ExpectedRules {
                 failed = Some(e);
             }
         });
-        for t in &mut rules.tables {
-            t.finish();
-        }
         match failed {
             Some(e) => Err(e),
             None => Ok(rules),
@@ -375,14 +373,14 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
     for t in &mut expected.tables {
         t.order();
     }
-    let work: Vec<(&'static str, &str, &[Option<Fingerprint>])> = expected
+    let work: Vec<(&'static str, &str, &ExpectedChain)> = expected
         .tables
         .iter()
         .flat_map(|t| {
             t.chains
                 .iter()
                 .filter(|(chain, _)| !skipped_chain(chain))
-                .map(|(chain, ec)| (t.name, &**chain, ec.keys(&t.keys)))
+                .map(|(chain, ec)| (t.name, &**chain, ec))
         })
         .collect();
     // A node-sized screen runs in two halves on two threads (the render thread is the last
@@ -390,7 +388,7 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
     let statuses = super::halves::in_halves(&work, parallel_from, |part| {
         let mut buf = String::new();
         part.iter()
-            .map(|(table, chain, keys)| chain_status(table, chain, keys, actual, &mut buf))
+            .map(|(table, chain, ec)| chain_status(table, chain, ec, actual, &mut buf))
             .collect::<Vec<_>>()
     });
     let chains = work
@@ -405,27 +403,26 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
 /// From how many chains [`screen`] splits its work over two threads.
 const PARALLEL_SCREEN_FROM: usize = 20_000;
 
-/// How one chain of the render (`ec`, its keys) compares with the dump's chain of that name.
+/// How one chain of the render (`ec`) compares with the dump's chain of that name.
 fn chain_status(
     table: &'static str,
     chain: &str,
-    keys: &[Option<Fingerprint>],
+    ec: &ExpectedChain,
     actual: &Ruleset<'_>,
     buf: &mut String,
 ) -> Status {
     let at = actual.table(table);
     match (at, at.and_then(|t| t.chain(chain))) {
         (None, _) => Status::TableMissing,
-        (Some(_), None) => Status::ChainMissing(keys.len()),
+        (Some(_), None) => Status::ChainMissing(ec.rules as usize),
         (Some(_), Some(ac)) => {
             let rules = || ac.rules.iter().filter(|r| !optional(table, chain, r));
             // First by the dump's own text (see `text_key`), then, only when that differs, by
             // each rule's canonical text.
-            let same = same_keys(keys, rules().map(|r| text_key(r)))
-                || same_keys(
-                    keys,
+            let same = KeyDigest::of(rules().map(|r| text_key(r))) == ec.digest
+                || KeyDigest::of(
                     rules().map(|r| Fingerprint::omitting(r, actual.family, KEY_OMIT, buf)),
-                );
+                ) == ec.digest;
             if same { Status::Same } else { Status::Differs }
         }
     }
@@ -680,7 +677,7 @@ fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut V
 
 #[cfg(test)]
 mod tests {
-    use super::{ExpectedRules, ExpectedTable, screen_split};
+    use super::{ExpectedRules, ExpectedTable, KeyDigest, screen_split};
     use crate::model::Fingerprint;
     use crate::proxier::iptables::{RenderChunk, render_plan_chunks};
     use kproxy_parsers::iptables::{Family, ParseOptions};
@@ -709,38 +706,43 @@ mod tests {
     }
 
     /// Chains written in one run and chains written in several (the render interleaves
-    /// `KUBE-SERVICES` with each service's chains) both read back their own keys in order.
+    /// `KUBE-SERVICES` with each service's chains) both get the digest of their own keys in
+    /// order; optional rules count as rules but not as keys.
     #[test]
     fn interleaved_chains_keep_their_own_keys() {
         let k = |t: &str| Some(Fingerprint::of_text(t));
         let writes = [
-            ("KUBE-SERVICES", "s1"),
-            ("KUBE-SVC-A", "a1"),
-            ("KUBE-SVC-A", "a2"),
-            ("KUBE-SERVICES", "s2"),
-            ("KUBE-SVC-B", "b1"),
-            ("KUBE-SERVICES", "s3"),
-            ("KUBE-SEP-C", "c1"),
-            ("KUBE-SVC-A", "a3"),
-            ("KUBE-SERVICES", "s4"),
+            ("KUBE-SERVICES", k("s1")),
+            ("KUBE-SVC-A", k("a1")),
+            ("KUBE-SVC-A", k("a2")),
+            ("KUBE-SERVICES", k("s2")),
+            ("KUBE-SVC-B", k("b1")),
+            ("KUBE-SERVICES", k("s3")),
+            ("KUBE-SEP-C", k("c1")),
+            ("KUBE-SEP-C", None),
+            ("KUBE-SVC-A", k("a3")),
+            ("KUBE-SERVICES", k("s4")),
         ];
         let mut t = ExpectedTable::default();
-        for (chain, rule) in writes {
-            t.push_key(chain, k(rule));
+        t.declare("KUBE-SVC-B");
+        for (chain, key) in writes {
+            t.push_key(chain, key);
         }
-        t.finish();
         t.order();
-        let got: Vec<(&str, Vec<Option<Fingerprint>>)> = t
+        let got: Vec<(&str, u32, KeyDigest)> = t
             .chains
             .iter()
-            .map(|(name, c)| (&**name, c.keys(&t.keys).to_vec()))
+            .map(|(name, c)| (&**name, c.rules, c.digest))
             .collect();
+        let digest = |keys: &[&str]| KeyDigest::of(keys.iter().map(|t| Fingerprint::of_text(t)));
         let want = [
-            ("KUBE-SERVICES", vec![k("s1"), k("s2"), k("s3"), k("s4")]),
-            ("KUBE-SVC-A", vec![k("a1"), k("a2"), k("a3")]),
-            ("KUBE-SVC-B", vec![k("b1")]),
-            ("KUBE-SEP-C", vec![k("c1")]),
+            ("KUBE-SVC-B", 1, digest(&["b1"])),
+            ("KUBE-SERVICES", 4, digest(&["s1", "s2", "s3", "s4"])),
+            ("KUBE-SVC-A", 3, digest(&["a1", "a2", "a3"])),
+            ("KUBE-SEP-C", 2, digest(&["c1"])),
         ];
         assert_eq!(got, want.to_vec());
+        assert_ne!(digest(&["a1", "a2"]), digest(&["a2", "a1"]), "order counts");
+        assert_ne!(digest(&["a1"]), digest(&["a1", "a1"]), "repeats count");
     }
 }

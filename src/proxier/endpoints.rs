@@ -46,19 +46,74 @@ pub struct Endpoint {
     pub terminating: bool,
     /// `nodeName` equals the proxier's node name.
     pub is_local: bool,
+    /// `nodeName` (informational), one allocation per node name: the endpoints of one node
+    /// share it.
+    #[serde(serialize_with = "serialize_opt_arc_str")]
+    pub node_name: Option<Arc<str>>,
+    /// Topology hints, `zone` and `targetRef`, boxed: an endpoint without any costs one word
+    /// (a 10k-service node plans 100k endpoints).
+    #[serde(flatten)]
+    pub extra: Option<Box<EndpointExtra>>,
+    /// The EndpointSlice it came from (`name`).
+    #[serde(serialize_with = "serialize_arc_str")]
+    pub slice: Arc<str>,
+}
+
+/// What few endpoints carry besides their address and conditions.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct EndpointExtra {
     /// `hints.forZones[].name`.
     pub zone_hints: Box<[String]>,
     /// `hints.forNodes[].name`.
     pub node_hints: Box<[String]>,
     /// `zone` (informational).
     pub zone: Option<Box<str>>,
-    /// `nodeName` (informational).
-    pub node_name: Option<Box<str>>,
     /// `targetRef` (informational).
-    pub target_ref: Option<Box<TargetRef>>,
-    /// The EndpointSlice it came from (`name`).
-    #[serde(serialize_with = "serialize_arc_str")]
-    pub slice: Arc<str>,
+    pub target_ref: Option<TargetRef>,
+}
+
+impl EndpointExtra {
+    /// `None` when it holds nothing.
+    fn boxed(self) -> Option<Box<EndpointExtra>> {
+        (self != EndpointExtra::default()).then(|| Box::new(self))
+    }
+}
+
+impl Endpoint {
+    /// `hints.forZones[].name`.
+    pub fn zone_hints(&self) -> &[String] {
+        self.extra.as_ref().map_or(&[], |x| &x.zone_hints)
+    }
+
+    /// `hints.forNodes[].name`.
+    pub fn node_hints(&self) -> &[String] {
+        self.extra.as_ref().map_or(&[], |x| &x.node_hints)
+    }
+
+    /// `zone` (informational).
+    pub fn zone(&self) -> Option<&str> {
+        self.extra.as_ref().and_then(|x| x.zone.as_deref())
+    }
+
+    /// `nodeName` (informational).
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+
+    /// `targetRef` (informational).
+    pub fn target_ref(&self) -> Option<&TargetRef> {
+        self.extra.as_ref().and_then(|x| x.target_ref.as_ref())
+    }
+}
+
+fn serialize_opt_arc_str<S: serde::Serializer>(
+    v: &Option<Arc<str>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_some(&**v),
+        None => s.serialize_none(),
+    }
 }
 
 /// Endpoints per service port, each list sorted by endpoint string.
@@ -129,6 +184,7 @@ pub fn endpoints_map_with(
     order.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
 
     let full = detail == EndpointDetail::Full;
+    let mut node_names = NodeNames::default();
     let mut map: EndpointsMap = HashMap::new();
     let mut parsed: Vec<(IpAddr, &k8s_openapi::api::discovery::v1::Endpoint)> = Vec::new();
     for (ns, svc, slice_name, s) in order {
@@ -202,31 +258,36 @@ pub fn endpoints_map_with(
                     serving: cond.and_then(|c| c.serving).unwrap_or(true),
                     terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
                     is_local: !node_name.is_empty() && node == Some(node_name),
-                    zone_hints: hints
-                        .and_then(|h| h.for_zones.as_ref())
-                        .map(|z| z.iter().map(|z| z.name.clone()).collect())
-                        .unwrap_or_default(),
-                    node_hints: hints
-                        .and_then(|h| h.for_nodes.as_ref())
-                        .map(|z| z.iter().map(|z| z.name.clone()).collect())
-                        .unwrap_or_default(),
-                    zone: if full {
-                        ep.zone.as_deref().map(Box::from)
+                    node_name: if full {
+                        node.map(|n| node_names.of(n))
                     } else {
                         None
                     },
-                    node_name: if full { node.map(Box::from) } else { None },
-                    target_ref: if full {
-                        ep.target_ref.as_ref().map(|t| {
-                            Box::new(TargetRef {
+                    extra: EndpointExtra {
+                        zone_hints: hints
+                            .and_then(|h| h.for_zones.as_ref())
+                            .map(|z| z.iter().map(|z| z.name.clone()).collect())
+                            .unwrap_or_default(),
+                        node_hints: hints
+                            .and_then(|h| h.for_nodes.as_ref())
+                            .map(|z| z.iter().map(|z| z.name.clone()).collect())
+                            .unwrap_or_default(),
+                        zone: if full {
+                            ep.zone.as_deref().map(Box::from)
+                        } else {
+                            None
+                        },
+                        target_ref: if full {
+                            ep.target_ref.as_ref().map(|t| TargetRef {
                                 kind: t.kind.clone().unwrap_or_default(),
                                 namespace: t.namespace.clone().unwrap_or_default(),
                                 name: t.name.clone().unwrap_or_default(),
                             })
-                        })
-                    } else {
-                        None
-                    },
+                        } else {
+                            None
+                        },
+                    }
+                    .boxed(),
                     slice: slice_arc.clone(),
                 });
             }
@@ -237,6 +298,21 @@ pub fn endpoints_map_with(
         dedup_sorted(v);
     }
     map
+}
+
+/// Node names, each allocated once and shared by its endpoints.
+#[derive(Default)]
+struct NodeNames(std::collections::HashSet<Arc<str>>);
+
+impl NodeNames {
+    fn of(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.0.get(name) {
+            return Arc::clone(n);
+        }
+        let n: Arc<str> = Arc::from(name);
+        self.0.insert(Arc::clone(&n));
+        n
+    }
 }
 
 /// Sorts by endpoint string and resolves duplicates as kube-proxy's cache does when it meets
@@ -314,14 +390,14 @@ fn topology_mode(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> TopologyMode {
     let (mut all_zone_hints, mut for_zone) = (true, false);
     for e in eps.iter().filter(|e| e.ready) {
         has_ready = true;
-        if e.node_hints.is_empty() {
+        if e.node_hints().is_empty() {
             all_node_hints = false;
-        } else if e.node_hints.iter().any(|n| n == inp.node_name) {
+        } else if e.node_hints().iter().any(|n| n == inp.node_name) {
             for_node = true;
         }
-        if e.zone_hints.is_empty() {
+        if e.zone_hints().is_empty() {
             all_zone_hints = false;
-        } else if e.zone_hints.iter().any(|z| z == inp.zone) {
+        } else if e.zone_hints().iter().any(|z| z == inp.zone) {
             for_zone = true;
         }
     }
@@ -340,8 +416,8 @@ fn topology_mode(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> TopologyMode {
 fn available(e: &Endpoint, mode: TopologyMode, inp: &CategorizeInput<'_>) -> bool {
     match mode {
         TopologyMode::None => true,
-        TopologyMode::PreferSameNode => e.node_hints.iter().any(|n| n == inp.node_name),
-        TopologyMode::PreferSameZone => e.zone_hints.iter().any(|z| z == inp.zone),
+        TopologyMode::PreferSameNode => e.node_hints().iter().any(|n| n == inp.node_name),
+        TopologyMode::PreferSameZone => e.zone_hints().iter().any(|z| z == inp.zone),
     }
 }
 
@@ -417,11 +493,8 @@ mod tests {
             serving,
             terminating,
             is_local: local,
-            zone_hints: Box::default(),
-            node_hints: Box::default(),
-            zone: None,
             node_name: None,
-            target_ref: None,
+            extra: None,
             slice: Arc::from(""),
         }
     }
@@ -485,9 +558,17 @@ mod tests {
     #[test]
     fn zone_hints_filter_cluster_endpoints() {
         let mut a = ep("10.0.0.1", true, true, false, false);
-        a.zone_hints = Box::from(["z1".to_string()]);
+        a.extra = EndpointExtra {
+            zone_hints: Box::from(["z1".to_string()]),
+            ..EndpointExtra::default()
+        }
+        .boxed();
         let mut b = ep("10.0.0.2", true, true, false, false);
-        b.zone_hints = Box::from(["z2".to_string()]);
+        b.extra = EndpointExtra {
+            zone_hints: Box::from(["z2".to_string()]),
+            ..EndpointExtra::default()
+        }
+        .boxed();
         let eps = vec![a, b];
         let c = categorize(&eps, &input(true, false));
         assert_eq!(c.topology, TopologyMode::PreferSameZone);

@@ -15,7 +15,7 @@
 use super::endpoints::{
     CategorizeInput, Categorized, Endpoint, EndpointDetail, categorize, endpoints_map_with,
 };
-use super::hashing::{endpoint_hash_into, port_proto_hash};
+use super::hashing::{EndpointChain, port_proto_hash};
 use super::service_port::{
     ServicePortInfo, ServicePortName, ignored_by_labels, service_label, service_ports,
 };
@@ -131,7 +131,7 @@ pub struct ServicePortPlan {
     /// All its endpoints of this family, sorted by endpoint string.
     pub endpoints: Vec<Endpoint>,
     /// `KUBE-SEP-…` of each endpoint (parallel to `endpoints`).
-    pub endpoint_chains: Vec<String>,
+    pub endpoint_chains: Vec<EndpointChain>,
     /// Cluster/local/reachable endpoint sets (indexes into `endpoints`).
     pub categorized: Categorized,
     /// The per-service chain names.
@@ -447,20 +447,9 @@ fn prepare<'f>(
 impl PortPlanner<'_> {
     fn plan(&self, info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
         let proto = info.name.protocol.lower();
-        let endpoint_chains: Vec<String> = endpoints
+        let endpoint_chains: Vec<EndpointChain> = endpoints
             .iter()
-            .map(|e| {
-                let mut buf = [0u8; 16];
-                let mut s = String::with_capacity(25);
-                s.push_str("KUBE-SEP-");
-                s.push_str(endpoint_hash_into(
-                    &info.name_string,
-                    proto,
-                    &e.endpoint,
-                    &mut buf,
-                ));
-                s
-            })
+            .map(|e| EndpointChain::of(&info.name_string, proto, &e.endpoint))
             .collect();
         let categorized = categorize(
             &endpoints,

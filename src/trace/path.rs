@@ -28,6 +28,7 @@ use crate::output::table::KubeTable;
 use crate::output::tree::TreeNode;
 use crate::output::{OutputError, percent};
 use crate::proxier::endpoints::Endpoint as PlanEndpoint;
+use crate::proxier::hashing::EndpointChain;
 use crate::proxier::iptables::{ServicePlan, ServicePortPlan};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -182,13 +183,12 @@ pub struct PodRef {
 impl PodRef {
     fn from_plan(e: &PlanEndpoint) -> Self {
         PodRef {
-            kind: e.target_ref.as_ref().map(|t| t.kind.clone()),
+            kind: e.target_ref().map(|t| t.kind.clone()),
             name: e
-                .target_ref
-                .as_ref()
+                .target_ref()
                 .map(|t| format!("{}/{}", t.namespace, t.name)),
-            node: e.node_name.as_deref().map(str::to_string),
-            zone: e.zone.as_deref().map(str::to_string),
+            node: e.node_name().map(str::to_string),
+            zone: e.zone().map(str::to_string),
             ready: e.ready,
             serving: e.serving,
             terminating: e.terminating,
@@ -680,7 +680,7 @@ fn expected_set<'p>(
     idx.iter()
         .filter_map(|&i| {
             let e = pp.endpoints.get(i)?;
-            let c = pp.endpoint_chains.get(i).map(String::as_str).unwrap_or("");
+            let c = pp.endpoint_chains.get(i).map_or("", EndpointChain::as_str);
             Some((e, c))
         })
         .collect()
@@ -696,7 +696,8 @@ fn find_plan_endpoint<'p>(pp: &'p ServicePortPlan, ep: &EndpointPath) -> Option<
                 .chain(std::iter::repeat(None)),
         )
         .find(|(e, c)| {
-            ep.destination.as_deref() == Some(e.endpoint.as_str()) || *c == Some(&ep.chain)
+            ep.destination.as_deref() == Some(e.endpoint.as_str())
+                || c.is_some_and(|c| c.as_str() == ep.chain)
         })
         .map(|(e, _)| e)
 }

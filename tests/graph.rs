@@ -242,7 +242,7 @@ fn s_v_listing_three_endpoints_third_each() {
     for e in &p.endpoints {
         assert!(close(e.max_share(), 1.0 / 3.0), "{e:?}");
         assert_eq!(
-            e.shares[0].counters,
+            e.shares[0].counters.as_deref().copied(),
             Some(kproxy::graph::Counters {
                 packets: 0,
                 bytes: 0

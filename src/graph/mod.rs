@@ -259,8 +259,9 @@ pub struct Endpoint<'a> {
     pub affinity_set: bool,
     /// Line of the DNAT rule.
     pub dnat_line: Option<u32>,
-    /// Counters of the DNAT rule, when dumped.
-    pub counters: Option<Counters>,
+    /// Counters of the DNAT rule, when dumped (boxed: a 10k-service node has 100k endpoints,
+    /// and most dumps have no counters).
+    pub counters: Option<Box<Counters>>,
 }
 
 impl<'a> Endpoint<'a> {
@@ -296,8 +297,8 @@ pub struct Share<'a> {
     pub probability: Option<f64>,
     /// Line of the picking rule.
     pub line: u32,
-    /// Counters of the picking rule, when dumped.
-    pub counters: Option<Counters>,
+    /// Counters of the picking rule, when dumped (boxed, as [`Endpoint::counters`]).
+    pub counters: Option<Box<Counters>>,
 }
 
 /// Why a rule marks traffic for masquerade.

@@ -920,7 +920,7 @@ fn walk(
                     probability: s.probability,
                     expected_share: None,
                     line: Some(s.line),
-                    counters: ep.counters,
+                    counters: ep.counters.as_deref().copied(),
                     hairpin_masquerade: ep.hairpin_masquerade,
                     pod: None,
                     divergence: None,

@@ -509,7 +509,7 @@ impl<'a> Builder<'a> {
                         share,
                         probability,
                         line: r.line,
-                        counters: counters(r),
+                        counters: counters(r).map(Box::new),
                     });
                     if with_edges {
                         p.edges.push(edge(chain, to, label, r));
@@ -657,7 +657,7 @@ impl<'a> Builder<'a> {
                     ep.ip = to.addr;
                     ep.port = to.ports.map(|pr| pr.first);
                     ep.dnat_line = Some(r.line);
-                    ep.counters = counters(r);
+                    ep.counters = counters(r).map(Box::new);
                 }
                 ep.affinity_set |= set;
             }

@@ -9,13 +9,25 @@ pub(crate) fn in_halves<'t, T: Sync, R: Send>(
     parallel_from: usize,
     f: impl Fn(&'t [T]) -> R + Sync,
 ) -> Vec<R> {
-    if items.len() < parallel_from {
-        return vec![f(items)];
+    in_range_halves(items.len(), parallel_from, |range| {
+        f(items.get(range).unwrap_or_default())
+    })
+}
+
+/// [`in_halves`] over the positions `0..len` of a collection that is not a slice: `f` gets
+/// `0..len`, or `0..len / 2` and (on another thread) `len / 2..len`.
+pub(crate) fn in_range_halves<R: Send>(
+    len: usize,
+    parallel_from: usize,
+    f: impl Fn(std::ops::Range<usize>) -> R + Sync,
+) -> Vec<R> {
+    if len < parallel_from {
+        return vec![f(0..len)];
     }
-    let (first, second) = items.split_at(items.len() / 2);
+    let mid = len / 2;
     std::thread::scope(|scope| {
-        let later = scope.spawn(|| f(second));
-        let first = f(first);
+        let later = scope.spawn(|| f(mid..len));
+        let first = f(0..mid);
         let later = later
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -25,7 +37,7 @@ pub(crate) fn in_halves<'t, T: Sync, R: Send>(
 
 #[cfg(test)]
 mod tests {
-    use super::in_halves;
+    use super::{in_halves, in_range_halves};
 
     #[test]
     fn halves_come_back_in_order() {
@@ -35,5 +47,8 @@ mod tests {
             in_halves(&items, 2, <[u32]>::to_vec),
             vec![(0..4).collect::<Vec<_>>(), (4..9).collect()]
         );
+        assert_eq!(in_range_halves(9, 10, |r| r), vec![0..9]);
+        assert_eq!(in_range_halves(9, 2, |r| r), vec![0..4, 4..9]);
+        assert_eq!(in_range_halves(0, 0, |r| r), vec![0..0, 0..0]);
     }
 }

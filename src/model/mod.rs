@@ -60,9 +60,8 @@ pub struct Chain<'a> {
     pub name: &'a str,
     /// Policy of a built-in chain (`ACCEPT`/`DROP`); `None` for user chains.
     pub policy: Option<&'a str>,
-    /// Chain counters, when printed (boxed: a large node has 110k chains, and most dumps have
-    /// no counters).
-    pub counters: Option<Box<Counters>>,
+    /// Chain counters, when printed.
+    pub counters: Option<Counters>,
     /// Line of the declaration (`:NAME`, `-N`, `-P`); `None` when the chain only appears in `-A` lines.
     pub declared_at: Option<u32>,
     /// Rules in effective order (`-I` applied, `-F` applied).
@@ -303,7 +302,7 @@ impl<'a> TableRules<'a> {
             c.policy = d.policy;
         }
         if d.counters.is_some() {
-            c.counters = d.counters.map(Box::new);
+            c.counters = d.counters;
         }
     }
 

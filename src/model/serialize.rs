@@ -32,7 +32,7 @@ pub fn to_restore(rs: &Ruleset<'_>, style: Style) -> String {
 pub fn write_table(out: &mut String, t: &TableRules<'_>, style: Style) {
     let _ = writeln!(out, "*{}", t.name);
     for c in &t.chains {
-        let counters = c.counters.as_deref().copied().unwrap_or_default();
+        let counters = c.counters.unwrap_or_default();
         let _ = writeln!(
             out,
             ":{} {} [{}:{}]",

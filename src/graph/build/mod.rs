@@ -22,7 +22,7 @@ use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
 use crate::parsers::iptables::{Rule, Target};
 use facts::{Facts, interface_condition, proto_name, source_condition};
-use port::PortMap;
+use port::{PortMap, push_tight};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -354,7 +354,7 @@ impl<'a> Builder<'a> {
                 continue;
             };
             let rule = masquerade_rule(chain, None, role(&f), r, &f);
-            self.ports.at(i).masquerade.push(rule);
+            push_tight(&mut self.ports.at(i).masquerade, rule);
         }
     }
 
@@ -432,7 +432,7 @@ impl<'a> Builder<'a> {
         if self.is_masq(target.as_ref()) {
             let f = Facts::of(r);
             let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
-            self.ports.at(port).masquerade.push(m);
+            push_tight(&mut self.ports.at(port).masquerade, m);
             return None;
         }
         match target {
@@ -475,7 +475,7 @@ impl<'a> Builder<'a> {
                         matches!(rc.action, RecentAction::Rcheck | RecentAction::Update)
                     }) {
                         p.affinity_seconds = p.affinity_seconds.or(rc.seconds);
-                        p.affinity_chains.push(chain);
+                        push_tight(&mut p.affinity_chains, chain);
                         p.endpoint(to, idx);
                         if with_edges {
                             p.edges.push(edge(chain, to, Cow::Borrowed("affinity"), r));
@@ -528,7 +528,7 @@ impl<'a> Builder<'a> {
                         _ => VerdictReason::Other,
                     };
                     let v = verdict("nat", chain, "KUBE-MARK-DROP", reason, r);
-                    self.ports.at(port).verdicts.push(v);
+                    push_tight(&mut self.ports.at(port).verdicts, v);
                 }
                 _ => {}
             }
@@ -563,7 +563,7 @@ impl<'a> Builder<'a> {
                     VerdictReason::SourceRange,
                     r,
                 );
-                p.verdicts.push(v);
+                push_tight(&mut p.verdicts, v);
                 continue;
             }
             if service_chain(to).is_none() {
@@ -721,7 +721,7 @@ impl<'a> Builder<'a> {
                     _ => VerdictReason::Other,
                 };
                 let v = verdict("filter", chain, verdict_name, reason, r);
-                self.ports.at(i).verdicts.push(v);
+                push_tight(&mut self.ports.at(i).verdicts, v);
             }
         }
     }

@@ -9,6 +9,21 @@ use crate::parsers::iptables::NameHash;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+/// Makes room for one more item in `v`, growing it from one slot and then by doubling, where a
+/// vector's first push makes room for four: a port holds one to three of most things, and the
+/// spare slots of 10k ports are megabytes at the busiest moment of a large node's build.
+pub(super) fn room_for_one<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len().max(1));
+    }
+}
+
+/// Pushes `item` onto `v` after [`room_for_one`].
+pub(super) fn push_tight<T>(v: &mut Vec<T>, item: T) {
+    room_for_one(v);
+    v.push(item);
+}
+
 /// A service port while it is being built.
 #[derive(Debug, Default)]
 pub(super) struct PortB<'a> {
@@ -60,14 +75,17 @@ impl<'a> PortB<'a> {
     pub fn add_chain(&mut self, kind: ChainKind, chain: &'a str, rules: usize) {
         match self.chains.binary_search_by(|c| c.1.cmp(chain)) {
             Ok(i) => self.chains[i] = (kind, chain, rules),
-            Err(i) => self.chains.insert(i, (kind, chain, rules)),
+            Err(i) => {
+                room_for_one(&mut self.chains);
+                self.chains.insert(i, (kind, chain, rules));
+            }
         }
     }
 
     /// Room for `n` more endpoints.
     pub fn reserve_endpoints(&mut self, n: usize) {
-        self.endpoints.reserve(n);
-        self.endpoint_chains.reserve(n);
+        self.endpoints.reserve_exact(n);
+        self.endpoint_chains.reserve_exact(n);
     }
 
     /// The endpoint of `chain` (nat chain index `idx`, when declared), created when absent.

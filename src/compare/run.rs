@@ -406,23 +406,29 @@ fn verify_dump(
         let dump = parse(d, &input.parse)?;
         stage("parsed");
         let plan = input.plans.of(d.family).ok_or_else(not_planned)?;
-        let expected = expected::expected_ports(plan);
-        stage("expected service ports computed");
-        let addresses = service_addresses(&expected);
-        let cx = NodeContext {
-            mark: mark_value(facts, input.config),
-            mode,
-            services: &addresses,
-            large_cluster: plan.large_cluster_mode,
-            label: d.label,
+        // The expected ports name the node's service addresses (node-wide checks) and chain
+        // hashes (graph, rule level); they are made again for the graph level, after the graph
+        // is built: until then verify holds as little as it can.
+        let (mut findings, resolver) = {
+            let expected = expected::expected_ports(plan);
+            stage("expected service ports computed");
+            let addresses = service_addresses(&expected);
+            let cx = NodeContext {
+                mark: mark_value(facts, input.config),
+                mode,
+                services: &addresses,
+                large_cluster: plan.large_cluster_mode,
+                label: d.label,
+            };
+            let findings = nodewide::check(&dump, &cx);
+            stage("node-wide checks done");
+            let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
+            (findings, names)
         };
-        let mut findings = nodewide::check(&dump, &cx);
-        stage("node-wide checks done");
         let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
         let legacy_tables_present = dump.legacy_tables_present;
         let unreadable = nodewide::is_unreadable(&dump);
 
-        let resolver = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
         let dump_facts = graph::DumpFacts::of(&dump);
         // One ruleset serves the graph and the rule level (both threads).
         let _ = model_cell.set(Some(Ruleset::from_dump(dump)));
@@ -447,6 +453,7 @@ fn verify_dump(
             unreadable,
         };
         stage("graph built");
+        let expected = expected::expected_ports(plan);
         let (graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
         stage("graph level compared");
         let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
@@ -455,7 +462,6 @@ fn verify_dump(
         // Free what the rule level does not need.
         drop(graph);
         drop(expected);
-        drop(addresses);
 
         let screen = rules_job
             .join()

@@ -4,6 +4,7 @@
 //! `ClusterState`) passes them as a [`NameResolver`] to turn hashes back into names.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The hash of a service port: kube-proxy's `portProtoHash(spn, lowercase(proto))`, e.g.
 /// `ns1/svc1:p80` + `TCP` → `XPGD46QRK7WJZT7O` (hashing itself lives in [`crate::proxier::hashing`]).
@@ -12,9 +13,11 @@ pub fn port_proto_hash(service_port_name: &str, protocol: &str) -> String {
 }
 
 /// Turns service-port chain hashes back into names, from the service ports a caller knows.
+/// Clones share one table (verify hands a node's 10k names to the graph and keeps them for the
+/// rule level).
 #[derive(Debug, Clone, Default)]
 pub struct NameResolver {
-    by_hash: HashMap<String, (String, String)>,
+    by_hash: Arc<HashMap<String, (String, String)>>,
 }
 
 impl NameResolver {
@@ -26,7 +29,7 @@ impl NameResolver {
     /// Registers a service port (`ns/name[:port]`, protocol in any case).
     pub fn add(&mut self, service_port_name: &str, protocol: &str) -> &mut Self {
         let proto = protocol.to_ascii_lowercase();
-        self.by_hash.insert(
+        Arc::make_mut(&mut self.by_hash).insert(
             port_proto_hash(service_port_name, &proto),
             (service_port_name.to_string(), proto),
         );

@@ -95,6 +95,57 @@ pub struct RuleRef {
     pub rule: u32,
 }
 
+/// Chain name → position in [`TableRules::chains`]: a table of positions whose names are read
+/// from the chains themselves (4 bytes a chain, where a map keyed by name kept 24; a large node
+/// has 110k chains).
+#[derive(Debug, Default)]
+struct ChainIndex(hashbrown::HashTable<u32>);
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    NameHash::default().hash_one(name)
+}
+
+impl ChainIndex {
+    fn reserve(&mut self, n: usize, chains: &[Chain<'_>]) {
+        self.0.reserve(n, |&i| {
+            chains.get(i as usize).map_or(0, |c| name_hash(c.name))
+        });
+    }
+
+    fn get(&self, name: &str, chains: &[Chain<'_>]) -> Option<usize> {
+        self.0
+            .find(name_hash(name), |&i| {
+                chains.get(i as usize).is_some_and(|c| c.name == name)
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Adds `chains[index]` (not yet indexed).
+    fn insert(&mut self, index: usize, chains: &[Chain<'_>]) {
+        let Some(c) = chains.get(index) else { return };
+        self.0.insert_unique(name_hash(c.name), index as u32, |&i| {
+            chains.get(i as usize).map_or(0, |c| name_hash(c.name))
+        });
+    }
+
+    /// Removes `name`, returning its position.
+    fn remove(&mut self, name: &str, chains: &[Chain<'_>]) -> Option<usize> {
+        let entry = self
+            .0
+            .find_entry(name_hash(name), |&i| {
+                chains.get(i as usize).is_some_and(|c| c.name == name)
+            })
+            .ok()?;
+        let (i, _) = entry.remove();
+        Some(i as usize)
+    }
+
+    fn positions_mut(&mut self) -> impl Iterator<Item = &mut u32> {
+        self.0.iter_mut()
+    }
+}
+
 /// Jump/goto target → the rules that jump there, as one array grouped by target chain (no
 /// vector and no map entry per target: a large node has 100k of them). Targets that are chains of
 /// the table are found through the table's own name index; the few that are not (undeclared
@@ -111,7 +162,7 @@ struct JumpIndex<'a> {
 }
 
 impl<'a> JumpIndex<'a> {
-    fn new(chains: &[Chain<'a>], index: &HashMap<&'a str, usize, NameHash>) -> Self {
+    fn new(chains: &[Chain<'a>], index: &ChainIndex) -> Self {
         // The target slot of every jump (in rule order), then a counting sort of the jumps by slot.
         let mut absent: HashMap<&'a str, u32, NameHash> = HashMap::default();
         let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
@@ -120,8 +171,8 @@ impl<'a> JumpIndex<'a> {
                 let Some(t) = r.rule.jump_target() else {
                     continue;
                 };
-                let slot = match index.get(t) {
-                    Some(&i) => i as u32,
+                let slot = match index.get(t, chains) {
+                    Some(i) => i as u32,
                     None => {
                         let next = (chains.len() + absent.len()) as u32;
                         *absent.entry(t).or_insert(next)
@@ -155,10 +206,9 @@ impl<'a> JumpIndex<'a> {
         }
     }
 
-    fn slot(&self, target: &str, index: &HashMap<&'a str, usize, NameHash>) -> Option<usize> {
+    fn slot(&self, target: &str, chains: &[Chain<'_>], index: &ChainIndex) -> Option<usize> {
         index
-            .get(target)
-            .copied()
+            .get(target, chains)
             .or_else(|| self.absent.get(target).map(|&s| s as usize))
     }
 
@@ -169,8 +219,9 @@ impl<'a> JumpIndex<'a> {
         }
     }
 
-    fn of(&self, target: &str, index: &HashMap<&'a str, usize, NameHash>) -> &[RuleRef] {
-        self.slot(target, index).map_or(&[], |s| self.of_slot(s))
+    fn of(&self, target: &str, chains: &[Chain<'_>], index: &ChainIndex) -> &[RuleRef] {
+        self.slot(target, chains, index)
+            .map_or(&[], |s| self.of_slot(s))
     }
 }
 
@@ -187,7 +238,7 @@ pub struct TableRules<'a> {
     pub committed: bool,
     /// The ruleset's address family (canonical forms depend on it).
     pub family: Family,
-    index: HashMap<&'a str, usize, NameHash>,
+    index: ChainIndex,
     jumps: OnceLock<JumpIndex<'a>>,
 }
 
@@ -199,19 +250,21 @@ impl<'a> TableRules<'a> {
             deleted: Vec::new(),
             committed: true,
             family,
-            index: HashMap::default(),
+            index: ChainIndex::default(),
             jumps: OnceLock::new(),
         }
     }
 
     /// The chain `name`.
     pub fn chain(&self, name: &str) -> Option<&Chain<'a>> {
-        self.index.get(name).and_then(|&i| self.chains.get(i))
+        self.index
+            .get(name, &self.chains)
+            .and_then(|i| self.chains.get(i))
     }
 
     /// The index of chain `name` in [`TableRules::chains`].
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.index.get(name).copied()
+        self.index.get(name, &self.chains)
     }
 
     /// Rules of chain `name` (empty when the chain is absent).
@@ -240,7 +293,10 @@ impl<'a> TableRules<'a> {
 
     /// Whether some rule jumps or goes to chain `name`.
     pub fn is_jump_target(&self, name: &str) -> bool {
-        !self.jump_index().of(name, &self.index).is_empty()
+        !self
+            .jump_index()
+            .of(name, &self.chains, &self.index)
+            .is_empty()
     }
 
     /// Whether some rule jumps or goes to the chain at index `chain`.
@@ -251,7 +307,7 @@ impl<'a> TableRules<'a> {
     /// The rules that jump (`-j`) or go (`-g`) to chain `name`, in chain then rule order.
     pub fn jumps_to(&self, name: &str) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
         self.jump_index()
-            .of(name, &self.index)
+            .of(name, &self.chains, &self.index)
             .iter()
             .filter_map(|r| self.at(*r))
     }
@@ -274,8 +330,8 @@ impl<'a> TableRules<'a> {
 
     /// The index of chain `name`, creating the chain when absent.
     fn chain_index(&mut self, name: &'a str) -> usize {
-        match self.index.get(name) {
-            Some(&i) => i,
+        match self.index.get(name, &self.chains) {
+            Some(i) => i,
             None => {
                 self.chains.push(Chain {
                     name,
@@ -284,7 +340,7 @@ impl<'a> TableRules<'a> {
                     declared_at: None,
                     rules: Vec::new(),
                 });
-                self.index.insert(name, self.chains.len() - 1);
+                self.index.insert(self.chains.len() - 1, &self.chains);
                 self.chains.len() - 1
             }
         }
@@ -307,10 +363,10 @@ impl<'a> TableRules<'a> {
     }
 
     fn remove_chain(&mut self, name: &'a str) {
-        if let Some(i) = self.index.remove(name) {
+        if let Some(i) = self.index.remove(name, &self.chains) {
             self.chains.remove(i);
-            for v in self.index.values_mut() {
-                if *v > i {
+            for v in self.index.positions_mut() {
+                if *v as usize > i {
                     *v -= 1;
                 }
             }
@@ -348,7 +404,7 @@ impl<'a> Ruleset<'a> {
             };
             table.committed &= t.committed;
             table.chains.reserve(t.chains.len());
-            table.index.reserve(t.chains.len());
+            table.index.reserve(t.chains.len(), &table.chains);
             for d in &t.chains {
                 table.declare(d);
             }

@@ -108,7 +108,12 @@ fn main() {
     };
     let base = counting::live();
     let (keys, p) = counting::peak_of(|| {
-        kproxy::compare::rule_level::ExpectedRules::build(&render, Family::V4).expect("render keys")
+        kproxy::compare::rule_level::ExpectedRules::build(
+            &render,
+            Family::V4,
+            plan.nat_chains_estimate(),
+        )
+        .expect("render keys")
     });
     report("  render keys build", p);
     report("  render keys kept", counting::live() - base);

@@ -21,7 +21,6 @@ use crate::graph::ownership::service_chain;
 use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
 use crate::model::{Fingerprint, Ruleset};
 use crate::proxier::iptables::{NODEPORTS_TAIL_COMMENT, RenderChunk};
-use indexmap::IndexMap;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     Family, Match, Module, NameHash, Rule, Target, TargetKind, for_each_rule,
@@ -162,6 +161,9 @@ struct ExpectedChain {
     rules: u32,
     /// The digest of its rules' keys.
     digest: KeyDigest,
+    /// Its name: `names[name_at..name_at + name_len]` of its table.
+    name_at: u32,
+    name_len: u32,
 }
 
 /// An [`ExpectedChain`] position that was never set (sorts after every set one).
@@ -174,6 +176,8 @@ impl Default for ExpectedChain {
             first_use: UNSET,
             rules: 0,
             digest: KeyDigest::default(),
+            name_at: 0,
+            name_len: 0,
         }
     }
 }
@@ -182,27 +186,64 @@ impl Default for ExpectedChain {
 #[derive(Debug, Default)]
 struct ExpectedTable {
     name: &'static str,
-    /// The chains by name, in the order first seen.
-    chains: IndexMap<Box<str>, ExpectedChain, NameHash>,
+    /// The chains, in the order first seen ([`ExpectedTable::order`] sorts them).
+    chains: Vec<ExpectedChain>,
+    /// Every chain's name, one after the other (one allocation, not one per chain).
+    names: String,
+    /// Chain name → position in `chains` (hashing and comparing the names in `names`), until
+    /// [`ExpectedTable::order`] moves the chains.
+    index: hashbrown::HashTable<u32>,
     /// The chain the last rule was written to (the render writes a chain's rules together).
     last: Option<usize>,
     declarations: u32,
     uses: u32,
 }
 
+/// The name of `c` in `names` (its table's).
+fn chain_name<'n>(names: &'n str, c: &ExpectedChain) -> &'n str {
+    let at = c.name_at as usize;
+    names.get(at..at + c.name_len as usize).unwrap_or("")
+}
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    NameHash::default().hash_one(name)
+}
+
 impl ExpectedTable {
+    /// Every chain with its name, in order.
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (&str, &ExpectedChain)> {
+        self.chains.iter().map(|c| (chain_name(&self.names, c), c))
+    }
+
     /// The index of chain `name`, added when new.
     fn chain(&mut self, name: &str) -> usize {
-        let i = match self.last {
-            Some(i) if self.chains.get_index(i).is_some_and(|(n, _)| &**n == name) => i,
-            _ => match self.chains.get_index_of(name) {
-                Some(i) => i,
-                None => {
-                    self.chains
-                        .insert_full(name.into(), ExpectedChain::default())
-                        .0
-                }
-            },
+        let names = &self.names;
+        let chains = &self.chains;
+        let same = |i: usize| chains.get(i).is_some_and(|c| chain_name(names, c) == name);
+        if let Some(i) = self.last.filter(|&i| same(i)) {
+            return i;
+        }
+        let hash = name_hash(name);
+        let i = match self.index.find(hash, |&i| same(i as usize)) {
+            Some(&i) => i as usize,
+            None => {
+                let i = self.chains.len();
+                self.chains.push(ExpectedChain {
+                    name_at: self.names.len() as u32,
+                    name_len: name.len() as u32,
+                    ..ExpectedChain::default()
+                });
+                self.names.push_str(name);
+                let (names, chains) = (&self.names, &self.chains);
+                self.index.insert_unique(hash, i as u32, |&j| {
+                    chains
+                        .get(j as usize)
+                        .map_or(0, |c| name_hash(chain_name(names, c)))
+                });
+                i
+            }
         };
         self.last = Some(i);
         i
@@ -238,8 +279,8 @@ impl ExpectedTable {
     /// declaration order, then chains only written to, in first-use order (in place: a copy of
     /// 110k chains is megabytes at verify's busiest moment).
     fn order(&mut self) {
-        self.chains
-            .sort_by(|_, a, _, b| (a.declared, a.first_use).cmp(&(b.declared, b.first_use)));
+        self.chains.sort_by_key(|c| (c.declared, c.first_use));
+        self.index = hashbrown::HashTable::new();
         self.last = None;
     }
 }
@@ -248,13 +289,27 @@ impl ExpectedTable {
 /// render as it is produced (none of its text is kept).
 #[derive(Debug, Default)]
 pub struct ExpectedRules {
+    /// In the order the render first writes to them.
     tables: Vec<ExpectedTable>,
+    /// The room the nat table gets when the render first writes to it.
+    nat_chains: usize,
 }
 
 impl ExpectedRules {
-    /// Runs `render` (the render of `family`) and keeps each rule's comparison key.
-    pub fn build(render: &RenderFn<'_>, family: Family) -> Result<ExpectedRules, ParseError> {
-        let mut rules = ExpectedRules { tables: Vec::new() };
+    /// Runs `render` (the render of `family`) and keeps each chain's key digest. `nat_chains`
+    /// is about how many nat chains the render writes ([`ServicePlan::nat_chains_estimate`]):
+    /// room for them is made at once, not by doubling while verify is at its busiest.
+    ///
+    /// [`ServicePlan::nat_chains_estimate`]: crate::proxier::iptables::ServicePlan::nat_chains_estimate
+    pub fn build(
+        render: &RenderFn<'_>,
+        family: Family,
+        nat_chains: usize,
+    ) -> Result<ExpectedRules, ParseError> {
+        let mut rules = ExpectedRules {
+            tables: Vec::new(),
+            nat_chains,
+        };
         let mut failed = None;
         let mut buf = String::new();
         render(&mut |chunk: RenderChunk<'_>| {
@@ -281,6 +336,11 @@ impl ExpectedRules {
                 failed = Some(e);
             }
         });
+        for t in &mut rules.tables {
+            // Grown by doubling while the render was read: hand back the spare room.
+            t.chains.shrink_to_fit();
+            t.names.shrink_to_fit();
+        }
         match failed {
             Some(e) => Err(e),
             None => Ok(rules),
@@ -291,10 +351,16 @@ impl ExpectedRules {
         let i = match self.tables.iter().position(|t| t.name == name) {
             Some(i) => i,
             None => {
-                self.tables.push(ExpectedTable {
+                let mut t = ExpectedTable {
                     name,
                     ..ExpectedTable::default()
-                });
+                };
+                if name == "nat" {
+                    t.chains.reserve_exact(self.nat_chains);
+                    // Most are `KUBE-SEP-` + 16 characters.
+                    t.names.reserve_exact(self.nat_chains * 25);
+                }
+                self.tables.push(t);
                 self.tables.len() - 1
             }
         };
@@ -382,8 +448,9 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
         let halves = super::halves::in_range_halves(t.chains.len(), parallel_from, |range| {
             let mut buf = String::new();
             let mut kept = Vec::new();
-            let part = t.chains.get_range(range).map(|s| s.iter());
-            for (chain, ec) in part.into_iter().flatten() {
+            let part = t.chains.get(range).unwrap_or_default();
+            for ec in part {
+                let chain = chain_name(&t.names, ec);
                 if skipped_chain(chain) {
                     continue;
                 }
@@ -691,7 +758,10 @@ mod tests {
         };
         let dump = super::super::fixture::drifted_dump();
         let actual = crate::model::Ruleset::parse(&dump, &ParseOptions::strict()).expect("dump");
-        let keys = || ExpectedRules::build(&render, Family::V4).expect("render keys");
+        let keys = || {
+            ExpectedRules::build(&render, Family::V4, plan.nat_chains_estimate())
+                .expect("render keys")
+        };
         let one = screen_split(keys(), &actual, usize::MAX);
         assert!(one.chains.len() >= 2, "two halves");
         assert!(
@@ -729,9 +799,8 @@ mod tests {
         }
         t.order();
         let got: Vec<(&str, u32, KeyDigest)> = t
-            .chains
             .iter()
-            .map(|(name, c)| (&**name, c.rules, c.digest))
+            .map(|(name, c)| (name, c.rules, c.digest))
             .collect();
         let digest = |keys: &[&str]| KeyDigest::of(keys.iter().map(|t| Fingerprint::of_text(t)));
         let want = [

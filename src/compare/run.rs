@@ -385,7 +385,11 @@ fn verify_dump(
     let facts = &facts;
     std::thread::scope(|scope| {
         let rules_job = scope.spawn(|| {
-            let expected = rule_level::ExpectedRules::build(&render, family)?;
+            let chains = input
+                .plans
+                .of(d.family)
+                .map_or(0, ipt::ServicePlan::nat_chains_estimate);
+            let expected = rule_level::ExpectedRules::build(&render, family, chains)?;
             tracing::debug!(
                 "verify {}: render keys built after {:?}",
                 d.label,

@@ -200,6 +200,15 @@ pub struct ServicePlan {
     pub warnings: Vec<Warning>,
 }
 
+impl ServicePlan {
+    /// About how many nat chains the render writes: each endpoint's, two per service port, and
+    /// the fixed ones (an estimate to size tables by, never a count to rely on).
+    pub fn nat_chains_estimate(&self) -> usize {
+        let per_port: usize = self.ports.iter().map(|p| p.endpoint_chains.len() + 2).sum();
+        per_port + 16
+    }
+}
+
 struct NodePortAddresses {
     match_all: bool,
     contains_ipv4_loopback: bool,

@@ -524,7 +524,9 @@ struct TextBuf {
     current: String,
 }
 
-const CHUNK: usize = 1 << 20;
+/// A chunk's size: 256 KiB. A streamed render (verify) holds one partial chunk per table and kind
+/// at a time, so this is what it costs on top of its reader.
+const CHUNK: usize = 256 << 10;
 const MAX_LINE: usize = 8 << 10;
 
 impl TextBuf {
@@ -861,7 +863,7 @@ pub struct RenderSummary {
 }
 
 /// Renders `plan` as [`render_plan`] does (without base jumps), handing the text to `sink` in
-/// chunks of whole lines (about 1 MiB each) as it is written and keeping none of it: readers that
+/// chunks of whole lines (256 KiB each) as it is written and keeping none of it: readers that
 /// look at each rule once (verify) never hold a large render's text whole. Within one table and
 /// kind, chunks come in render order.
 pub fn render_plan_chunks(

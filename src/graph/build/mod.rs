@@ -183,6 +183,9 @@ pub fn build_ruleset<'a>(
     }
 }
 
+/// A `sep_owner` slot no port has taken.
+const NO_OWNER: u32 = u32::MAX;
+
 /// An entry's `(address, port, protocol)`.
 type EntryKey = (String, Option<u16>, Option<String>);
 
@@ -201,8 +204,8 @@ struct Builder<'a> {
     /// Scratch: rule positions.
     picked: Vec<usize>,
     /// Per nat chain (by index): the port whose policy chain (SVC/SVL/XLB) picks it as an
-    /// endpoint chain; of several, the first in rank order.
-    sep_owner: Vec<Option<u32>>,
+    /// endpoint chain; of several, the first in rank order. [`NO_OWNER`] when none does.
+    sep_owner: Vec<u32>,
     masq_mark: Option<u32>,
     masq_mark_text: Option<String>,
     anomalies: Vec<super::Anomaly>,
@@ -404,7 +407,7 @@ impl<'a> Builder<'a> {
     /// Each port's SVC/SVL/XLB (policy) and EXT/FW (external) chains, ports in rank order (the
     /// first owner of a shared endpoint chain wins).
     fn policy_and_external_chains(&mut self, nat: &TableRules<'a>) {
-        self.sep_owner = vec![None; nat.chains.len()];
+        self.sep_owner = vec![NO_OWNER; nat.chains.len()];
         for i in self.ports.by_rank() {
             let chains = self.ports.get(i).chains.clone();
             for (kind, chain, _) in chains {
@@ -466,8 +469,10 @@ impl<'a> Builder<'a> {
             match service_chain(to) {
                 Some((ChainKind::Sep, _)) => {
                     let idx = nat.position(to);
-                    if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci)) {
-                        slot.get_or_insert(port as u32);
+                    if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci))
+                        && *slot == NO_OWNER
+                    {
+                        *slot = port as u32;
                     }
                     let f = Facts::of(r);
                     let p = self.ports.at(port);
@@ -606,7 +611,7 @@ impl<'a> Builder<'a> {
             let mut facts = std::mem::take(&mut self.facts);
             facts.clear();
             facts.extend(c.rules.iter().map(|r| Facts::of(r)));
-            let owner = match self.sep_owner.get(ci).copied().flatten() {
+            let owner = match self.sep_owner.get(ci).copied().filter(|&o| o != NO_OWNER) {
                 Some(i) => Some(i as usize),
                 None => facts.iter().find_map(|f| {
                     let sc = f.comment.and_then(parse_comment)?;

@@ -49,12 +49,12 @@ pub struct ExpectedEndpoint<'p> {
 pub struct ExpectedEndpoints<'p> {
     plan: &'p ServicePortPlan,
     /// Indexes into the plan port's endpoints.
-    members: &'p [usize],
+    members: &'p [u32],
 }
 
 impl<'p> ExpectedEndpoints<'p> {
     /// The endpoints of `plan` at positions `members`.
-    fn of(plan: &'p ServicePortPlan, members: &'p [usize]) -> Self {
+    fn of(plan: &'p ServicePortPlan, members: &'p [u32]) -> Self {
         ExpectedEndpoints { plan, members }
     }
 
@@ -72,7 +72,10 @@ impl<'p> ExpectedEndpoints<'p> {
     pub fn iter(&self) -> impl Iterator<Item = ExpectedEndpoint<'p>> + 'p {
         let p = self.plan;
         self.members.iter().filter_map(move |&i| {
-            let (e, chain) = (p.endpoints.get(i)?, p.endpoint_chains.get(i)?);
+            let (e, chain) = (
+                p.endpoints.get(i as usize)?,
+                p.endpoint_chains.get(i as usize)?,
+            );
             Some(ExpectedEndpoint {
                 ip: e.ip,
                 port: port_u16(e.port),
@@ -216,7 +219,7 @@ fn port_u16(p: i32) -> u16 {
 
 fn port_facts<'p>(p: &'p ServicePortPlan, family: IpFamily) -> ExpectedPort<'p> {
     let info = &p.info;
-    let set = |members: &'p [usize]| ExpectedEndpoints::of(p, members);
+    let set = |members: &'p [u32]| ExpectedEndpoints::of(p, members);
     let mut firewall_sources: Vec<String> = info
         .load_balancer_source_ranges
         .iter()

@@ -358,11 +358,11 @@ pub enum TopologyMode {
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Categorized {
     /// Endpoints used with Cluster policy (ready and topology-available, else serving+terminating).
-    pub cluster: Vec<usize>,
+    pub cluster: Vec<u32>,
     /// Endpoints used with Local policy (local ready, else local serving+terminating).
-    pub local: Vec<usize>,
+    pub local: Vec<u32>,
     /// Union of both: every endpoint reachable from this node (sorted by endpoint string).
-    pub reachable: Vec<usize>,
+    pub reachable: Vec<u32>,
     /// Whether the service has usable endpoints anywhere in the cluster.
     pub has_any: bool,
     /// The topology mode chosen for the cluster endpoints.
@@ -427,9 +427,9 @@ pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
     if eps.is_empty() {
         return c;
     }
-    let idx = |pred: &dyn Fn(&Endpoint) -> bool| -> Vec<usize> {
-        eps.iter()
-            .enumerate()
+    let idx = |pred: &dyn Fn(&Endpoint) -> bool| -> Vec<u32> {
+        (0u32..)
+            .zip(eps)
             .filter(|(_, e)| pred(e))
             .map(|(i, _)| i)
             .collect()
@@ -472,7 +472,7 @@ pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
         c.reachable = c.cluster.clone();
         return c;
     }
-    let mut all: Vec<usize> = c.cluster.iter().chain(c.local.iter()).copied().collect();
+    let mut all: Vec<u32> = c.cluster.iter().chain(c.local.iter()).copied().collect();
     all.sort_unstable();
     all.dedup();
     c.reachable = all;

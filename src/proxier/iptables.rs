@@ -165,7 +165,7 @@ impl ServicePortPlan {
         self.categorized
             .cluster
             .iter()
-            .filter_map(|&i| self.endpoints.get(i))
+            .filter_map(|&i| self.endpoints.get(i as usize))
     }
 
     /// The endpoints with Local policy.
@@ -173,7 +173,7 @@ impl ServicePortPlan {
         self.categorized
             .local
             .iter()
-            .filter_map(|&i| self.endpoints.get(i))
+            .filter_map(|&i| self.endpoints.get(i as usize))
     }
 }
 
@@ -1318,7 +1318,10 @@ impl Emitter {
             );
         }
         for &i in &p.categorized.reachable {
-            let (Some(ep), Some(sep)) = (p.endpoints.get(i), p.endpoint_chains.get(i)) else {
+            let (Some(ep), Some(sep)) = (
+                p.endpoints.get(i as usize),
+                p.endpoint_chains.get(i as usize),
+            ) else {
                 continue;
             };
             self.nat.chain(sep);
@@ -1443,14 +1446,17 @@ fn write_service_to_endpoint_rules(
     out: &mut TextBuf,
     p: &ServicePortPlan,
     chain: &str,
-    eps: &[usize],
+    eps: &[u32],
     large: bool,
     probabilities: &mut Vec<String>,
 ) {
     let spn = p.info.name_string.as_str();
     if let Some(sticky) = p.info.session_affinity_seconds {
         for &i in eps {
-            let (Some(ep), Some(sep)) = (p.endpoints.get(i), p.endpoint_chains.get(i)) else {
+            let (Some(ep), Some(sep)) = (
+                p.endpoints.get(i as usize),
+                p.endpoint_chains.get(i as usize),
+            ) else {
                 continue;
             };
             let mut l = Line::start(out, chain);
@@ -1465,7 +1471,10 @@ fn write_service_to_endpoint_rules(
     }
     let n = eps.len();
     for (k, &i) in eps.iter().enumerate() {
-        let (Some(ep), Some(sep)) = (p.endpoints.get(i), p.endpoint_chains.get(i)) else {
+        let (Some(ep), Some(sep)) = (
+            p.endpoints.get(i as usize),
+            p.endpoint_chains.get(i as usize),
+        ) else {
             continue;
         };
         let mut l = Line::start(out, chain);

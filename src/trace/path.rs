@@ -679,8 +679,11 @@ fn expected_set<'p>(
     };
     idx.iter()
         .filter_map(|&i| {
-            let e = pp.endpoints.get(i)?;
-            let c = pp.endpoint_chains.get(i).map_or("", EndpointChain::as_str);
+            let e = pp.endpoints.get(i as usize)?;
+            let c = pp
+                .endpoint_chains
+                .get(i as usize)
+                .map_or("", EndpointChain::as_str);
             Some((e, c))
         })
         .collect()

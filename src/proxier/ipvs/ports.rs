@@ -37,7 +37,9 @@ impl PortView {
         } else {
             &c.cluster
         };
-        idx.iter().filter_map(|i| self.endpoints.get(*i)).collect()
+        idx.iter()
+            .filter_map(|i| self.endpoints.get(*i as usize))
+            .collect()
     }
 }
 

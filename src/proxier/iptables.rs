@@ -150,16 +150,30 @@ pub struct ServicePortPlan {
     pub uses_fw_chain: bool,
     /// A loadBalancerSourceRange contains the primary node IP (FW accepts the LB IPs as sources).
     pub allow_from_node: bool,
-    /// The chain cluster-IP traffic jumps to (SVC, or SVL for iTP=Local).
-    pub internal_chain: String,
-    /// The chain EXT ends in (SVC, or SVL for eTP=Local).
-    pub external_policy_chain: String,
     /// Whether cluster-IP traffic is masqueraded: `all` (masqueradeAll), `non-local`
     /// (detector), or `none`.
     pub cluster_ip_masquerade: &'static str,
 }
 
 impl ServicePortPlan {
+    /// The chain cluster-IP traffic jumps to (SVC, or SVL for iTP=Local).
+    pub fn internal_chain(&self) -> &str {
+        if self.info.internal_policy_local {
+            &self.chains.svl
+        } else {
+            &self.chains.svc
+        }
+    }
+
+    /// The chain EXT ends in (SVC, or SVL for eTP=Local).
+    pub fn external_policy_chain(&self) -> &str {
+        if self.info.external_policy_local {
+            &self.chains.svl
+        } else {
+            &self.chains.svc
+        }
+    }
+
     /// The endpoints with Cluster policy.
     pub fn cluster_endpoints(&self) -> impl Iterator<Item = &Endpoint> {
         self.categorized
@@ -476,15 +490,15 @@ impl PortPlanner<'_> {
             !categorized.cluster.is_empty() && info.uses_cluster_endpoints();
         let uses_local_policy_chain = !categorized.local.is_empty() && info.uses_local_endpoints();
         let no_local = categorized.local.is_empty();
-        let (internal_chain, has_internal_endpoints) = if info.internal_policy_local {
-            (chains.svl.clone(), has_endpoints && !no_local)
+        let has_internal_endpoints = if info.internal_policy_local {
+            has_endpoints && !no_local
         } else {
-            (chains.svc.clone(), has_endpoints)
+            has_endpoints
         };
-        let (external_policy_chain, has_external_endpoints) = if info.external_policy_local {
-            (chains.svl.clone(), has_endpoints && !no_local)
+        let has_external_endpoints = if info.external_policy_local {
+            has_endpoints && !no_local
         } else {
-            (chains.svc.clone(), has_endpoints)
+            has_endpoints
         };
         let uses_external_chain = has_endpoints && info.externally_accessible();
         let uses_fw_chain = has_endpoints
@@ -507,8 +521,6 @@ impl PortPlanner<'_> {
             uses_external_chain,
             uses_fw_chain,
             allow_from_node,
-            internal_chain,
-            external_policy_chain,
             cluster_ip_masquerade: self.masq,
         }
     }
@@ -1066,7 +1078,7 @@ impl Emitter {
                     "--dport",
                     &port,
                     "-j",
-                    &p.internal_chain,
+                    p.internal_chain(),
                 ])
                 .end();
         } else {
@@ -1205,7 +1217,7 @@ impl Emitter {
             if p.cluster_ip_masquerade == "all" {
                 base(
                     &mut self.nat.rule_lines,
-                    &p.internal_chain,
+                    p.internal_chain(),
                     spn,
                     proto,
                     &cip,
@@ -1217,7 +1229,7 @@ impl Emitter {
                 let [flag, value] = self.detector.if_local();
                 base(
                     &mut self.nat.rule_lines,
-                    &p.internal_chain,
+                    p.internal_chain(),
                     spn,
                     proto,
                     &cip,
@@ -1265,7 +1277,7 @@ impl Emitter {
             }
             if p.has_external_endpoints {
                 Line::start(&mut self.nat.rule_lines, ext)
-                    .ws(&["-j", &p.external_policy_chain])
+                    .ws(&["-j", p.external_policy_chain()])
                     .end();
             }
         }

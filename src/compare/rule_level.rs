@@ -19,7 +19,7 @@ use super::graph_level::Explained;
 use crate::graph::names::{NameResolver, parse_comment};
 use crate::graph::ownership::service_chain;
 use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
-use crate::model::{Fingerprint, Ruleset};
+use crate::model::{Fingerprint, NameIndex, Ruleset};
 use crate::proxier::iptables::{NODEPORTS_TAIL_COMMENT, RenderChunk};
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
@@ -190,9 +190,8 @@ struct ExpectedTable {
     chains: Vec<ExpectedChain>,
     /// Every chain's name, one after the other (one allocation, not one per chain).
     names: String,
-    /// Chain name → position in `chains` (hashing and comparing the names in `names`), until
-    /// [`ExpectedTable::order`] moves the chains.
-    index: hashbrown::HashTable<u32>,
+    /// Chain name → position in `chains`, until [`ExpectedTable::order`] moves the chains.
+    index: NameIndex,
     /// The chain the last rule was written to (the render writes a chain's rules together).
     last: Option<usize>,
     declarations: u32,
@@ -205,9 +204,9 @@ fn chain_name<'n>(names: &'n str, c: &ExpectedChain) -> &'n str {
     names.get(at..at + c.name_len as usize).unwrap_or("")
 }
 
-fn name_hash(name: &str) -> u64 {
-    use std::hash::BuildHasher;
-    NameHash::default().hash_one(name)
+/// The name of chain `i` of `chains` (for [`NameIndex`]).
+fn chain_names<'n>(names: &'n str, chains: &'n [ExpectedChain]) -> impl Fn(u32) -> &'n str + Copy {
+    move |i| chains.get(i as usize).map_or("", |c| chain_name(names, c))
 }
 
 impl ExpectedTable {
@@ -219,32 +218,22 @@ impl ExpectedTable {
 
     /// The index of chain `name`, added when new.
     fn chain(&mut self, name: &str) -> usize {
-        let names = &self.names;
-        let chains = &self.chains;
-        let same = |i: usize| chains.get(i).is_some_and(|c| chain_name(names, c) == name);
-        if let Some(i) = self.last.filter(|&i| same(i)) {
-            return i;
-        }
-        let hash = name_hash(name);
-        let i = match self.index.find(hash, |&i| same(i as usize)) {
-            Some(&i) => i as usize,
-            None => {
-                let i = self.chains.len();
-                self.chains.push(ExpectedChain {
-                    name_at: self.names.len() as u32,
-                    name_len: name.len() as u32,
-                    ..ExpectedChain::default()
-                });
-                self.names.push_str(name);
-                let (names, chains) = (&self.names, &self.chains);
-                self.index.insert_unique(hash, i as u32, |&j| {
-                    chains
-                        .get(j as usize)
-                        .map_or(0, |c| name_hash(chain_name(names, c)))
-                });
-                i
-            }
+        let names = chain_names(&self.names, &self.chains);
+        let found = match self.last {
+            Some(i) if names(i as u32) == name => Some(i),
+            _ => self.index.get(name, names),
         };
+        let i = found.unwrap_or_else(|| {
+            let i = self.chains.len();
+            self.chains.push(ExpectedChain {
+                name_at: self.names.len() as u32,
+                name_len: name.len() as u32,
+                ..ExpectedChain::default()
+            });
+            self.names.push_str(name);
+            self.index.insert(i, chain_names(&self.names, &self.chains));
+            i
+        });
         self.last = Some(i);
         i
     }
@@ -280,7 +269,7 @@ impl ExpectedTable {
     /// 110k chains is megabytes at verify's busiest moment).
     fn order(&mut self) {
         self.chains.sort_by_key(|c| (c.declared, c.first_use));
-        self.index = hashbrown::HashTable::new();
+        self.index = NameIndex::default();
         self.last = None;
     }
 }

@@ -8,6 +8,7 @@
 //! rule. [`serialize`] prints a ruleset back as `iptables-restore` input.
 
 pub mod canonical;
+mod name_index;
 pub mod serialize;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use kproxy_parsers::iptables::{
 };
 
 pub use canonical::{CanonicalRule, Fingerprint};
+pub(crate) use name_index::NameIndex;
 
 /// Built-in chains (of any table); never "undeclared".
 pub const BUILTIN_CHAINS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
@@ -95,55 +97,9 @@ pub struct RuleRef {
     pub rule: u32,
 }
 
-/// Chain name → position in [`TableRules::chains`]: a table of positions whose names are read
-/// from the chains themselves (4 bytes a chain, where a map keyed by name kept 24; a large node
-/// has 110k chains).
-#[derive(Debug, Default)]
-struct ChainIndex(hashbrown::HashTable<u32>);
-
-fn name_hash(name: &str) -> u64 {
-    use std::hash::BuildHasher;
-    NameHash::default().hash_one(name)
-}
-
-impl ChainIndex {
-    fn reserve(&mut self, n: usize, chains: &[Chain<'_>]) {
-        self.0.reserve(n, |&i| {
-            chains.get(i as usize).map_or(0, |c| name_hash(c.name))
-        });
-    }
-
-    fn get(&self, name: &str, chains: &[Chain<'_>]) -> Option<usize> {
-        self.0
-            .find(name_hash(name), |&i| {
-                chains.get(i as usize).is_some_and(|c| c.name == name)
-            })
-            .map(|&i| i as usize)
-    }
-
-    /// Adds `chains[index]` (not yet indexed).
-    fn insert(&mut self, index: usize, chains: &[Chain<'_>]) {
-        let Some(c) = chains.get(index) else { return };
-        self.0.insert_unique(name_hash(c.name), index as u32, |&i| {
-            chains.get(i as usize).map_or(0, |c| name_hash(c.name))
-        });
-    }
-
-    /// Removes `name`, returning its position.
-    fn remove(&mut self, name: &str, chains: &[Chain<'_>]) -> Option<usize> {
-        let entry = self
-            .0
-            .find_entry(name_hash(name), |&i| {
-                chains.get(i as usize).is_some_and(|c| c.name == name)
-            })
-            .ok()?;
-        let (i, _) = entry.remove();
-        Some(i as usize)
-    }
-
-    fn positions_mut(&mut self) -> impl Iterator<Item = &mut u32> {
-        self.0.iter_mut()
-    }
+/// The name of chain `i` of `chains` (for [`NameIndex`]).
+fn chain_names<'c>(chains: &'c [Chain<'_>]) -> impl Fn(u32) -> &'c str + Copy {
+    move |i| chains.get(i as usize).map_or("", |c| c.name)
 }
 
 /// Jump/goto target → the rules that jump there, as one array grouped by target chain (no
@@ -162,7 +118,7 @@ struct JumpIndex<'a> {
 }
 
 impl<'a> JumpIndex<'a> {
-    fn new(chains: &[Chain<'a>], index: &ChainIndex) -> Self {
+    fn new(chains: &[Chain<'a>], index: &NameIndex) -> Self {
         // The target slot of every jump (in rule order), then a counting sort of the jumps by slot.
         let mut absent: HashMap<&'a str, u32, NameHash> = HashMap::default();
         let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
@@ -171,7 +127,7 @@ impl<'a> JumpIndex<'a> {
                 let Some(t) = r.rule.jump_target() else {
                     continue;
                 };
-                let slot = match index.get(t, chains) {
+                let slot = match index.get(t, chain_names(chains)) {
                     Some(i) => i as u32,
                     None => {
                         let next = (chains.len() + absent.len()) as u32;
@@ -206,9 +162,9 @@ impl<'a> JumpIndex<'a> {
         }
     }
 
-    fn slot(&self, target: &str, chains: &[Chain<'_>], index: &ChainIndex) -> Option<usize> {
+    fn slot(&self, target: &str, chains: &[Chain<'_>], index: &NameIndex) -> Option<usize> {
         index
-            .get(target, chains)
+            .get(target, chain_names(chains))
             .or_else(|| self.absent.get(target).map(|&s| s as usize))
     }
 
@@ -219,7 +175,7 @@ impl<'a> JumpIndex<'a> {
         }
     }
 
-    fn of(&self, target: &str, chains: &[Chain<'_>], index: &ChainIndex) -> &[RuleRef] {
+    fn of(&self, target: &str, chains: &[Chain<'_>], index: &NameIndex) -> &[RuleRef] {
         self.slot(target, chains, index)
             .map_or(&[], |s| self.of_slot(s))
     }
@@ -238,7 +194,7 @@ pub struct TableRules<'a> {
     pub committed: bool,
     /// The ruleset's address family (canonical forms depend on it).
     pub family: Family,
-    index: ChainIndex,
+    index: NameIndex,
     jumps: OnceLock<JumpIndex<'a>>,
 }
 
@@ -250,7 +206,7 @@ impl<'a> TableRules<'a> {
             deleted: Vec::new(),
             committed: true,
             family,
-            index: ChainIndex::default(),
+            index: NameIndex::default(),
             jumps: OnceLock::new(),
         }
     }
@@ -258,13 +214,13 @@ impl<'a> TableRules<'a> {
     /// The chain `name`.
     pub fn chain(&self, name: &str) -> Option<&Chain<'a>> {
         self.index
-            .get(name, &self.chains)
+            .get(name, chain_names(&self.chains))
             .and_then(|i| self.chains.get(i))
     }
 
     /// The index of chain `name` in [`TableRules::chains`].
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.index.get(name, &self.chains)
+        self.index.get(name, chain_names(&self.chains))
     }
 
     /// Rules of chain `name` (empty when the chain is absent).
@@ -330,7 +286,7 @@ impl<'a> TableRules<'a> {
 
     /// The index of chain `name`, creating the chain when absent.
     fn chain_index(&mut self, name: &'a str) -> usize {
-        match self.index.get(name, &self.chains) {
+        match self.index.get(name, chain_names(&self.chains)) {
             Some(i) => i,
             None => {
                 self.chains.push(Chain {
@@ -340,7 +296,8 @@ impl<'a> TableRules<'a> {
                     declared_at: None,
                     rules: Vec::new(),
                 });
-                self.index.insert(self.chains.len() - 1, &self.chains);
+                self.index
+                    .insert(self.chains.len() - 1, chain_names(&self.chains));
                 self.chains.len() - 1
             }
         }
@@ -363,7 +320,7 @@ impl<'a> TableRules<'a> {
     }
 
     fn remove_chain(&mut self, name: &'a str) {
-        if let Some(i) = self.index.remove(name, &self.chains) {
+        if let Some(i) = self.index.remove(name, chain_names(&self.chains)) {
             self.chains.remove(i);
             for v in self.index.positions_mut() {
                 if *v as usize > i {
@@ -404,7 +361,9 @@ impl<'a> Ruleset<'a> {
             };
             table.committed &= t.committed;
             table.chains.reserve(t.chains.len());
-            table.index.reserve(t.chains.len(), &table.chains);
+            table
+                .index
+                .reserve(t.chains.len(), chain_names(&table.chains));
             for d in &t.chains {
                 table.declare(d);
             }

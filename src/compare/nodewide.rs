@@ -97,7 +97,7 @@ fn table<'d, 'a>(dump: &'d Dump<'a>, name: &str) -> Option<&'d Table<'a>> {
 }
 
 fn has_chain(t: &Table<'_>, chain: &str) -> bool {
-    t.chains.iter().any(|c| c.name == chain) || t.rules.iter().any(|r| r.chain == chain)
+    t.chains.iter().any(|c| c.name == chain) || t.rules_with_chain().any(|(c, _)| c == chain)
 }
 
 fn jump_target<'a>(r: &Rule<'a>) -> Option<&'a str> {
@@ -108,17 +108,17 @@ fn jump_target<'a>(r: &Rule<'a>) -> Option<&'a str> {
 }
 
 /// Quotes a rule the way `iptables-save` prints it.
-pub fn rule_text(r: &Rule<'_>) -> String {
-    format!("-A {} {}", r.chain, r.raw)
+pub fn rule_text(chain: &str, r: &Rule<'_>) -> String {
+    format!("-A {chain} {}", r.raw)
 }
 
 /// True when the dump has any kube-proxy iptables-mode chain with rules (service chains, or rules
 /// in nat `KUBE-SERVICES`).
 pub fn has_kube_proxy_rules(dump: &Dump<'_>) -> bool {
     dump.tables.iter().any(|t| {
-        t.rules.iter().any(|r| {
-            crate::graph::ownership::service_chain(r.chain).is_some()
-                || (t.name == "nat" && (r.chain == "KUBE-SERVICES" || r.chain == "KUBE-NODEPORTS"))
+        t.rules_with_chain().any(|(chain, _)| {
+            crate::graph::ownership::service_chain(chain).is_some()
+                || (t.name == "nat" && (chain == "KUBE-SERVICES" || chain == "KUBE-NODEPORTS"))
         })
     })
 }
@@ -169,23 +169,22 @@ pub fn is_unreadable(dump: &Dump<'_>) -> bool {
 /// DNAT destinations). One finding per dump.
 pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut count = 0usize;
-    let mut first: Option<(&Rule<'_>, &str, &str)> = None;
+    let mut first: Option<(&Rule<'_>, &str, &str, &str)> = None;
     for t in &dump.tables {
         // The target kind is read without decoding the target.
-        for r in t
-            .rules
-            .iter()
-            .filter(|r| r.target_kind() == Some(TargetKind::Unreadable))
+        for (chain, r) in t
+            .rules_with_chain()
+            .filter(|(_, r)| r.target_kind() == Some(TargetKind::Unreadable))
         {
             if let Some(Target::Unreadable { reason, .. }) = &r.target() {
                 count += 1;
                 if first.is_none() {
-                    first = Some((r, t.name, reason));
+                    first = Some((r, t.name, chain, reason));
                 }
             }
         }
     }
-    let Some((r, tname, reason)) = first else {
+    let Some((r, tname, chain, reason)) = first else {
         return Vec::new();
     };
     let version = dump.version.unwrap_or("unknown version");
@@ -195,9 +194,9 @@ pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                 "{}: {count} rule(s) cannot be read by this iptables ({version}): {reason}; endpoint checks are skipped",
                 cx.label
             ))
-            .chain(format!("{tname} {}", r.chain))
+            .chain(format!("{tname} {chain}"))
             .expected("rules this iptables-save can print")
-            .actual(rule_text(r)),
+            .actual(rule_text(chain, r)),
     ]
 }
 
@@ -300,9 +299,7 @@ pub fn foreign_nft_tables(nft_ruleset: &str, mode: &str) -> Vec<Finding> {
 
 /// The index of the first rule of `chain` in `t` jumping to `target`, counting only that chain's rules.
 fn jump_position(t: &Table<'_>, chain: &str, target: &str) -> Option<usize> {
-    t.rules
-        .iter()
-        .filter(|r| r.chain == chain)
+    t.rules_of(chain)
         .position(|r| jump_target(r) == Some(target))
 }
 
@@ -429,11 +426,7 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             return out;
         }
         // KUBE-MARK-MASQ: one MARK rule setting exactly the bit.
-        let masq: Vec<&Rule<'_>> = nat
-            .rules
-            .iter()
-            .filter(|r| r.chain == "KUBE-MARK-MASQ")
-            .collect();
+        let masq: Vec<&Rule<'_>> = nat.rules_of("KUBE-MARK-MASQ").collect();
         let mut saw_mark = false;
         for r in &masq {
             if let Some(Target::Mark(op)) = &r.target() {
@@ -454,7 +447,7 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                             ))
                             .chain("nat KUBE-MARK-MASQ")
                             .expected(format!("-j MARK --set-xmark {m:#x}/{m:#x}"))
-                            .actual(rule_text(r)),
+                            .actual(rule_text("KUBE-MARK-MASQ", r)),
                     );
                 }
             }
@@ -472,15 +465,11 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                     .actual(if masq.is_empty() {
                         "empty or missing chain".into()
                     } else {
-                        rule_text(masq[0])
+                        rule_text("KUBE-MARK-MASQ", masq[0])
                     }),
             );
         }
-        let post: Vec<&Rule<'_>> = nat
-            .rules
-            .iter()
-            .filter(|r| r.chain == "KUBE-POSTROUTING")
-            .collect();
+        let post: Vec<&Rule<'_>> = nat.rules_of("KUBE-POSTROUTING").collect();
         if !post
             .iter()
             .any(|r| matches!(r.target(), Some(Target::Masquerade { .. })))
@@ -493,21 +482,17 @@ pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                     .actual(if post.is_empty() { "empty or missing chain".into() } else { format!("{} rule(s), none MASQUERADE", post.len()) }),
             );
         }
-        out.extend(mark_matches_in(&post, "nat KUBE-POSTROUTING", m));
+        out.extend(mark_matches_in(&post, "nat", "KUBE-POSTROUTING", m));
     }
     if let Some(filter) = table(dump, "filter") {
-        let fwd: Vec<&Rule<'_>> = filter
-            .rules
-            .iter()
-            .filter(|r| r.chain == "KUBE-FORWARD")
-            .collect();
-        out.extend(mark_matches_in(&fwd, "filter KUBE-FORWARD", m));
+        let fwd: Vec<&Rule<'_>> = filter.rules_of("KUBE-FORWARD").collect();
+        out.extend(mark_matches_in(&fwd, "filter", "KUBE-FORWARD", m));
     }
     out
 }
 
 /// KP007 for `-m mark` matches and MARK targets in KUBE-POSTROUTING / KUBE-FORWARD.
-fn mark_matches_in(rules: &[&Rule<'_>], chain: &str, m: u32) -> Vec<Finding> {
+fn mark_matches_in(rules: &[&Rule<'_>], table: &str, chain: &str, m: u32) -> Vec<Finding> {
     let mut out = Vec::new();
     for r in rules {
         let mut bad: Option<String> = None;
@@ -531,10 +516,12 @@ fn mark_matches_in(rules: &[&Rule<'_>], chain: &str, m: u32) -> Vec<Finding> {
         if let Some(b) = bad {
             out.push(
                 cat::MARK_MISMATCH
-                    .finding(format!("{chain} uses {b} but masqueradeBit means {m:#x}"))
-                    .chain(chain.to_string())
+                    .finding(format!(
+                        "{table} {chain} uses {b} but masqueradeBit means {m:#x}"
+                    ))
+                    .chain(format!("{table} {chain}"))
                     .expected(format!("{m:#x}/{m:#x}"))
-                    .actual(rule_text(r)),
+                    .actual(rule_text(chain, r)),
             );
         }
     }
@@ -545,8 +532,8 @@ fn mark_matches_in(rules: &[&Rule<'_>], chain: &str, m: u32) -> Vec<Finding> {
 pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     for t in &dump.tables {
-        for r in &t.rules {
-            if matches!(r.chain, "KUBE-MARK-MASQ" | "KUBE-POSTROUTING")
+        for (chain, r) in t.rules_with_chain() {
+            if matches!(chain, "KUBE-MARK-MASQ" | "KUBE-POSTROUTING")
                 || r.target_kind() != Some(TargetKind::Mark)
             {
                 continue;
@@ -558,11 +545,11 @@ pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                     cat::MARK_CONFLICT
                         .finding(format!(
                             "{} {} changes bit {:#x} that kube-proxy uses to mark traffic for masquerading",
-                            t.name, r.chain, cx.mark
+                            t.name, chain, cx.mark
                         ))
-                        .chain(format!("{} {}", t.name, r.chain))
+                        .chain(format!("{} {chain}", t.name))
                         .expected(format!("no other rule touches {:#x}", cx.mark))
-                        .actual(rule_text(r)),
+                        .actual(rule_text(chain, r)),
                 );
             }
         }
@@ -670,7 +657,7 @@ pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             .filter(|b| b.table == j.table && b.chain == j.chain)
             .map(|b| b.target)
             .collect();
-        let rules: Vec<&Rule<'_>> = t.rules.iter().filter(|r| r.chain == j.chain).collect();
+        let rules: Vec<&Rule<'_>> = t.rules_of(j.chain).collect();
         let Some(last) = rules
             .iter()
             .rposition(|r| jump_target(r).is_some_and(|c| targets.contains(&c)))
@@ -705,7 +692,7 @@ pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                 ))
                 .chain(format!("{} {}", j.table, j.chain))
                 .expected(format!("kube-proxy's jumps ({}) first", shadowed.join(", ")))
-                .actual(rule_text(r));
+                .actual(rule_text(j.chain, r));
             if !service.is_empty() {
                 f = f.service(service);
             }

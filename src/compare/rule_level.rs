@@ -317,9 +317,9 @@ impl ExpectedRules {
                 return;
             }
             let table = t.name;
-            let parsed = for_each_rule(chunk.text, |r| {
-                let k = key(table, r.chain, &r, family, &mut buf);
-                t.push_key(r.chain, k);
+            let parsed = for_each_rule(chunk.text, |chain, r| {
+                let k = key(table, chain, &r, family, &mut buf);
+                t.push_key(chain, k);
             });
             if let Err(e) = parsed {
                 failed = Some(e);
@@ -582,9 +582,9 @@ fn expected_views(
         let Some(table) = wanted.get(chunk.table) else {
             return;
         };
-        let parsed = for_each_rule(chunk.text, |r| {
-            if let Some(v) = table.get(r.chain).and_then(|&i| views.get_mut(i)) {
-                v.push(RuleView::of(chunk.table, r.chain, &r, family, names));
+        let parsed = for_each_rule(chunk.text, |chain, r| {
+            if let Some(v) = table.get(chain).and_then(|&i| views.get_mut(i)) {
+                v.push(RuleView::of(chunk.table, chain, &r, family, names));
             }
         });
         if let Err(e) = parsed {

@@ -501,13 +501,13 @@ fn backend_split(legacy: &kproxy_parsers::iptables::Dump<'_>, label: &str) -> Fi
     let mut entries = 0usize;
     for t in &legacy.tables {
         let mut seen = std::collections::HashSet::new();
-        for r in &t.rules {
-            if crate::graph::ownership::is_kube_proxy_chain(t.name, r.chain) {
+        for (chain, _) in t.rules_with_chain() {
+            if crate::graph::ownership::is_kube_proxy_chain(t.name, chain) {
                 rules += 1;
-                if seen.insert(r.chain) {
+                if seen.insert(chain) {
                     chains += 1;
                 }
-                if t.name == "nat" && r.chain == "KUBE-SERVICES" {
+                if t.name == "nat" && chain == "KUBE-SERVICES" {
                     entries += 1;
                 }
             }

@@ -123,7 +123,7 @@ fn unreadable(table: &str, c: &Chain<'_>, out: &mut Vec<Anomaly>) {
             out.push(anomaly(
                 AnomalyKind::UnreadableRule,
                 table,
-                r.chain,
+                c.name,
                 Some(r.line),
                 format!(
                     "iptables could not decode target `{raw}` ({reason}); no conclusions drawn from it"
@@ -171,11 +171,11 @@ fn undeclared_jumps(ti: &TableRules<'_>, save_form: bool, out: &mut Vec<Anomaly>
         if is_declared(ti, target) || BUILTIN_CHAINS.contains(&target) {
             continue;
         }
-        for (_, r) in ti.jumps_to(target) {
+        for (c, r) in ti.jumps_to(target) {
             out.push(anomaly(
                 AnomalyKind::UndeclaredJump,
                 table,
-                r.chain,
+                c.name,
                 Some(r.line),
                 format!("jumps to {target}, which is not declared"),
             ));

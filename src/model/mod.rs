@@ -371,8 +371,7 @@ impl<'a> Ruleset<'a> {
             let mut commands = t.commands.into_iter().peekable();
             // The parser grouped the rules by chain: map its chains to ours once, and size each
             // chain's rule list exactly (most chains hold 1–3 rules; growth would double them).
-            // Without that grouping (a dump built by hand), rules are placed by name.
-            let grouped = t.rule_chain.len() == t.rules.len();
+            // A rule's chain is known only through that grouping (`Table::rule_chain`).
             let mut placed: Vec<usize> = Vec::with_capacity(t.rule_chains.len());
             for (name, n) in &t.rule_chains {
                 let ci = table.chain_index(name);
@@ -383,7 +382,7 @@ impl<'a> Ruleset<'a> {
             }
             let mut ids = t.rule_chain.into_iter();
             // After a command (`-X`/`-F`) chain indices may have moved: place by name from then on.
-            let mut by_name = !grouped;
+            let mut by_name = false;
             let mut last: Option<(&'a str, usize)> = None;
             // Consume the parsed rules from the back of a reversed list, handing their memory back
             // as we go: without this the dump's whole rule list and the chains' copies of it are
@@ -395,22 +394,29 @@ impl<'a> Ruleset<'a> {
                 if pending.capacity() - pending.len() > slack {
                     pending.shrink_to_fit();
                 }
-                let id = ids.next();
+                let Some(id) = ids.next().map(|i| i as usize) else {
+                    continue;
+                };
                 while let Some(cmd) = commands.next_if(|c| c.line < rule.line) {
                     apply_command(table, cmd.kind, cmd.chain);
                     by_name = true;
                     last = None;
                 }
-                let ci = match (by_name, id.and_then(|i| placed.get(i as usize))) {
+                let ci = match (by_name, placed.get(id)) {
                     (false, Some(&ci)) => ci,
-                    _ => match last {
-                        Some((name, i)) if name == rule.chain => i,
-                        _ => {
-                            let i = table.chain_index(rule.chain);
-                            last = Some((rule.chain, i));
-                            i
+                    _ => {
+                        let Some(&(name, _)) = t.rule_chains.get(id) else {
+                            continue;
+                        };
+                        match last {
+                            Some((last_name, i)) if last_name == name => i,
+                            _ => {
+                                let i = table.chain_index(name);
+                                last = Some((name, i));
+                                i
+                            }
                         }
-                    },
+                    }
                 };
                 let op = rule.op;
                 let Some(chain) = table.chains.get_mut(ci) else {

@@ -101,21 +101,41 @@ pub struct Table<'a> {
 }
 
 impl<'a> Table<'a> {
-    /// Appends a rule, keeping [`Table::rule_chain`] and [`Table::rule_chains`] in step.
+    /// Every rule with the name of its chain, in input order.
+    pub fn rules_with_chain(&self) -> impl Iterator<Item = (&'a str, &Rule<'a>)> + '_ {
+        self.rules
+            .iter()
+            .zip(&self.rule_chain)
+            .filter_map(|(r, &id)| Some((self.rule_chains.get(id as usize)?.0, r)))
+    }
+
+    /// The rules of chain `name`, in input order.
+    pub fn rules_of<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s Rule<'a>> + 's {
+        self.rules_with_chain()
+            .filter(move |(chain, _)| *chain == name)
+            .map(|(_, r)| r)
+    }
+
+    /// Appends a rule of `chain`, keeping [`Table::rule_chain`] and [`Table::rule_chains`] in step.
     /// `id_of` finds (or assigns, as `rule_chains.len()`) the chain's index when it differs from
     /// the previous rule's.
-    pub(crate) fn push_rule(&mut self, rule: Rule<'a>, id_of: impl FnOnce(&Self) -> Option<u32>) {
+    pub(crate) fn push_rule(
+        &mut self,
+        chain: &'a str,
+        rule: Rule<'a>,
+        id_of: impl FnOnce(&Self) -> Option<u32>,
+    ) {
         let same = self
             .rule_chain
             .last()
             .and_then(|&i| self.rule_chains.get(i as usize))
-            .is_some_and(|(name, _)| *name == rule.chain);
+            .is_some_and(|(name, _)| *name == chain);
         let id = match (same, self.rule_chain.last()) {
             (true, Some(&i)) => i,
             _ => match id_of(self) {
                 Some(i) => i,
                 None => {
-                    self.rule_chains.push((rule.chain, 0));
+                    self.rule_chains.push((chain, 0));
                     (self.rule_chains.len() - 1) as u32
                 }
             },
@@ -191,8 +211,6 @@ pub struct Rule<'a> {
     pub line: u32,
     /// Append or insert.
     pub op: RuleOp,
-    /// The chain the rule belongs to.
-    pub chain: &'a str,
     /// The rule's specification as written, after `-A CHAIN ` and without a `[p:b]` prefix
     /// (inline `-c P B` counters of `iptables -S -v` stay in it; they are valid restore syntax).
     pub raw: &'a str,
@@ -265,7 +283,6 @@ impl std::fmt::Debug for Rule<'_> {
         f.debug_struct("Rule")
             .field("line", &self.line)
             .field("op", &self.op)
-            .field("chain", &self.chain)
             .field("counters", &self.counters())
             .field("matches", &self.matches().collect::<Vec<_>>())
             .field("target", &self.target())

@@ -169,7 +169,8 @@ enum Line<'a> {
     Nothing,
     Table(&'a str),
     Chain(ChainDecl<'a>),
-    Rule(Rule<'a>),
+    /// A rule and the chain it is appended to or inserted into.
+    Rule(&'a str, Rule<'a>),
     Command(ChainCommand<'a>),
     Commit,
 }
@@ -310,13 +311,15 @@ impl<'a> DumpParser<'a, '_> {
                     &mut self.scratch,
                     &mut self.first_addr,
                 )?;
-                Ok(Line::Rule(Rule {
-                    line: line_no,
-                    op,
+                Ok(Line::Rule(
                     chain,
-                    raw: spec.raw,
-                    code: spec.code,
-                }))
+                    Rule {
+                        line: line_no,
+                        op,
+                        raw: spec.raw,
+                        code: spec.code,
+                    },
+                ))
             }
             "-N" | "--new-chain" => {
                 let (rest, name) = need_chain()?;
@@ -502,16 +505,15 @@ impl<'a> DumpParser<'a, '_> {
                     }
                 }
             }
-            Line::Rule(rule) => {
+            Line::Rule(name, rule) => {
                 self.table_for("`*TABLE` before a rule")?;
                 let ti = self.open.unwrap_or_default();
                 let Some(t) = self.dump.tables.get_mut(ti) else {
                     return Err(Fail::new(0, "an open table", ""));
                 };
-                let name = rule.chain;
                 let ids = &mut self.rule_chain_ids;
                 let before = t.rule_chains.len();
-                t.push_rule(rule, |_| ids.get(&(ti, name)).copied());
+                t.push_rule(name, rule, |_| ids.get(&(ti, name)).copied());
                 if t.rule_chains.len() > before {
                     ids.insert((ti, name), before as u32);
                 }
@@ -626,14 +628,17 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
 pub fn parse_rule_line(line: &str) -> Result<Rule<'_>, ParseError> {
     let opts = ParseOptions::default();
     let mut p = DumpParser::for_rules(&opts);
-    p.rule_line(line, 1)
+    p.rule_line(line, 1).map(|(_, rule)| rule)
 }
 
 /// Parses every line of `text` as a rule line (`[p:b] -A|-I CHAIN …`), handing each rule to `f`
 /// in order; blank lines are skipped, anything else is an error (its line counted from 1 at the
 /// start of `text`). One set of buffers serves all lines: this is the reader for a stream of
 /// rendered rules.
-pub fn for_each_rule<'a>(text: &'a str, mut f: impl FnMut(Rule<'a>)) -> Result<(), ParseError> {
+pub fn for_each_rule<'a>(
+    text: &'a str,
+    mut f: impl FnMut(&'a str, Rule<'a>),
+) -> Result<(), ParseError> {
     let opts = ParseOptions::default();
     let mut p = DumpParser::for_rules(&opts);
     let bytes = text.as_bytes();
@@ -646,7 +651,8 @@ pub fn for_each_rule<'a>(text: &'a str, mut f: impl FnMut(Rule<'a>)) -> Result<(
         if line.trim_matches(is_line_end).is_empty() {
             continue;
         }
-        f(p.rule_line(line, line_no)?);
+        let (chain, rule) = p.rule_line(line, line_no)?;
+        f(chain, rule);
     }
     Ok(())
 }
@@ -674,12 +680,17 @@ impl<'a, 'o> DumpParser<'a, 'o> {
     }
 
     /// One rule line (numbered `line_no` in errors).
-    fn rule_line(&mut self, line: &'a str, line_no: u32) -> Result<Rule<'a>, ParseError> {
+    /// One rule line (numbered `line_no` in errors): its chain and the rule.
+    fn rule_line(
+        &mut self,
+        line: &'a str,
+        line_no: u32,
+    ) -> Result<(&'a str, Rule<'a>), ParseError> {
         let trimmed = line.trim_end_matches(is_line_end);
         let body = trimmed.trim_start_matches(is_blank);
         let lead = trimmed.len() - body.len();
         match self.command(body, line_no) {
-            Ok(Line::Rule(r)) => Ok(r),
+            Ok(Line::Rule(chain, r)) => Ok((chain, r)),
             Ok(_) => Err(to_error(
                 line_no,
                 trimmed,
@@ -705,12 +716,12 @@ mod tests {
     fn rule_streams_parse_line_by_line() {
         let text = "-A X -j ACCEPT\n\n[1:2] -A Y -p tcp -j DROP\n";
         let mut got = Vec::new();
-        for_each_rule(text, |r| {
-            got.push((r.chain, r.line, r.counters().map(|c| c.packets)))
+        for_each_rule(text, |chain, r| {
+            got.push((chain, r.line, r.counters().map(|c| c.packets)))
         })
         .unwrap();
         assert_eq!(got, [("X", 1, None), ("Y", 3, Some(1))]);
-        let e = for_each_rule("-A X -j ACCEPT\n:Y - [0:0]\n", |_| {}).unwrap_err();
+        let e = for_each_rule("-A X -j ACCEPT\n:Y - [0:0]\n", |_, _| {}).unwrap_err();
         assert_eq!((e.line, e.col), (2, 1));
     }
 
@@ -894,7 +905,10 @@ mod tests {
     fn rule_lines() {
         let r =
             parse_rule_line("-A KUBE-SVC-X -m comment --comment \"a b\" -j KUBE-SEP-Y").unwrap();
-        assert_eq!((r.chain, r.op, r.line), ("KUBE-SVC-X", RuleOp::Append, 1));
+        assert_eq!((r.op, r.line), (RuleOp::Append, 1));
+        let mut chains = Vec::new();
+        for_each_rule("-A KUBE-SVC-X -j KUBE-SEP-Y", |c, _| chains.push(c)).unwrap();
+        assert_eq!(chains, ["KUBE-SVC-X"]);
         assert!(parse_rule_line("-N X").is_err());
         assert!(parse_rule_line("-A").is_err());
         assert!(parse_rule_line("-A X -j").is_err());

@@ -439,7 +439,6 @@ mod tests {
         Ok(Rule {
             line: 1,
             op: RuleOp::Append,
-            chain: "",
             raw: spec.raw,
             code: spec.code,
         })

@@ -97,7 +97,7 @@ fn table<'d, 'a>(dump: &'d Dump<'a>, name: &str) -> Option<&'d Table<'a>> {
 }
 
 fn has_chain(t: &Table<'_>, chain: &str) -> bool {
-    t.chains.iter().any(|c| c.name == chain) || t.rules_with_chain().any(|(c, _)| c == chain)
+    t.chains.iter().any(|c| c.name == chain) || t.rule_chains.iter().any(|(c, _)| *c == chain)
 }
 
 fn jump_target<'a>(r: &Rule<'a>) -> Option<&'a str> {
@@ -116,7 +116,7 @@ pub fn rule_text(chain: &str, r: &Rule<'_>) -> String {
 /// in nat `KUBE-SERVICES`).
 pub fn has_kube_proxy_rules(dump: &Dump<'_>) -> bool {
     dump.tables.iter().any(|t| {
-        t.rules_with_chain().any(|(chain, _)| {
+        t.rule_chains.iter().any(|&(chain, _)| {
             crate::graph::ownership::service_chain(chain).is_some()
                 || (t.name == "nat" && (chain == "KUBE-SERVICES" || chain == "KUBE-NODEPORTS"))
         })

@@ -500,15 +500,13 @@ fn backend_split(legacy: &kproxy_parsers::iptables::Dump<'_>, label: &str) -> Fi
     let mut rules = 0usize;
     let mut entries = 0usize;
     for t in &legacy.tables {
-        let mut seen = std::collections::HashSet::new();
-        for (chain, _) in t.rules_with_chain() {
+        // One entry per chain that has rules, with its rule count.
+        for &(chain, n) in &t.rule_chains {
             if crate::graph::ownership::is_kube_proxy_chain(t.name, chain) {
-                rules += 1;
-                if seen.insert(chain) {
-                    chains += 1;
-                }
+                rules += n as usize;
+                chains += 1;
                 if t.name == "nat" && chain == "KUBE-SERVICES" {
-                    entries += 1;
+                    entries += n as usize;
                 }
             }
         }

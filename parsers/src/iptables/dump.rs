@@ -679,7 +679,6 @@ impl<'a, 'o> DumpParser<'a, 'o> {
         DumpParser::new(opts, "filter", Vec::new())
     }
 
-    /// One rule line (numbered `line_no` in errors).
     /// One rule line (numbered `line_no` in errors): its chain and the rule.
     fn rule_line(
         &mut self,

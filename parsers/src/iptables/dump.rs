@@ -209,11 +209,9 @@ fn block_sizes(text: &str) -> Vec<BlockSize> {
     let bytes = text.as_bytes();
     // Only the first byte: lines with leading blanks (rare) are not counted, which only makes a
     // vector grow once more.
-    let mut start = 0;
-    while start < bytes.len() {
-        let line_start = start;
-        start = find2(bytes, start, b'\n', b'\n') + 1;
-        let start = line_start;
+    // Each line start: the first byte, then the byte after every newline.
+    let starts = std::iter::once(0).chain(memchr::memchr_iter(b'\n', bytes).map(|i| i + 1));
+    for start in starts {
         match bytes.get(start) {
             Some(b'*') => {
                 if seen_table {

@@ -7,7 +7,7 @@
 
 use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
-use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, RuleEntry, Ruleset, TableRules};
+use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, JumpTo, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::NameHash;
 use crate::parsers::iptables::{Family, Rule, Target, TargetKind};
 use std::collections::HashMap;
@@ -22,8 +22,8 @@ enum Effect<'a> {
     Ends,
     /// `-j RETURN`.
     Return,
-    /// `-j CHAIN` / `-g CHAIN`.
-    Jump(&'a str),
+    /// `-j CHAIN` / `-g CHAIN`, with the chain's index in the table when it has the chain.
+    Jump(&'a str, Option<usize>),
     /// Anything else (MARK, LOG, no target, …).
     Continues,
     /// A target iptables could not decode.
@@ -41,7 +41,8 @@ struct Step<'a> {
 }
 
 impl<'a> Step<'a> {
-    fn of(r: &Rule<'a>) -> Step<'a> {
+    /// The step of `r`, which jumps to `to` (as [`TableRules::rules_with_jumps`] resolved it).
+    fn of(r: &Rule<'a>, to: Option<JumpTo<'a>>) -> Step<'a> {
         let kind = r.target_kind();
         let effect = match kind {
             Some(
@@ -54,7 +55,7 @@ impl<'a> Step<'a> {
             ) => Effect::Ends,
             Some(TargetKind::Return) => Effect::Return,
             Some(TargetKind::Jump | TargetKind::Goto) => {
-                r.jump_target().map_or(Effect::Continues, Effect::Jump)
+                to.map_or(Effect::Continues, |t| Effect::Jump(t.name, t.chain))
             }
             Some(TargetKind::Unreadable) => Effect::Unreadable,
             _ => Effect::Continues,
@@ -68,7 +69,7 @@ impl<'a> Step<'a> {
 
     fn jump(&self) -> Option<&'a str> {
         match self.effect {
-            Effect::Jump(c) => Some(c),
+            Effect::Jump(c, _) => Some(c),
             _ => None,
         }
     }
@@ -92,7 +93,7 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
                 continue;
             }
             steps.clear();
-            steps.extend(c.rules.iter().map(|r| Step::of(r)));
+            steps.extend(ti.rules_with_jumps(ci).map(|(r, to)| Step::of(r, to)));
             duplicates(table, c, &steps, ti.family, &mut out);
             unreachable(table, c, &steps, ti, &mut out);
             if let Some((ChainKind::Sep, _)) = service_chain(c.name)
@@ -167,18 +168,25 @@ fn undeclared_jumps(ti: &TableRules<'_>, save_form: bool, out: &mut Vec<Anomaly>
     if !complete {
         return;
     }
-    for target in ti.jump_targets() {
-        if is_declared(ti, target) || BUILTIN_CHAINS.contains(&target) {
-            continue;
+    let mut report = |target: &str, (c, r): (&Chain<'_>, &RuleEntry<'_>)| {
+        out.push(anomaly(
+            AnomalyKind::UndeclaredJump,
+            table,
+            c.name,
+            Some(r.line),
+            format!("jumps to {target}, which is not declared"),
+        ));
+    };
+    // Chains that only appear in rules (`-A` without a declaration), then targets that are no
+    // chain of the table at all.
+    for (i, target) in ti.chains.iter().enumerate() {
+        if target.declared_at.is_none() && !target.is_builtin() {
+            ti.jumps_to_chain(i).for_each(|j| report(target.name, j));
         }
-        for (c, r) in ti.jumps_to(target) {
-            out.push(anomaly(
-                AnomalyKind::UndeclaredJump,
-                table,
-                c.name,
-                Some(r.line),
-                format!("jumps to {target}, which is not declared"),
-            ));
+    }
+    for target in ti.absent_jump_targets() {
+        if !BUILTIN_CHAINS.contains(&target) {
+            ti.jumps_to(target).for_each(|j| report(target, j));
         }
     }
 }
@@ -286,28 +294,29 @@ fn stops_all(s: &Step<'_>, ti: &TableRules<'_>) -> bool {
     s.unconditional
         && match s.effect {
             Effect::Ends | Effect::Return => true,
-            Effect::Jump(c) => always_ends(c, ti, 1),
+            Effect::Jump(_, Some(c)) => always_ends(c, ti, 1),
             _ => false,
         }
 }
 
-/// True when every packet entering `chain` ends in a verdict there (never returns to the caller):
-/// no rule before the first unconditional verdict can `RETURN`, and the chain cannot run off its end.
-fn always_ends(chain: &str, ti: &TableRules<'_>, depth: u8) -> bool {
+/// True when every packet entering chain `chain` (an index into the table's chains) ends in a
+/// verdict there (never returns to the caller): no rule before the first unconditional verdict
+/// can `RETURN`, and the chain cannot run off its end.
+fn always_ends(chain: usize, ti: &TableRules<'_>, depth: u8) -> bool {
     if depth > 8 {
         return false;
     }
-    for r in ti.rules(chain) {
-        let s = Step::of(r);
+    for (r, to) in ti.rules_with_jumps(chain) {
+        let s = Step::of(r, to);
         match s.effect {
             Effect::Return => return false,
-            Effect::Jump(_) | Effect::Continues if !s.unconditional => continue,
+            Effect::Jump(..) | Effect::Continues if !s.unconditional => continue,
             _ => {}
         }
         if s.unconditional {
             match s.effect {
                 Effect::Ends => return true,
-                Effect::Jump(c) if always_ends(c, ti, depth + 1) => return true,
+                Effect::Jump(_, Some(c)) if always_ends(c, ti, depth + 1) => return true,
                 _ => {}
             }
         }

@@ -103,9 +103,10 @@ fn chain_names<'c>(chains: &'c [Chain<'_>]) -> impl Fn(u32) -> &'c str + Copy {
 }
 
 /// Jump/goto target → the rules that jump there, as one array grouped by target chain (no
-/// vector and no map entry per target: a large node has 100k of them). Targets that are chains of
-/// the table are found through the table's own name index; the few that are not (undeclared
-/// chains) get a small map of their own.
+/// vector and no map entry per target: a large node has 100k of them), and each jump's target
+/// resolved once, in rule order (so nothing looks a jump's target up by name again). Targets
+/// that are chains of the table are found through the table's own name index; the few that are
+/// not (undeclared chains) get a small map of their own.
 #[derive(Debug, Default)]
 struct JumpIndex<'a> {
     /// Per slot (chain index, then absent targets): where its referrers start in `refs`, with
@@ -115,18 +116,27 @@ struct JumpIndex<'a> {
     absent: HashMap<&'a str, u32, NameHash>,
     /// Referring rules, grouped by target, in chain then rule order within a group.
     refs: Vec<RuleRef>,
+    /// The target slot of every jump, in chain then rule order.
+    targets: Vec<u32>,
+    /// Per chain: where its jumps start in `targets`, with one entry more than chains.
+    targets_start: Vec<u32>,
 }
 
 impl<'a> JumpIndex<'a> {
     fn new(chains: &[Chain<'a>], index: &NameIndex) -> Self {
         // The target slot of every jump (in rule order), then a counting sort of the jumps by slot.
         let mut absent: HashMap<&'a str, u32, NameHash> = HashMap::default();
-        let mut jumps: Vec<(u32, RuleRef)> = Vec::new();
-        for (ci, c) in chains.iter().enumerate() {
+        let mut targets: Vec<u32> = Vec::new();
+        let mut targets_start: Vec<u32> = Vec::with_capacity(chains.len() + 1);
+        // Scratch: the rule (in its chain) of every jump.
+        let mut rule_of: Vec<u32> = Vec::new();
+        for c in chains {
+            targets_start.push(targets.len() as u32);
             for (ri, r) in c.rules.iter().enumerate() {
                 let Some(t) = r.rule.jump_target() else {
                     continue;
                 };
+                rule_of.push(ri as u32);
                 let slot = match index.get(t, chain_names(chains)) {
                     Some(i) => i as u32,
                     None => {
@@ -134,31 +144,36 @@ impl<'a> JumpIndex<'a> {
                         *absent.entry(t).or_insert(next)
                     }
                 };
-                let at = RuleRef {
-                    chain: ci as u32,
-                    rule: ri as u32,
-                };
-                jumps.push((slot, at));
+                targets.push(slot);
             }
         }
+        targets_start.push(targets.len() as u32);
         let mut start = vec![0u32; chains.len() + absent.len() + 1];
-        for (slot, _) in &jumps {
+        for slot in &targets {
             start[*slot as usize + 1] += 1;
         }
         for i in 1..start.len() {
             start[i] += start[i - 1];
         }
         let mut fill = start.clone();
-        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; jumps.len()];
-        for (slot, at) in jumps {
-            let next = &mut fill[slot as usize];
-            refs[*next as usize] = at;
-            *next += 1;
+        let mut refs = vec![RuleRef { chain: 0, rule: 0 }; targets.len()];
+        for (ci, bounds) in targets_start.windows(2).enumerate() {
+            let jumps = bounds[0] as usize..bounds[1] as usize;
+            for (&slot, &rule) in targets[jumps.clone()].iter().zip(&rule_of[jumps]) {
+                let next = &mut fill[slot as usize];
+                refs[*next as usize] = RuleRef {
+                    chain: ci as u32,
+                    rule,
+                };
+                *next += 1;
+            }
         }
         JumpIndex {
             start,
             absent,
             refs,
+            targets,
+            targets_start,
         }
     }
 
@@ -179,6 +194,26 @@ impl<'a> JumpIndex<'a> {
         self.slot(target, chains, index)
             .map_or(&[], |s| self.of_slot(s))
     }
+
+    /// The target slots of the jumps of chain `chain`, in rule order.
+    fn targets_of(&self, chain: usize) -> &[u32] {
+        match (
+            self.targets_start.get(chain),
+            self.targets_start.get(chain + 1),
+        ) {
+            (Some(&s), Some(&e)) => self.targets.get(s as usize..e as usize).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+}
+
+/// Where a rule jumps (`-j CHAIN`) or goes (`-g CHAIN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JumpTo<'a> {
+    /// The target's name.
+    pub name: &'a str,
+    /// The target's index in [`TableRules::chains`]; `None` when the table has no such chain.
+    pub chain: Option<usize>,
 }
 
 /// One table's chains.
@@ -234,17 +269,45 @@ impl<'a> TableRules<'a> {
             .get_or_init(|| JumpIndex::new(&self.chains, &self.index))
     }
 
-    /// Every chain some rule jumps (`-j`) or goes (`-g`) to: the table's chains that are jumped
-    /// to, in chain order, then the targets the table does not have.
-    pub fn jump_targets(&self) -> impl Iterator<Item = &'a str> + '_ {
-        let j = self.jump_index();
-        let present = self
+    /// Jump targets that are not chains of this table (undeclared chains), in no fixed order.
+    pub fn absent_jump_targets(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.jump_index().absent.keys().copied()
+    }
+
+    /// The rules of chain `chain` (an index into [`TableRules::chains`]) in order, each with
+    /// where it jumps or goes to, if anywhere. The targets were resolved once for the whole table:
+    /// no name is looked up.
+    pub fn rules_with_jumps(
+        &self,
+        chain: usize,
+    ) -> impl Iterator<Item = (&RuleEntry<'a>, Option<JumpTo<'a>>)> + '_ {
+        let rules = self
             .chains
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !j.of_slot(*i).is_empty())
-            .map(|(_, c)| c.name);
-        present.chain(j.absent.keys().copied())
+            .get(chain)
+            .map_or(&[][..], |c| c.rules.as_slice());
+        let mut slots = self.jump_index().targets_of(chain).iter();
+        let n = self.chains.len();
+        rules.iter().map(move |r| {
+            let to = r.rule.jump_target().map(|name| JumpTo {
+                name,
+                chain: slots.next().map(|&s| s as usize).filter(|&s| s < n),
+            });
+            (r, to)
+        })
+    }
+
+    /// The rules that jump (`-j`) or go (`-g`) to the chain at index `chain`, in chain then
+    /// rule order.
+    pub fn jumps_to_chain(
+        &self,
+        chain: usize,
+    ) -> impl Iterator<Item = (&Chain<'a>, &RuleEntry<'a>)> + '_ {
+        let refs = if chain < self.chains.len() {
+            self.jump_index().of_slot(chain)
+        } else {
+            &[]
+        };
+        refs.iter().filter_map(|r| self.at(*r))
     }
 
     /// Whether some rule jumps or goes to chain `name`.

@@ -22,7 +22,7 @@ use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
 use crate::parsers::iptables::{Rule, Target};
 use facts::{Facts, interface_condition, proto_name, source_condition};
-use port::{PortMap, push_tight};
+use port::{PortChain, PortMap, push_tight};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -183,7 +183,7 @@ pub fn build_ruleset<'a>(
     }
 }
 
-/// A `sep_owner` slot no port has taken.
+/// The port of a `sep_owner` slot no port has taken.
 const NO_OWNER: u32 = u32::MAX;
 
 /// An entry's `(address, port, protocol)`.
@@ -191,6 +191,46 @@ type EntryKey = (String, Option<u16>, Option<String>);
 
 /// A candidate name for a port from a kube-proxy comment: (chain, hash, name, protocol).
 type NameCandidate<'a> = (&'a str, &'a str, &'a str, Option<Cow<'static, str>>);
+
+/// The first DNAT of an endpoint chain.
+#[derive(Debug)]
+struct Dnat<'a> {
+    destination: &'a str,
+    ip: Option<std::net::IpAddr>,
+    port: Option<u16>,
+    line: u32,
+    counters: Option<Box<Counters>>,
+}
+
+/// What one endpoint chain says about its endpoint (`Builder::endpoint_chain`).
+#[derive(Debug)]
+struct SepFacts<'a> {
+    /// The port and the position of the endpoint in its endpoints.
+    port: usize,
+    at: usize,
+    /// The protocol of the first DNAT rule that names one.
+    protocol: Option<Cow<'static, str>>,
+    dnat: Option<Dnat<'a>>,
+    /// Some DNAT rule records the client (`-m recent --set`).
+    affinity_set: bool,
+    /// Some rule masquerades the endpoint's own traffic.
+    hairpin: bool,
+    /// How many of the batch's masquerade rules are this chain's.
+    masquerade: usize,
+}
+
+/// Endpoint chains read but not yet written to their endpoints.
+#[derive(Debug, Default)]
+struct SepBatch<'a> {
+    items: Vec<SepFacts<'a>>,
+    /// The masquerade rules of `items`, in order.
+    masquerade: Vec<MasqueradeRule<'a>>,
+}
+
+impl SepBatch<'_> {
+    /// Chains per batch: enough writes in flight to overlap, few enough to stay in cache.
+    const SIZE: usize = 32;
+}
 
 #[derive(Debug, Default)]
 struct Builder<'a> {
@@ -201,11 +241,10 @@ struct Builder<'a> {
     by_entry: Option<HashMap<EntryKey, usize>>,
     /// Scratch: the facts of one chain's rules.
     facts: Vec<Facts<'a>>,
-    /// Scratch: rule positions.
-    picked: Vec<usize>,
     /// Per nat chain (by index): the port whose policy chain (SVC/SVL/XLB) picks it as an
-    /// endpoint chain; of several, the first in rank order. [`NO_OWNER`] when none does.
-    sep_owner: Vec<u32>,
+    /// endpoint chain (of several, the first in rank order; [`NO_OWNER`] when none does) and
+    /// the position of its endpoint in that port's endpoints, where the chain's facts go.
+    sep_owner: Vec<(u32, u32)>,
     masq_mark: Option<u32>,
     masq_mark_text: Option<String>,
     anomalies: Vec<super::Anomaly>,
@@ -235,12 +274,17 @@ impl<'a> Builder<'a> {
 
     /// Every service-port chain (SVC/SVL/EXT/FW/XLB) registers its port, keyed by the hash.
     fn register_chains(&mut self, nat: &TableRules<'a>) {
-        for c in &nat.chains {
+        for (index, c) in nat.chains.iter().enumerate() {
             if let Some((kind, hash)) = service_chain(c.name)
                 && kind.is_service_port_chain()
             {
                 let i = self.ports.entry(Cow::Borrowed(hash));
-                self.ports.at(i).add_chain(kind, c.name, c.rules.len());
+                self.ports.at(i).add_chain(PortChain {
+                    kind,
+                    name: c.name,
+                    rules: c.rules.len(),
+                    index,
+                });
             }
         }
     }
@@ -407,16 +451,19 @@ impl<'a> Builder<'a> {
     /// Each port's SVC/SVL/XLB (policy) and EXT/FW (external) chains, ports in rank order (the
     /// first owner of a shared endpoint chain wins).
     fn policy_and_external_chains(&mut self, nat: &TableRules<'a>) {
-        self.sep_owner = vec![NO_OWNER; nat.chains.len()];
+        self.sep_owner = vec![(NO_OWNER, 0); nat.chains.len()];
         for i in self.ports.by_rank() {
             let chains = self.ports.get(i).chains.clone();
-            for (kind, chain, _) in chains {
-                let Some(c) = nat.chain(chain) else { continue };
-                match kind {
+            for pc in chains {
+                match pc.kind {
                     ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb => {
-                        self.policy_chain(i, c, kind, nat)
+                        self.policy_chain(i, pc, nat)
                     }
-                    _ => self.external_chain(i, c, kind),
+                    _ => {
+                        if let Some(c) = nat.chains.get(pc.index) {
+                            self.external_chain(i, c, pc.kind);
+                        }
+                    }
                 }
             }
         }
@@ -444,8 +491,11 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn policy_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind, nat: &TableRules<'a>) {
-        let chain = c.name;
+    fn policy_chain(&mut self, port: usize, pc: PortChain<'a>, nat: &TableRules<'a>) {
+        let Some(c) = nat.chains.get(pc.index) else {
+            return;
+        };
+        let (chain, kind) = (c.name, pc.kind);
         // One endpoint and one edge per rule, about: no doubling of 10k ports' vectors.
         let with_edges = !self.comparison_only;
         // About one endpoint and one edge per jump to an endpoint chain: room for exactly those
@@ -462,17 +512,19 @@ impl<'a> Builder<'a> {
         }
         let mut remaining = 1.0_f64;
         let mut saw_probability = false;
-        for r in &c.rules {
+        for (r, jump) in nat.rules_with_jumps(pc.index) {
             let Some(to) = self.masquerade_or_jump(port, chain, kind, r) else {
                 continue;
             };
             match service_chain(to) {
                 Some((ChainKind::Sep, _)) => {
-                    let idx = nat.position(to);
+                    let idx = jump.and_then(|j| j.chain);
+                    let p = self.ports.at(port);
+                    let at = p.endpoint(to, idx);
                     if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci))
-                        && *slot == NO_OWNER
+                        && slot.0 == NO_OWNER
                     {
-                        *slot = port as u32;
+                        *slot = (port as u32, at as u32);
                     }
                     let f = Facts::of(r);
                     let p = self.ports.at(port);
@@ -481,7 +533,6 @@ impl<'a> Builder<'a> {
                     }) {
                         p.affinity_seconds = p.affinity_seconds.or(rc.seconds);
                         push_tight(&mut p.affinity_chains, chain);
-                        p.endpoint(to, idx);
                         if with_edges {
                             p.edges.push(edge(chain, to, Cow::Borrowed("affinity"), r));
                         }
@@ -493,7 +544,7 @@ impl<'a> Builder<'a> {
                             let s = remaining * pr;
                             remaining *= 1.0 - pr;
                             let label = if with_edges {
-                                Cow::Owned(probability_label(pr))
+                                probability_label(pr)
                             } else {
                                 Cow::Borrowed("")
                             };
@@ -506,7 +557,7 @@ impl<'a> Builder<'a> {
                         }
                         None => (0.0, None, Cow::Borrowed("conditional")),
                     };
-                    let shares = &mut p.endpoint(to, idx).shares;
+                    let shares = &mut p.endpoints[at].shares;
                     // Almost every endpoint is picked by one chain: no spare capacity.
                     shares.reserve_exact(1);
                     shares.push(Share {
@@ -602,73 +653,115 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The endpoint chains, in chain order (their rules are read in memory order; their ports
+    /// and endpoints are not in any order). What a chain says about its endpoint is gathered
+    /// first and written to the endpoints a batch at a time: the writes, each a cache miss on
+    /// a large node, then overlap instead of waiting behind each chain's decoding.
     fn endpoint_chains(&mut self, nat: &TableRules<'a>) {
+        let mut batch = SepBatch::default();
         for (ci, c) in nat.chains.iter().enumerate() {
-            let Some((ChainKind::Sep, _)) = service_chain(c.name) else {
-                continue;
-            };
-            let chain = c.name;
-            let mut facts = std::mem::take(&mut self.facts);
-            facts.clear();
-            facts.extend(c.rules.iter().map(|r| Facts::of(r)));
-            let owner = match self.sep_owner.get(ci).copied().filter(|&o| o != NO_OWNER) {
-                Some(i) => Some(i as usize),
-                None => facts.iter().find_map(|f| {
+            if let Some((ChainKind::Sep, _)) = service_chain(c.name) {
+                self.endpoint_chain(ci, c, &mut batch);
+                if batch.items.len() == SepBatch::SIZE {
+                    self.write_endpoints(&mut batch);
+                }
+            }
+        }
+        self.write_endpoints(&mut batch);
+    }
+
+    /// Reads endpoint chain `c` (nat chain `ci`) into `batch`.
+    fn endpoint_chain(&mut self, ci: usize, c: &Chain<'a>, batch: &mut SepBatch<'a>) {
+        let chain = c.name;
+        let mut facts = std::mem::take(&mut self.facts);
+        facts.clear();
+        facts.extend(c.rules.iter().map(|r| Facts::of(r)));
+        let slot = self.sep_owner.get(ci).copied().filter(|o| o.0 != NO_OWNER);
+        let (port, at) = match slot {
+            Some((port, at)) => (port as usize, at as usize),
+            None => {
+                // An endpoint chain no policy chain picks: its port comes from its comment, and
+                // may be created here, so everything read before is written first.
+                self.write_endpoints(batch);
+                let owner = facts.iter().find_map(|f| {
                     let sc = f.comment.and_then(parse_comment)?;
                     let proto = f.protocol.or_else(|| facts.iter().find_map(|f| f.protocol));
                     self.key_for_name(sc.name, proto, true)
-                }),
-            };
-            let Some(i) = owner else {
-                self.facts = facts;
-                continue;
-            };
-            let mut dnat = std::mem::take(&mut self.picked);
-            dnat.clear();
-            let mut hairpin = false;
-            for (k, (r, f)) in c.rules.iter().zip(&facts).enumerate() {
-                match r.target() {
-                    t if self.is_masq(t.as_ref()) => {
-                        let m = masquerade_rule(chain, Some(ChainKind::Sep), None, r, f);
-                        let is_hairpin = m.reason == MasqueradeReason::Hairpin;
-                        hairpin |= is_hairpin;
-                        if is_hairpin && self.comparison_only {
-                            continue;
-                        }
-                        let p = self.ports.at(i);
-                        if p.endpoint_masquerade.capacity() == 0 {
-                            // About one hairpin rule per endpoint.
-                            p.endpoint_masquerade
-                                .reserve_exact(p.endpoints.len().max(1));
-                        }
-                        p.endpoint_masquerade.push(m);
-                    }
-                    Some(Target::Dnat { .. }) => dnat.push(k),
-                    _ => {}
-                }
-            }
-            let p = self.ports.at(i);
-            let at = p.endpoint_from_chain(chain, ci);
-            for &k in &dnat {
-                let (r, f) = (&c.rules[k], &facts[k]);
-                let Some(Target::Dnat { to, .. }) = r.target() else {
-                    continue;
+                });
+                let Some(port) = owner else {
+                    self.facts = facts;
+                    return;
                 };
-                p.set_protocol(f.protocol_lower());
-                let set = f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
-                let ep = &mut p.endpoints[at];
-                if ep.dnat_line.is_none() {
-                    ep.destination = Some(to.raw);
-                    ep.ip = to.addr;
-                    ep.port = to.ports.map(|pr| pr.first);
-                    ep.dnat_line = Some(r.line);
-                    ep.counters = counters(r).map(Box::new);
-                }
-                ep.affinity_set |= set;
+                (port, self.ports.at(port).endpoint_from_chain(chain, ci))
             }
-            p.endpoints[at].hairpin_masquerade |= hairpin;
-            self.facts = facts;
-            self.picked = dnat;
+        };
+        let mut item = SepFacts {
+            port,
+            at,
+            protocol: None,
+            dnat: None,
+            affinity_set: false,
+            hairpin: false,
+            masquerade: 0,
+        };
+        for (r, f) in c.rules.iter().zip(&facts) {
+            match r.target() {
+                t if self.is_masq(t.as_ref()) => {
+                    let m = masquerade_rule(chain, Some(ChainKind::Sep), None, r, f);
+                    let is_hairpin = m.reason == MasqueradeReason::Hairpin;
+                    item.hairpin |= is_hairpin;
+                    if !(is_hairpin && self.comparison_only) {
+                        batch.masquerade.push(m);
+                        item.masquerade += 1;
+                    }
+                }
+                Some(Target::Dnat { to, .. }) => {
+                    item.protocol = item.protocol.or_else(|| f.protocol_lower());
+                    item.affinity_set |= f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
+                    if item.dnat.is_none() {
+                        item.dnat = Some(Dnat {
+                            destination: to.raw,
+                            ip: to.addr,
+                            port: to.ports.map(|pr| pr.first),
+                            line: r.line,
+                            counters: counters(r).map(Box::new),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        batch.items.push(item);
+        self.facts = facts;
+    }
+
+    /// Writes what `batch` gathered to the endpoints (in the order the chains were read) and
+    /// empties it.
+    fn write_endpoints(&mut self, batch: &mut SepBatch<'a>) {
+        let mut masquerade = batch.masquerade.drain(..);
+        for item in batch.items.drain(..) {
+            let p = self.ports.at(item.port);
+            if item.masquerade > 0 && p.endpoint_masquerade.capacity() == 0 {
+                // About one hairpin rule per endpoint, and room for the port's own rules, which
+                // go in front of them at the end.
+                p.endpoint_masquerade
+                    .reserve_exact(p.endpoints.len().max(1) + p.masquerade.len());
+            }
+            p.endpoint_masquerade
+                .extend(masquerade.by_ref().take(item.masquerade));
+            p.set_protocol(item.protocol);
+            let ep = &mut p.endpoints[item.at];
+            if let Some(d) = item.dnat
+                && ep.dnat_line.is_none()
+            {
+                ep.destination = Some(d.destination);
+                ep.ip = d.ip;
+                ep.port = d.port;
+                ep.dnat_line = Some(d.line);
+                ep.counters = d.counters;
+            }
+            ep.affinity_set |= item.affinity_set;
+            ep.hairpin_masquerade |= item.hairpin;
         }
     }
 
@@ -833,24 +926,37 @@ fn masquerade_rule<'a>(
     }
 }
 
-/// `p=0.3333`: a probability with four decimals, as `format!("p={pr:.4}")` prints it for
-/// probabilities in [0, 1] (without the float formatter, which is slow for 100k endpoints).
-fn probability_label(pr: f64) -> String {
+/// `p=0.3333`: a probability with four decimals, as `format!("p={pr:.4}")` prints it. Labels of
+/// probabilities in [0, 1] are slices of one text of all 10,001 of them, made once (80 KB): a
+/// large node has 100k endpoint edges, and the float formatter and an allocation per edge were
+/// a measurable part of building its graph.
+fn probability_label(pr: f64) -> Cow<'static, str> {
+    /// Bytes per label: `p=` and `0.0000`.
+    const WIDTH: usize = 8;
+    static LABELS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let scaled = pr * 10_000.0;
     // Near a tie only the exact decimal expansion decides: leave those to the formatter.
     if !(0.0..=1.0).contains(&pr) || (scaled.fract() - 0.5).abs() < 1e-6 {
-        return format!("p={pr:.4}");
+        return Cow::Owned(format!("p={pr:.4}"));
     }
-    let n = scaled.round() as u32;
-    let mut out = String::with_capacity(8);
-    out.push_str("p=");
-    out.push(char::from(b'0' + (n / 10_000) as u8));
-    out.push('.');
-    let frac = n % 10_000;
-    for d in [1000, 100, 10, 1] {
-        out.push(char::from(b'0' + ((frac / d) % 10) as u8));
+    let labels = LABELS.get_or_init(|| {
+        let mut all = String::with_capacity(10_001 * WIDTH);
+        for n in 0..=10_000u32 {
+            all.push_str("p=");
+            all.push(char::from(b'0' + (n / 10_000) as u8));
+            all.push('.');
+            let frac = n % 10_000;
+            for d in [1000, 100, 10, 1] {
+                all.push(char::from(b'0' + ((frac / d) % 10) as u8));
+            }
+        }
+        all
+    });
+    let n = scaled.round() as usize;
+    match labels.get(n * WIDTH..(n + 1) * WIDTH) {
+        Some(label) => Cow::Borrowed(label),
+        None => Cow::Owned(format!("p={pr:.4}")),
     }
-    out
 }
 
 /// Words for a jump between service chains.

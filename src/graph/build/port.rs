@@ -24,6 +24,17 @@ pub(super) fn push_tight<T>(v: &mut Vec<T>, item: T) {
     v.push(item);
 }
 
+/// One of a port's chains (SVC/SVL/EXT/FW/XLB) in the nat table.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PortChain<'a> {
+    pub kind: ChainKind,
+    pub name: &'a str,
+    /// Its number of rules.
+    pub rules: usize,
+    /// Its index in the nat table's chains.
+    pub index: usize,
+}
+
 /// A service port while it is being built.
 #[derive(Debug, Default)]
 pub(super) struct PortB<'a> {
@@ -32,8 +43,8 @@ pub(super) struct PortB<'a> {
     pub name: Option<Cow<'a, str>>,
     pub name_source: Option<NameSource>,
     pub protocol: Option<Cow<'static, str>>,
-    /// `(kind, chain, rules)`, sorted by chain name.
-    pub chains: Vec<(ChainKind, &'a str, usize)>,
+    /// The port's chains, sorted by name.
+    pub chains: Vec<PortChain<'a>>,
     pub entries: Vec<Entry>,
     pub endpoints: Vec<Endpoint<'a>>,
     /// The nat chain index of each endpoint (parallel to `endpoints`; `u32::MAX` when the chain
@@ -72,12 +83,12 @@ impl<'a> PortB<'a> {
     }
 
     /// Registers one of the port's chains (kept sorted by name).
-    pub fn add_chain(&mut self, kind: ChainKind, chain: &'a str, rules: usize) {
-        match self.chains.binary_search_by(|c| c.1.cmp(chain)) {
-            Ok(i) => self.chains[i] = (kind, chain, rules),
+    pub fn add_chain(&mut self, chain: PortChain<'a>) {
+        match self.chains.binary_search_by(|c| c.name.cmp(chain.name)) {
+            Ok(i) => self.chains[i] = chain,
             Err(i) => {
                 room_for_one(&mut self.chains);
-                self.chains.insert(i, (kind, chain, rules));
+                self.chains.insert(i, chain);
             }
         }
     }
@@ -88,13 +99,13 @@ impl<'a> PortB<'a> {
         self.endpoint_chains.reserve_exact(n);
     }
 
-    /// The endpoint of `chain` (nat chain index `idx`, when declared), created when absent.
-    pub fn endpoint(&mut self, chain: &'a str, idx: Option<usize>) -> &mut Endpoint<'a> {
-        let pos = self.find_endpoint(chain, idx).unwrap_or_else(|| {
+    /// The position in `endpoints` of the endpoint of `chain` (nat chain index `idx`, when
+    /// declared), created when absent.
+    pub fn endpoint(&mut self, chain: &'a str, idx: Option<usize>) -> usize {
+        self.find_endpoint(chain, idx).unwrap_or_else(|| {
             self.push_endpoint(chain, idx);
             self.endpoints.len() - 1
-        });
-        &mut self.endpoints[pos]
+        })
     }
 
     /// The position in `endpoints` of endpoint chain `chain` (nat chain `idx`), which may not be
@@ -128,9 +139,19 @@ impl<'a> PortB<'a> {
         // Stable: one chain's rules stay in rule order.
         self.endpoint_masquerade
             .sort_by(|a, b| a.chain.cmp(b.chain));
-        self.masquerade
-            .reserve_exact(self.endpoint_masquerade.len());
-        self.masquerade.append(&mut self.endpoint_masquerade);
+        if self.endpoint_masquerade.capacity() - self.endpoint_masquerade.len()
+            >= self.masquerade.len()
+        {
+            // The endpoint chains' rules made room for the port's own in front of them: a shift
+            // instead of a copy of 100k rules into 10k grown vectors.
+            let own = std::mem::take(&mut self.masquerade);
+            self.endpoint_masquerade.splice(0..0, own);
+            self.masquerade = std::mem::take(&mut self.endpoint_masquerade);
+        } else {
+            self.masquerade
+                .reserve_exact(self.endpoint_masquerade.len());
+            self.masquerade.append(&mut self.endpoint_masquerade);
+        }
         // The vectors grew by doubling (from four: an entry list of one or two holds four
         // 160-byte entries): hand back the spare capacity of 10k ports and 100k endpoints.
         self.entries.shrink_to_fit();
@@ -140,10 +161,10 @@ impl<'a> PortB<'a> {
         let mut chains: Vec<ChainRef> = self
             .chains
             .into_iter()
-            .map(|(kind, name, rules)| ChainRef {
-                kind,
-                name: name.to_string(),
-                rules,
+            .map(|c| ChainRef {
+                kind: c.kind,
+                name: c.name.to_string(),
+                rules: c.rules,
             })
             .collect();
         chains.sort_by_key(|c| c.kind);
@@ -219,7 +240,7 @@ impl<'a> PortMap<'a> {
             .ports
             .get(i)
             .and_then(|p| p.chains.first())
-            .map(|c| c.1);
+            .map(|c| c.name);
         (first.is_none(), first, i)
     }
 

@@ -184,10 +184,7 @@ impl<'a> JumpIndex<'a> {
     }
 
     fn of_slot(&self, slot: usize) -> &[RuleRef] {
-        match (self.start.get(slot), self.start.get(slot + 1)) {
-            (Some(&s), Some(&e)) => self.refs.get(s as usize..e as usize).unwrap_or(&[]),
-            _ => &[],
-        }
+        group(&self.refs, &self.start, slot)
     }
 
     fn of(&self, target: &str, chains: &[Chain<'_>], index: &NameIndex) -> &[RuleRef] {
@@ -197,13 +194,16 @@ impl<'a> JumpIndex<'a> {
 
     /// The target slots of the jumps of chain `chain`, in rule order.
     fn targets_of(&self, chain: usize) -> &[u32] {
-        match (
-            self.targets_start.get(chain),
-            self.targets_start.get(chain + 1),
-        ) {
-            (Some(&s), Some(&e)) => self.targets.get(s as usize..e as usize).unwrap_or(&[]),
-            _ => &[],
-        }
+        group(&self.targets, &self.targets_start, chain)
+    }
+}
+
+/// Group `i` of `items`, whose groups start at `starts` (one entry more than groups); empty
+/// when there is no such group.
+fn group<'s, T>(items: &'s [T], starts: &[u32], i: usize) -> &'s [T] {
+    match (starts.get(i), starts.get(i + 1)) {
+        (Some(&s), Some(&e)) => items.get(s as usize..e as usize).unwrap_or(&[]),
+        _ => &[],
     }
 }
 

@@ -130,8 +130,6 @@ fn counter(t: &Tok<'_>) -> Result<u64, Fail> {
         .map_err(|_| Fail::new(t.start, "a counter", &t.value()))
 }
 
-/// Parses the specification `line[from..]` (see the module doc for the grammar).
-/// `first_addr` reports the first `-s`/`-d` address seen, for family detection.
 /// The options iptables itself parses (iptables(8) "PARAMETERS"), then module or target options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OptKind {
@@ -187,6 +185,8 @@ fn option_kind(opt: &str) -> OptKind {
     }
 }
 
+/// Parses the specification `line[from..]` (see the module doc for the grammar).
+/// `first_addr` reports the first `-s`/`-d` address seen, for family detection.
 pub(crate) fn parse_spec<'a>(
     line: &'a str,
     from: usize,

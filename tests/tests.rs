@@ -4,6 +4,7 @@ mod support;
 
 mod cluster_e2e;
 mod graph;
+mod hostile;
 mod ipvs;
 mod live;
 mod netns_harness;

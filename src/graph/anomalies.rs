@@ -82,6 +82,7 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
     for ti in &rs.tables {
         let table = ti.name;
         undeclared_jumps(ti, save_form, &mut out);
+        jump_loops(ti, &mut out);
         let full_dump = BUILTIN_CHAINS.iter().any(|b| is_declared(ti, b));
         for (ci, c) in ti.chains.iter().enumerate() {
             let kind = classify(table, c.name);
@@ -115,6 +116,60 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
         }
     }
     out
+}
+
+/// Cycles of `-j`/`-g` between chains: each strongly connected set of chains with a jump inside
+/// it is one anomaly, named after its first chain.
+fn jump_loops(ti: &TableRules<'_>, out: &mut Vec<Anomaly>) {
+    let mut graph = petgraph::Graph::<(), ()>::with_capacity(ti.chains.len(), 0);
+    let nodes: Vec<_> = ti.chains.iter().map(|_| graph.add_node(())).collect();
+    let mut self_jumps = Vec::new();
+    for (ci, &from) in nodes.iter().enumerate() {
+        for (r, to) in ti.rules_with_jumps(ci) {
+            if let Some(target) = to.and_then(|t| t.chain) {
+                if target == ci {
+                    self_jumps.push((ci, r.line));
+                }
+                graph.add_edge(from, nodes[target], ());
+            }
+        }
+    }
+    for component in petgraph::algo::tarjan_scc(&graph) {
+        let mut chains: Vec<usize> = component.iter().map(|n| n.index()).collect();
+        chains.sort_unstable();
+        let (first, line, message) = match chains.as_slice() {
+            [] => continue,
+            [one] => {
+                let Some(&(_, line)) = self_jumps.iter().find(|(c, _)| c == one) else {
+                    continue;
+                };
+                let name = ti.chains[*one].name;
+                (
+                    *one,
+                    Some(line),
+                    format!(
+                        "{name} jumps to itself: the kernel refuses to load such rules, and a packet walk never ends"
+                    ),
+                )
+            }
+            many => {
+                let names: Vec<&str> = many.iter().map(|&c| ti.chains[c].name).collect();
+                let message = format!(
+                    "jump loop: {} -> {}: the kernel refuses to load such rules, and a packet walk never ends",
+                    names.join(" -> "),
+                    names[0]
+                );
+                (many[0], None, message)
+            }
+        };
+        out.push(anomaly(
+            AnomalyKind::JumpLoop,
+            ti.name,
+            ti.chains[first].name,
+            line,
+            message,
+        ));
+    }
 }
 
 /// Rules whose target iptables could not decode.

@@ -434,6 +434,8 @@ pub enum AnomalyKind {
     MissingDnat,
     /// iptables could not decode the rule's target (version skew).
     UnreadableRule,
+    /// Chains that jump or go to each other in a cycle (or a chain to itself).
+    JumpLoop,
 }
 
 /// Something that does not fit kube-proxy's shape.

@@ -36,6 +36,22 @@ pub enum SimError {
         /// The limit.
         depth: usize,
     },
+    /// The walk entered one chain more often than any ruleset without a loop could make it.
+    #[error(
+        "loop in the rules: the packet entered {chain} {times} times (a -j/-g cycle); the kernel refuses to load such rules"
+    )]
+    Loop {
+        /// `table/chain` entered too often.
+        chain: String,
+        /// How often it was entered.
+        times: u32,
+    },
+    /// The walk evaluated more rules than its budget allows (rules that branch without end).
+    #[error("loop in the rules? the walk evaluated more than {limit} rules and stopped")]
+    TooManySteps {
+        /// The limit.
+        limit: usize,
+    },
     /// The packet has too many possible outcomes to list.
     #[error("more than {limit} possible outcomes; refusing to enumerate them")]
     TooManyOutcomes {

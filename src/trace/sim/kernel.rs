@@ -225,6 +225,13 @@ impl Phase {
 const MAX_DEPTH: usize = 64;
 /// Most outcomes one packet may have.
 const MAX_OUTCOMES: usize = 100_000;
+/// Most times one branch may enter the same chain. A packet enters a chain once per jump to it,
+/// and kube-proxy's rules call `KUBE-MARK-MASQ` and friends at most a few times per hook; only a
+/// `-j`/`-g` cycle (which `-g` keeps at a constant depth) reaches this.
+const MAX_ENTRIES: u32 = 64;
+/// Most rules evaluated over all branches: bounds time and the memory of the recorded paths
+/// whatever the ruleset (a 10,000-service dump takes some 20,000 steps per branch).
+const MAX_STEPS: usize = 4_000_000;
 
 #[derive(Debug, Clone)]
 struct Frame<'a> {
@@ -250,6 +257,8 @@ struct Branch<'d, 'a> {
     table_idx: usize,
     route: Option<Route>,
     stack: Vec<Frame<'a>>,
+    /// How often this branch entered each user chain (`table`, chain, count): the loop guard.
+    entered: Vec<(&'static str, &'a str, u32)>,
     filter_decision: Option<String>,
     path: Vec<Step<'d, 'a>>,
 }
@@ -260,6 +269,8 @@ struct Walker<'r, 'd, 'a> {
     pending: VecDeque<Branch<'d, 'a>>,
     outcomes: Vec<Outcome<'d, 'a>>,
     notes: Vec<String>,
+    /// Rules evaluated so far, over all branches.
+    steps: usize,
 }
 
 /// Walks `input.packet` through `rules` and returns every outcome.
@@ -286,6 +297,7 @@ pub fn simulate<'d, 'a>(
         table_idx: 0,
         route: None,
         stack: Vec::new(),
+        entered: Vec::new(),
         filter_decision: None,
         path: Vec::new(),
     };
@@ -295,6 +307,7 @@ pub fn simulate<'d, 'a>(
         pending: VecDeque::from([start]),
         outcomes: Vec::new(),
         notes: Vec::new(),
+        steps: 0,
     };
     if input.local.ips().is_empty() {
         walker.note(
@@ -475,6 +488,10 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
             };
             frame.next += 1;
             let number = idx + 1;
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                return Err(SimError::TooManySteps { limit: MAX_STEPS });
+            }
             let ctx = MatchCtx {
                 policy: MatchPolicy::Kernel,
                 local: &input.local,
@@ -532,6 +549,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                             depth: MAX_DEPTH,
                         });
                     }
+                    enter(&mut b.entered, table, next)?;
                     if matches!(target, Target::Goto(_)) {
                         if depth == 1 {
                             // The goto'd chain's end ends the built-in chain: policy next.
@@ -640,6 +658,34 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
             }
         }
     }
+}
+
+/// Counts one more entry of `table`/`chain` in a branch; a loop error past [`MAX_ENTRIES`].
+fn enter<'a>(
+    entered: &mut Vec<(&'static str, &'a str, u32)>,
+    table: &'static str,
+    chain: &'a str,
+) -> Result<(), SimError> {
+    let times = match entered
+        .iter_mut()
+        .find(|(t, c, _)| *t == table && *c == chain)
+    {
+        Some((_, _, n)) => {
+            *n += 1;
+            *n
+        }
+        None => {
+            entered.push((table, chain, 1));
+            1
+        }
+    };
+    if times > MAX_ENTRIES {
+        return Err(SimError::Loop {
+            chain: format!("{table}/{chain}"),
+            times,
+        });
+    }
+    Ok(())
 }
 
 /// `recent --set` adds the source to the list for the rest of the walk; `--remove` takes it off.

@@ -29,6 +29,9 @@ pub const FILTER_CHAINS: [&str; 4] = [
 
 /// Deepest chain nesting followed before giving up (kube-proxy's rules nest 4 deep).
 const MAX_DEPTH: usize = 64;
+/// Most rules evaluated in one trace: a ruleset whose chains fan out (every rule of A jumping to
+/// B, every rule of B to C, …) has exponentially many paths without any loop.
+const MAX_STEPS: usize = 4_000_000;
 
 /// The tracer's result, formatted exactly as kube-proxy's tests compare it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,6 +62,8 @@ struct Walk<'r, 'a> {
     outputs: Vec<&'a str>,
     masq: bool,
     matched: Vec<String>,
+    /// Rules evaluated so far.
+    steps: usize,
 }
 
 /// The name the test's rule parser records for `-j`: `None` for rules it sees no `-j` in
@@ -122,6 +127,10 @@ impl<'a> Walk<'_, 'a> {
             local: self.local,
         };
         for (i, rule) in ch.rules.iter().map(|e| &e.rule).enumerate() {
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                return Err(SimError::TooManySteps { limit: MAX_STEPS });
+            }
             let Some(jump) = jump_name(&rule.target()) else {
                 continue;
             };
@@ -181,6 +190,7 @@ pub fn trace(
         outputs: Vec::new(),
         masq: false,
         matched: Vec::new(),
+        steps: 0,
     };
     walk.run("nat", "PREROUTING", 0)?;
     if let Some(&first) = walk.outputs.first() {

@@ -120,6 +120,17 @@ pub fn print_error(e: &anyhow::Error) {
     let _ = writeln!(err);
 }
 
+/// Writes a command's whole output to stdout. A reader that went away (`| head`) is not an
+/// error: the command's exit status still says what it found.
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Reads a file, or stdin for `-`, with the path in the error.
 pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     use anyhow::Context;

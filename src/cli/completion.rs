@@ -32,12 +32,10 @@ pub struct CompletionArgs {
 /// Runs `completion`.
 pub fn run(args: CompletionArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let mut cmd = super::Cli::command();
-    clap_complete::generate(
-        args.shell,
-        &mut cmd,
-        "kubectl-kproxy",
-        &mut std::io::stdout(),
-    );
+    // Generated into memory: clap_complete panics when its writer fails (`| head`).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "kubectl-kproxy", &mut script);
+    std::io::stdout().lock().write_all(&script)?;
     Ok(Outcome::Clean)
 }
 

@@ -99,11 +99,22 @@ pub fn main() -> std::process::ExitCode {
     common::init_logging(cli.global.verbosity);
     match run(cli) {
         Ok(o) => o.into(),
+        // The reader went away (`| head`): nothing more to say, as other command-line tools.
+        Err(e) if is_broken_pipe(&e) => Outcome::Clean.into(),
         Err(e) => {
             common::print_error(&e);
             Outcome::Error.into()
         }
     }
+}
+
+/// Whether an error comes from writing to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Runs one parsed command line.

@@ -110,7 +110,7 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let json = args.output == RepairFormat::Json;
     let result = run_path(args, global);
     if let (true, Err(e)) = (json, &result) {
-        println!("{}", serde_json::to_string_pretty(&failure_doc(e))?);
+        super::common::write_stdout(&(serde_json::to_string_pretty(&failure_doc(e))? + "\n"))?;
     }
     result
 }
@@ -416,7 +416,7 @@ pub(super) fn finish(
                     let _ = writeln!(s, "{}", ending.applied);
                 }
             }
-            print!("{s}");
+            super::common::write_stdout(&s)?;
         }
         PlanDoc::Json(mut m) => {
             m.insert("outcome".into(), status.name().into());
@@ -430,7 +430,9 @@ pub(super) fn finish(
             if let Value::Object(figures) = &ending.figures {
                 m.extend(figures.clone());
             }
-            println!("{}", serde_json::to_string_pretty(&Value::Object(m))?);
+            super::common::write_stdout(
+                &(serde_json::to_string_pretty(&Value::Object(m))? + "\n"),
+            )?;
         }
     }
     if status == Status::Refused {

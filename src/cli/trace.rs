@@ -52,6 +52,8 @@ pub enum TraceOutput {
     Table,
     /// JSON.
     Json,
+    /// YAML (the JSON document's content).
+    Yaml,
     /// Path view: Graphviz DOT.
     Dot,
 }
@@ -204,19 +206,27 @@ fn run_packet(
     let path = path.as_path();
     let rules = parse_rules(&text, path, args.dump.lenient)?;
     let format = args.output.unwrap_or(TraceOutput::Text);
-    let json = match format {
-        TraceOutput::Json => true,
-        TraceOutput::Text => false,
-        other => bail!("trace --packet prints text or json, not {other:?}"),
+    // The structured document, or `None` for text.
+    let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
+        Ok(match format {
+            TraceOutput::Json => Some(crate::output::to_json(&value)?),
+            TraceOutput::Yaml => Some(crate::output::to_yaml(&value)?),
+            _ => None,
+        })
     };
+    if !matches!(
+        format,
+        TraceOutput::Json | TraceOutput::Yaml | TraceOutput::Text
+    ) {
+        bail!("trace --packet prints text, json or yaml, not {format:?}");
+    }
     let out = match args.model {
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
             let t = sim::kptest::trace(&rules, &packet, &local)?;
-            if json {
-                serde_json::to_string_pretty(&report::test_trace_json(&t))? + "\n"
-            } else {
-                report::test_trace_text(&t)
+            match document(report::test_trace_json(&t))? {
+                Some(doc) => doc,
+                None => report::test_trace_text(&t),
             }
         }
         ModelArg::Kernel => {
@@ -245,10 +255,9 @@ fn run_packet(
                 out_iface: args.out_interface.clone(),
             };
             let d = sim::kernel::simulate(&rules, &input)?;
-            if json {
-                serde_json::to_string_pretty(&report::distribution_json(&d))? + "\n"
-            } else {
-                report::distribution_text(&d)
+            match document(report::distribution_json(&d))? {
+                Some(doc) => doc,
+                None => report::distribution_text(&d),
             }
         }
     };
@@ -330,6 +339,7 @@ fn run_path(
         TraceOutput::Text | TraceOutput::Tree => PathFormat::Tree,
         TraceOutput::Table => PathFormat::Table,
         TraceOutput::Json => PathFormat::Json,
+        TraceOutput::Yaml => PathFormat::Yaml,
         TraceOutput::Dot => PathFormat::Dot,
     };
     let plan = plan_of(args, live)?;

@@ -76,7 +76,7 @@ pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         global.no_headers,
         Painter::for_stdout(),
     )?;
-    print!("{text}");
+    super::common::write_stdout(&text)?;
     Ok(report.outcome())
 }
 

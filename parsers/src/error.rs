@@ -36,9 +36,26 @@ impl fmt::Display for ParseError {
             self.line,
             self.col,
             self.expected,
-            self.found,
-            self.line_text,
+            visible(&self.found),
+            visible(&self.line_text),
             " ".repeat(self.col.saturating_sub(1) as usize)
         )
     }
+}
+
+/// `text` with control characters (a NUL byte, an escape) written as escapes, so that a message
+/// never quotes text that looks valid but is not.
+fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| match c {
+            '\0' => "\\0".to_string(),
+            '\t' => "\t".to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }

@@ -9,5 +9,6 @@ pub mod error;
 pub mod ipset;
 pub mod iptables;
 pub mod ipvsadm;
+pub mod paste;
 
 pub use error::ParseError;

@@ -24,6 +24,9 @@ pub struct IpSet<'a> {
     pub header: Vec<&'a str>,
     /// `References:` (list form only).
     pub references: Option<u64>,
+    /// `Number of entries:` (list form only): more than [`IpSet::entries`] holds when the
+    /// listing was cut.
+    pub entries_declared: Option<usize>,
     /// Members in text order.
     pub entries: Vec<IpSetEntry<'a>>,
     /// 1-based line of `create`/`Name:`.
@@ -317,6 +320,7 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                 set_type,
                 header: it.collect(),
                 references: None,
+                entries_declared: None,
                 entries: Vec::new(),
                 line: no,
             });
@@ -350,6 +354,7 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                         set_type: "",
                         header: Vec::new(),
                         references: None,
+                        entries_declared: None,
                         entries: Vec::new(),
                         line: no,
                     });
@@ -364,6 +369,7 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                         "Type" => set.set_type = value,
                         "Header" => set.header = value.split_ascii_whitespace().collect(),
                         "References" => set.references = value.parse().ok(),
+                        "Number of entries" => set.entries_declared = value.parse().ok(),
                         "Members" => in_members = true,
                         _ => {}
                     }

@@ -65,6 +65,65 @@ pub struct Dump<'a> {
     pub tables: Vec<Table<'a>>,
     /// Lines skipped in lenient mode, with the reason.
     pub skipped: Vec<SkippedLine<'a>>,
+    /// Signs that the input is not a whole dump (a cut or filtered paste); empty for a whole one.
+    pub gaps: Vec<Gap<'a>>,
+    /// The table `-S` text was read into when the caller named none: inferred from the text
+    /// ([`super::infer_spec_table`]).
+    pub inferred_table: Option<&'static str>,
+}
+
+/// A sign that the input is not all of what the command printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gap<'a> {
+    /// A table ends before its `COMMIT` (lenient mode; strict mode fails).
+    Uncommitted {
+        /// The table.
+        table: &'a str,
+        /// The line of its `*table`.
+        line: u32,
+    },
+    /// The last line is cut: a rule that jumps to a chain the input does not declare, or a line
+    /// that could not be read.
+    CutLastLine {
+        /// Its line.
+        line: u32,
+    },
+    /// A paste cut by hand (`...`, `[snip]`; see [`crate::paste`]).
+    Cut {
+        /// The line of the cut.
+        line: u32,
+    },
+    /// Rules without a `*table` line nor their table's built-in chains (`-P INPUT`): a filtered
+    /// paste (`iptables-save | grep KUBE-SVC`, `iptables -S | grep …`).
+    Filtered {
+        /// The table the rules were read into.
+        table: &'a str,
+    },
+}
+
+impl std::fmt::Display for Gap<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gap::Uncommitted { table, line } => write!(
+                f,
+                "table {table} (line {line}) ends before its COMMIT: the input is cut"
+            ),
+            Gap::CutLastLine { line } => {
+                write!(
+                    f,
+                    "the last line ({line}) is cut off: the input is incomplete"
+                )
+            }
+            Gap::Cut { line } => write!(
+                f,
+                "the paste is cut at line {line}: what was left out is missing"
+            ),
+            Gap::Filtered { table } => write!(
+                f,
+                "rules of table {table} without its built-in chains: a filtered paste (grep?), only part of the rules"
+            ),
+        }
+    }
 }
 
 /// A line that lenient parsing skipped.

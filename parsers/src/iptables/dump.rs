@@ -27,8 +27,8 @@ use nom::combinator::{map_res, opt};
 use nom::{IResult, Parser};
 
 use super::ast::{
-    Backend, ChainCommand, ChainCommandKind, ChainDecl, Counters, Dump, DumpForm, Family, Rule,
-    RuleOp, SkippedLine, Table,
+    Backend, ChainCommand, ChainCommandKind, ChainDecl, Counters, Dump, DumpForm, Family, Gap,
+    Rule, RuleOp, SkippedLine, Table,
 };
 use super::lexer::{Fail, describe, find2};
 use super::rule::{Scratch, parse_spec};
@@ -547,8 +547,12 @@ fn expect_end(body: &str, rest: &str) -> Result<(), Fail> {
 /// Parses a whole input (see the module doc for the forms). In strict mode the first line that is
 /// not iptables text is an error; in lenient mode it is recorded in [`Dump::skipped`].
 pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, ParseError> {
+    // Only `-S` text (no `*table` line; a dump has one near its start) needs a table inferred.
+    let save_form =
+        text.starts_with('*') || memchr::memmem::find(text.as_bytes(), b"\n*").is_some();
+    let inferred = (opts.default_table.is_none() && !save_form).then(|| infer_spec_table(text));
     let implicit_table = match opts.default_table.as_deref() {
-        None => "filter",
+        None => inferred.unwrap_or("filter"),
         Some(t) => TABLES
             .iter()
             .copied()
@@ -612,6 +616,10 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
             line_text: String::new(),
         });
     }
+    p.dump.gaps = gaps(&p.dump, text);
+    if p.dump.form == DumpForm::Spec && !p.dump.tables.is_empty() {
+        p.dump.inferred_table = inferred;
+    }
     if p.dump.family == Family::Unknown {
         p.dump.family = match p.first_addr {
             Some(true) => Family::V6,
@@ -620,6 +628,90 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
         };
     }
     Ok(p.dump)
+}
+
+/// The table `iptables [-t TABLE] -S` text was listed from, read from its built-in chain
+/// policies (`-P`), else from what only the nat table holds (DNAT, masquerading, kube-proxy's
+/// service chains); `filter` otherwise, as `iptables -S` without `-t`.
+pub fn infer_spec_table(text: &str) -> &'static str {
+    let policy = |chain: &str| text.contains(&format!("-P {chain} "));
+    let (pre, input, forward, post) = (
+        policy("PREROUTING"),
+        policy("INPUT"),
+        policy("FORWARD"),
+        policy("POSTROUTING"),
+    );
+    if pre && forward {
+        return "mangle";
+    }
+    if pre && post {
+        return "nat";
+    }
+    if pre && !input {
+        return "raw";
+    }
+    if input || forward {
+        return "filter";
+    }
+    const NAT_ONLY: [&str; 7] = [
+        "-j DNAT",
+        "-j SNAT",
+        "-j MASQUERADE",
+        "KUBE-SVC-",
+        "KUBE-SEP-",
+        "-j KUBE-MARK-MASQ",
+        "KUBE-POSTROUTING",
+    ];
+    if NAT_ONLY.iter().any(|m| text.contains(m)) {
+        "nat"
+    } else {
+        "filter"
+    }
+}
+
+/// The built-in chains of every table (a whole dump declares those of its tables).
+const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+
+/// Signs that `dump` (parsed from `text`) is not all of what the command printed.
+fn gaps<'a>(dump: &Dump<'a>, text: &'a str) -> Vec<Gap<'a>> {
+    let mut gaps = Vec::new();
+    for t in &dump.tables {
+        if !t.committed && t.line != 0 {
+            gaps.push(Gap::Uncommitted {
+                table: t.name,
+                line: t.line,
+            });
+        }
+        // Text without a `*table` line is `iptables -S` output, which starts with the built-in
+        // chains' `-P` lines, or save text that lost its table lines to a filter. (Restore input
+        // with a `*table` line may leave the built-in chains out: kube-proxy's does.)
+        let has_builtin = t.chains.iter().any(|c| BUILTIN.contains(&c.name));
+        if t.line == 0 && !t.rules.is_empty() && !has_builtin {
+            gaps.push(Gap::Filtered { table: t.name });
+        }
+    }
+    // The last line of text: a skipped line, or a rule jumping to an undeclared chain in an
+    // input that declares its chains, was cut off mid-line.
+    let body = text.trim_end();
+    if body.is_empty() {
+        return gaps;
+    }
+    let newlines = memchr::memchr_iter(b'\n', body.as_bytes()).count();
+    let last_no = u32::try_from(newlines + 1).unwrap_or(u32::MAX);
+    let cut = dump.skipped.iter().any(|s| s.line == last_no)
+        || dump.tables.iter().any(|t| {
+            let declares = !t.chains.is_empty();
+            t.rules.last().is_some_and(|r| {
+                r.line == last_no
+                    && declares
+                    && r.jump_target()
+                        .is_some_and(|j| !t.chains.iter().any(|c| c.name == j))
+            })
+        });
+    if cut {
+        gaps.push(Gap::CutLastLine { line: last_no });
+    }
+    gaps
 }
 
 /// Parses one rule line, `[ "[" P ":" B "] " ] ( "-A" | "-I" ) CHAIN spec` (line number 1).
@@ -821,10 +913,66 @@ mod tests {
             (DumpForm::Spec, 1, "nat")
         );
         assert_eq!(d.tables[0].chains.len(), 2);
+        assert_eq!(d.inferred_table, None);
         let d = strict(text).unwrap();
-        assert_eq!(d.tables[0].name, "filter");
+        assert_eq!((d.tables[0].name, d.inferred_table), ("raw", Some("raw")));
         let e = parse_dump(text, &ParseOptions::strict().with_table("bogus")).unwrap_err();
         assert!(e.expected.contains("table name"));
+    }
+
+    #[test]
+    fn the_table_of_spec_text_is_inferred_from_its_chains() {
+        let cases = [
+            (
+                "-P PREROUTING ACCEPT\n-P INPUT ACCEPT\n-P OUTPUT ACCEPT\n-P POSTROUTING ACCEPT\n",
+                "nat",
+            ),
+            (
+                "-P INPUT ACCEPT\n-P FORWARD DROP\n-P OUTPUT ACCEPT\n",
+                "filter",
+            ),
+            (
+                "-P PREROUTING ACCEPT\n-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n-P POSTROUTING ACCEPT\n",
+                "mangle",
+            ),
+            ("-P PREROUTING ACCEPT\n-P OUTPUT ACCEPT\n", "raw"),
+            ("-A KUBE-SVC-X -j KUBE-SEP-Y\n", "nat"),
+            (
+                "-A KUBE-SEP-Y -p tcp -j DNAT --to-destination 10.0.0.1:80\n",
+                "nat",
+            ),
+            (
+                "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n",
+                "filter",
+            ),
+        ];
+        for (text, table) in cases {
+            assert_eq!(infer_spec_table(text), table, "{text}");
+            assert_eq!(strict(text).unwrap().tables[0].name, table, "{text}");
+        }
+        // Save text names its tables: nothing is inferred.
+        let d = strict("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n").unwrap();
+        assert_eq!(d.inferred_table, None);
+    }
+
+    #[test]
+    fn cut_and_filtered_inputs_have_gaps() {
+        let lenient = |t| parse_dump(t, &ParseOptions::lenient()).unwrap().gaps;
+        let whole = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n";
+        assert_eq!(lenient(whole), vec![]);
+        let uncommitted = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ACCEPT\n";
+        assert_eq!(
+            lenient(uncommitted),
+            vec![Gap::Uncommitted {
+                table: "nat",
+                line: 1
+            }]
+        );
+        let cut_word =
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SEP-CAFE - [0:0]\n-A PREROUTING -j KUBE-SEP-C\n";
+        assert!(lenient(cut_word).contains(&Gap::CutLastLine { line: 4 }));
+        let filtered = "-A KUBE-SVC-X -j KUBE-SEP-Y\n-A KUBE-SVC-X -j KUBE-SEP-Z\n";
+        assert_eq!(lenient(filtered), vec![Gap::Filtered { table: "nat" }]);
     }
 
     /// Fuzzing (`round_trip`) found `:KUBE-FIREWALL\x0c - [0:0]` … `-X KUBE-FIREWALL\x0c`: the line

@@ -13,4 +13,7 @@ mod targets;
 mod values;
 
 pub use ast::*;
-pub use dump::{NameHash, NameHasher, ParseOptions, for_each_rule, parse_dump, parse_rule_line};
+pub use dump::{
+    NameHash, NameHasher, ParseOptions, for_each_rule, infer_spec_table, parse_dump,
+    parse_rule_line,
+};

@@ -11,6 +11,7 @@ mod netns_harness;
 mod packaging;
 mod packetflow;
 mod parse;
+mod pastes;
 mod render;
 mod repair;
 mod repair_ipvs;

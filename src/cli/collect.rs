@@ -50,10 +50,7 @@ pub fn run(args: CollectArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     };
     bundle::write(&args.output, &b)
         .with_context(|| format!("writing bundle {}", args.output.display()))?;
-    let mut err = anstream::stderr();
-    for w in &b.snapshot.warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
+    b.snapshot.warnings.iter().for_each(super::common::warn);
     let mut out = anstream::stdout();
     let _ = writeln!(
         out,

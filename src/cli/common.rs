@@ -85,9 +85,77 @@ pub struct DumpArgs {
     /// `iptables-legacy-save` output (the other backend).
     #[arg(long = "iptables-legacy-save", value_name = "FILE")]
     pub iptables_legacy_save: Option<PathBuf>,
-    /// Skip lines that are not rules (shell prompts, pasted tables), one warning each.
+    /// Read pastes: strip shell prompts, markdown fences, log prefixes, diff prefixes, JSON
+    /// escapes; skip lines that are not rules (one warning each); read cut inputs, marked as such.
     #[arg(long)]
     pub lenient: bool,
+    /// The table of `iptables -S` input, which names none (default: inferred from its chains,
+    /// e.g. `-P PREROUTING` or DNAT rules → nat).
+    #[arg(long, value_parser = ["nat", "filter", "mangle", "raw", "security"])]
+    pub table: Option<String>,
+}
+
+/// Reads one iptables input file for `graph` and `trace` (see
+/// [`crate::collect::files::read_dump`]), prints what reading it did, and refuses an empty one.
+pub fn read_iptables(
+    path: &std::path::Path,
+    lenient: bool,
+) -> anyhow::Result<crate::collect::files::DumpText> {
+    let dump = crate::collect::files::read_dump(path, lenient)?;
+    dump.warnings.iter().for_each(warn);
+    if dump.text.trim().is_empty() {
+        anyhow::bail!(
+            "{} is empty: there are no rules to read (was the command's output saved?)",
+            dump.name
+        );
+    }
+    Ok(dump)
+}
+
+/// Parses an iptables input read by [`read_iptables`] (or collected from a node), the one way
+/// `graph` and `trace` read rules: the table of `-S` text is `table`, else the one its paste's
+/// command named (`iptables -t nat -S`), else inferred; skipped lines, the inferred table and
+/// signs of a cut or filtered input are printed as warnings.
+pub fn parse_iptables<'a>(
+    input: &'a crate::collect::files::DumpText,
+    table: Option<&str>,
+    lenient: bool,
+) -> anyhow::Result<crate::parsers::iptables::Dump<'a>> {
+    use crate::parsers::iptables::{ParseOptions, parse_dump};
+    let mut opts = if lenient {
+        ParseOptions::lenient()
+    } else {
+        ParseOptions::strict()
+    };
+    let named = table.or_else(|| input.commands.iter().find_map(|c| c.table()));
+    if let Some(t) = named {
+        opts = opts.with_table(t);
+    }
+    let mut dump = parse_dump(&input.text, &opts).map_err(|e| e.in_source(input.name.clone()))?;
+    dump.gaps.extend(
+        input
+            .cuts
+            .iter()
+            .map(|&line| crate::parsers::iptables::Gap::Cut { line }),
+    );
+    let name = &input.name;
+    for s in &dump.skipped {
+        warn(format!("{name}:{}: skipped: {}", s.line, s.reason));
+    }
+    if let Some(t) = dump.inferred_table {
+        warn(format!(
+            "{name}: no table named (`iptables -S` text): read as table {t}, inferred from its chains (--table to choose)"
+        ));
+    }
+    for gap in &dump.gaps {
+        warn(format!("{name}: {gap}"));
+    }
+    if !dump.gaps.is_empty() {
+        warn(format!(
+            "{name}: the input is partial: chains whose callers may be missing are not reported as stale"
+        ));
+    }
+    Ok(dump)
 }
 
 /// Sets up `tracing` on stderr from `-v`.
@@ -103,17 +171,29 @@ pub fn init_logging(verbosity: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(crate::output::color::stderr_enabled())
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
         .try_init();
 }
 
+/// Prints one warning on stderr as `warning: …`: the one form of every command's warnings
+/// (coloured only on a terminal, never with `NO_COLOR`).
+pub fn warn(message: impl std::fmt::Display) {
+    use crate::output::color::{Painter, Role};
+    use std::io::Write;
+    let label = Painter::for_stderr().paint(Role::Warn, "warning");
+    let _ = writeln!(std::io::stderr().lock(), "{label}: {message}");
+}
+
 /// Prints an error with its cause chain to stderr, kubectl style.
 pub fn print_error(e: &anyhow::Error) {
+    use crate::output::color::{Painter, Role};
     use std::io::Write;
-    let mut err = anstream::stderr();
-    let _ = write!(err, "error: {e}");
+    let mut err = std::io::stderr().lock();
+    let label = Painter::for_stderr().paint(Role::Error, "error");
+    let _ = write!(err, "{label}: {e}");
     for cause in e.chain().skip(1) {
         let _ = write!(err, ": {cause}");
     }
@@ -176,9 +256,7 @@ pub fn load_proxy_inputs(
     }
     let (facts, warnings) =
         crate::state::node::build(&fact_args, &cluster, &config).context("node facts")?;
-    for w in warnings {
-        tracing::warn!("{w}");
-    }
+    warnings.iter().for_each(warn);
     Ok(ProxyInputs {
         state: cluster,
         config,
@@ -205,9 +283,5 @@ pub fn load_config(
 
 /// Prints warnings on stderr as `warning: …`, one per line.
 pub fn print_warnings(warnings: &[crate::state::Warning]) {
-    use std::io::Write;
-    let mut err = anstream::stderr();
-    for w in warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
+    warnings.iter().for_each(warn);
 }

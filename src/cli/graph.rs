@@ -1,10 +1,11 @@
 //! `graph` command: rebuild the service graph from a node's iptables dump(s).
 
-use super::common::{DumpArgs, GlobalArgs, read_input};
+use super::common::{DumpArgs, GlobalArgs, parse_iptables, read_iptables};
+use crate::collect::files::DumpText;
 use crate::exit::Outcome;
 use crate::graph::{self, GraphDocument, GraphOptions, ServiceGraph};
 use crate::output;
-use crate::parsers::iptables::ParseOptions;
+use crate::parsers::paste;
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,15 +31,17 @@ pub struct GraphArgs {
     /// Node dumps (`-` = stdin).
     #[command(flatten)]
     pub dump: DumpArgs,
-    /// The table of `iptables -S` input, which names none (`iptables -t nat -S` → nat).
-    #[arg(long, default_value = "nat", value_parser = ["nat", "filter", "mangle", "raw", "security"])]
-    pub table: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Table)]
     pub output: GraphFormat,
     /// IPVS dumps (`--ipvsadm` selects the IPVS graph: virtual servers → real servers).
     #[command(flatten)]
     pub ipvs: super::ipvs::IpvsArgs,
+    /// A paste of several commands' output (`iptables -t nat -S`, `ipset list`, `ipvsadm -Ln`,
+    /// with prompts between): cut into its parts, each read by its own reader (implies
+    /// --lenient; `--lenient --iptables-save FILE` does the same when FILE holds several kinds).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save", "ipvsadm"])]
+    pub paste: Option<PathBuf>,
 }
 
 impl GraphArgs {
@@ -55,35 +58,25 @@ impl GraphArgs {
     }
 }
 
-fn source_name(path: &std::path::Path) -> String {
-    if path.as_os_str() == "-" {
-        "<stdin>".to_string()
-    } else {
-        path.display().to_string()
-    }
-}
-
-/// Parses and builds the graph of one input's `text` (read from `path`); skipped lines are
-/// reported on stderr.
-pub fn graph_of<'a>(
-    text: &'a str,
-    path: &std::path::Path,
-    table: &str,
-    lenient: bool,
-) -> anyhow::Result<ServiceGraph<'a>> {
-    let name = source_name(path);
-    let mut parse = ParseOptions::default().with_table(table);
-    parse.lenient = lenient;
-    let g = graph::from_text(text, &name, &parse, &GraphOptions::default())?;
-    let mut err = anstream::stderr();
-    for s in &g.skipped_lines {
-        let _ = writeln!(err, "warning: {name}:{}: skipped: {}", s.line, s.reason);
-    }
-    Ok(g)
+/// Builds the graph of one input read by [`read_iptables`].
+pub fn graph_of<'a>(input: &'a DumpText, dump: &DumpArgs) -> anyhow::Result<ServiceGraph<'a>> {
+    let parsed = parse_iptables(input, dump.table.as_deref(), dump.lenient)?;
+    let opts = GraphOptions {
+        source: Some(input.name.clone()),
+        ..GraphOptions::default()
+    };
+    Ok(graph::from_dump(parsed, &opts))
 }
 
 /// Runs `graph`.
-pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    args.ipvs.lenient = args.dump.lenient;
+    if let Some(path) = args.paste.clone() {
+        args.dump.lenient = true;
+        let input = crate::collect::files::read_dump(&path, true)?;
+        input.warnings.iter().for_each(super::common::warn);
+        return run_paste(input, &args, global);
+    }
     if args.ipvs.given() {
         let format = match args.output {
             GraphFormat::Json => "json",
@@ -96,6 +89,11 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Clean);
     }
     let inputs = args.iptables_inputs();
+    if inputs.is_empty() && (args.ipvs.ipset.is_some() || args.ipvs.ip_addr.is_some()) {
+        anyhow::bail!(
+            "graph: --ipset and --ip-addr go with --ipvsadm FILE (the IPVS virtual servers); pass --ipvsadm FILE too"
+        );
+    }
     if inputs.is_empty() {
         anyhow::bail!(
             "graph: no input given; pass --iptables-save FILE (and/or --ip6tables-save FILE; `-` = stdin), or --ipvsadm FILE for an IPVS node"
@@ -106,12 +104,18 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let texts = inputs
         .iter()
-        .map(|p| read_input(p))
+        .map(|p| read_iptables(p, args.dump.lenient))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if let [one] = texts.as_slice()
+        && args.dump.lenient
+        && paste::split(&as_cleaned(one)).len() > 1
+    {
+        let input = texts.into_iter().next().unwrap_or_default();
+        return run_paste(input, &args, global);
+    }
     let graphs = texts
         .iter()
-        .zip(&inputs)
-        .map(|(text, p)| graph_of(text, p, &args.table, args.dump.lenient))
+        .map(|input| graph_of(input, &args.dump))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.output == GraphFormat::Json {
         // Streamed: the document of a node-sized dump is ~120 MB of text.
@@ -123,6 +127,154 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let mut out = anstream::stdout();
     out.write_all(text.as_bytes())?;
     Ok(Outcome::Clean)
+}
+
+/// The cleaned paste a [`DumpText`] holds (for [`paste::split`]).
+fn as_cleaned(input: &DumpText) -> paste::Cleaned {
+    paste::Cleaned {
+        text: input.text.clone(),
+        notes: Vec::new(),
+        commands: input.commands.clone(),
+    }
+}
+
+/// `graph --paste FILE`: each part of the paste read by its reader; iptables parts give one
+/// graph per family, ipvsadm and ipset parts the IPVS graph.
+fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let parts = paste::split(&as_cleaned(&input));
+    if parts.is_empty() {
+        anyhow::bail!(
+            "{}: nothing kproxy reads was found in the paste",
+            input.name
+        );
+    }
+    let name = &input.name;
+    let lines_of = |p: &paste::Part| format!("{name} lines {}-{}", p.lines.0, p.lines.1);
+    let mut iptables: [Vec<(DumpText, Option<String>)>; 2] = [Vec::new(), Vec::new()];
+    let mut ipvsadm: Option<(String, String)> = None;
+    let mut ipset: Option<(String, String)> = None;
+    for part in &parts {
+        super::common::warn(format!(
+            "{}: `{}` output",
+            lines_of(part),
+            part.command.as_deref().unwrap_or(part.kind.command())
+        ));
+        match part.kind {
+            paste::Kind::Iptables => {
+                let text = DumpText {
+                    name: name.clone(),
+                    text: part.text.clone(),
+                    ..DumpText::default()
+                };
+                iptables[usize::from(part.ipv6)].push((text, part.table.clone()));
+            }
+            paste::Kind::Ipvsadm | paste::Kind::IpvsConnections => {
+                let slot = ipvsadm.get_or_insert_with(|| (String::new(), name.clone()));
+                overlay(&mut slot.0, &part.text);
+            }
+            paste::Kind::Ipset => {
+                let slot = ipset.get_or_insert_with(|| (String::new(), name.clone()));
+                overlay(&mut slot.0, &part.text);
+            }
+            other => super::common::warn(format!(
+                "{}: `{}` output is not read by graph; left out",
+                lines_of(part),
+                other.command()
+            )),
+        }
+    }
+    // Each part parsed on its own (a `-S` part in its command's table), the tables of one family
+    // then make one dump: parts keep the paste's line numbers.
+    let mut graphs = Vec::new();
+    for family in iptables.iter().filter(|f| !f.is_empty()) {
+        let mut merged: Option<crate::parsers::iptables::Dump<'_>> = None;
+        for (text, table) in family {
+            let table = args.dump.table.as_deref().or(table.as_deref());
+            let dump = parse_iptables(text, table, true)?;
+            match &mut merged {
+                None => merged = Some(dump),
+                Some(m) => {
+                    m.tables.extend(dump.tables);
+                    m.skipped.extend(dump.skipped);
+                    m.gaps.extend(dump.gaps);
+                }
+            }
+        }
+        if let Some(dump) = merged {
+            let opts = GraphOptions {
+                source: Some(name.clone()),
+                ..GraphOptions::default()
+            };
+            graphs.push(graph::from_dump(dump, &opts));
+        }
+    }
+    let ipvs = match ipvsadm {
+        Some(ipvsadm) => Some(super::ipvs::IpvsTexts::from_texts(ipvsadm, ipset, true)),
+        None => {
+            if ipset.is_some() {
+                super::common::warn(format!(
+                    "{name}: the ipset output goes with ipvsadm output, which the paste does not hold; left out"
+                ));
+            }
+            None
+        }
+    };
+    let out = match (args.output, &ipvs) {
+        // One JSON/YAML document for the whole paste.
+        (GraphFormat::Json | GraphFormat::Yaml, Some(texts)) => {
+            let ipvs_doc: serde_json::Value =
+                serde_json::from_str(&super::ipvs::graph_of_texts(texts, "json", false)?)?;
+            let doc = serde_json::json!({
+                "schema": "kproxy.paste/v1",
+                "iptables": GraphDocument::new(&graphs),
+                "ipvs": ipvs_doc,
+            });
+            if args.output == GraphFormat::Json {
+                output::to_json(&doc)?
+            } else {
+                output::to_yaml(&doc)?
+            }
+        }
+        (format, ipvs) => {
+            let mut out = String::new();
+            if !graphs.is_empty() || ipvs.is_none() {
+                out.push_str(&render(&graphs, format, global.no_headers)?);
+            }
+            if let Some(texts) = ipvs {
+                let ipvs_format = if format == GraphFormat::Dot {
+                    "dot"
+                } else {
+                    "table"
+                };
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(&super::ipvs::graph_of_texts(
+                    texts,
+                    ipvs_format,
+                    global.no_headers,
+                )?);
+            }
+            out
+        }
+    };
+    super::common::write_stdout(&out)?;
+    Ok(Outcome::Clean)
+}
+
+/// Lays `part` over `base` line by line (a part's lines outside it are empty).
+fn overlay(base: &mut String, part: &str) {
+    let mut lines: Vec<&str> = base.split('\n').collect();
+    let part_lines: Vec<&str> = part.split('\n').collect();
+    if lines.len() < part_lines.len() {
+        lines.resize(part_lines.len(), "");
+    }
+    let merged: Vec<&str> = lines
+        .iter()
+        .zip(part_lines.iter().chain(std::iter::repeat(&"")))
+        .map(|(b, p)| if p.is_empty() { *b } else { *p })
+        .collect();
+    *base = merged.join("\n");
 }
 
 /// Renders graphs in a format (what `graph` prints).

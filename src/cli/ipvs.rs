@@ -2,7 +2,7 @@
 //! their IPVS code paths. The logic lives in `graph::ipvs`, `compare::ipvs`, `trace::ipvs` and
 //! `proxier::ipvs`; this module reads files, calls them and formats.
 
-use super::common::{DumpArgs, NodeFactArgs, StateArgs, load_proxy_inputs, read_input};
+use super::common::{DumpArgs, NodeFactArgs, StateArgs, load_proxy_inputs, read_input, warn};
 use crate::compare::ipvs::{self as cmp, ActualIpvs};
 use crate::compare::{Finding, Report};
 use crate::graph::ipvs as g;
@@ -26,6 +26,9 @@ pub struct IpvsArgs {
     /// `ip addr` / `ip -o addr` output covering `kube-ipvs0` (its addresses are compared).
     #[arg(long = "ip-addr", value_name = "FILE")]
     pub ip_addr: Option<PathBuf>,
+    /// Read pastes (the command's `--lenient`, set by the command).
+    #[arg(skip)]
+    pub lenient: bool,
 }
 
 impl IpvsArgs {
@@ -38,66 +41,193 @@ impl IpvsArgs {
 /// The texts of the IPVS dumps, read once (parsed values borrow from them).
 pub struct IpvsTexts {
     ipvsadm: String,
+    ipvsadm_name: String,
     ipset: Option<(String, String)>,
     ip_addr: Option<String>,
 }
 
 impl IpvsTexts {
-    /// Reads the files named by the flags (`-` = stdin, at most once).
+    /// Reads the files named by the flags (`-` = stdin, at most once), as every node text is
+    /// read ([`crate::collect::files::read_dump`]); under `--lenient`, lines the parsers cannot
+    /// read are skipped with a warning each.
     pub fn read(args: &IpvsArgs) -> anyhow::Result<IpvsTexts> {
+        let read = |p: &PathBuf| -> anyhow::Result<String> {
+            let d = crate::collect::files::read_dump(p, args.lenient)?;
+            d.warnings.iter().for_each(warn);
+            Ok(d.text)
+        };
         let mut ipvsadm = String::new();
         for p in &args.ipvsadm {
-            ipvsadm.push_str(&read_input(p)?);
+            ipvsadm.push_str(&read(p)?);
             if !ipvsadm.ends_with('\n') {
                 ipvsadm.push('\n');
             }
         }
-        let ipset = match &args.ipset {
-            Some(p) => Some((read_input(p)?, p.display().to_string())),
-            None => None,
-        };
-        let ip_addr = args.ip_addr.as_ref().map(|p| read_input(p)).transpose()?;
-        Ok(IpvsTexts {
-            ipvsadm,
-            ipset,
-            ip_addr,
-        })
-    }
-
-    /// Parses the ipvsadm text (named after the flag's files in errors).
-    pub fn dump(&self, args: &IpvsArgs) -> anyhow::Result<IpvsDump<'_>> {
         let names: Vec<String> = args
             .ipvsadm
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        let d = ipvsadm::parse_dump(&self.ipvsadm).map_err(|e| e.in_source(names.join("+")))?;
+        if args.lenient {
+            add_missing_header(&mut ipvsadm, &names.join("+"));
+            skip_unreadable(&mut ipvsadm, &names.join("+"), |t| {
+                ipvsadm::parse_dump(t).map(|_| ())
+            });
+        }
+        let ipset = match &args.ipset {
+            Some(p) => {
+                let mut text = read(p)?;
+                let name = p.display().to_string();
+                if args.lenient {
+                    skip_unreadable(&mut text, &name, |t| ipset::parse_ipset(t).map(|_| ()));
+                }
+                Some((text, name))
+            }
+            None => None,
+        };
+        let ip_addr = args.ip_addr.as_ref().map(read).transpose()?;
+        Ok(IpvsTexts {
+            ipvsadm,
+            ipvsadm_name: names.join("+"),
+            ipset,
+            ip_addr,
+        })
+    }
+
+    /// Texts read otherwise (the parts of a paste), each `(text, name)`; under `lenient`
+    /// cleaned of lines the parsers cannot read, as [`IpvsTexts::read`] does.
+    pub fn from_texts(
+        ipvsadm: (String, String),
+        ipset: Option<(String, String)>,
+        lenient: bool,
+    ) -> IpvsTexts {
+        let (mut ipvsadm, ipvsadm_name) = ipvsadm;
+        let mut ipset = ipset;
+        if lenient {
+            add_missing_header(&mut ipvsadm, &ipvsadm_name);
+            skip_unreadable(&mut ipvsadm, &ipvsadm_name, |t| {
+                ipvsadm::parse_dump(t).map(|_| ())
+            });
+            if let Some((text, name)) = &mut ipset {
+                skip_unreadable(text, name, |t| ipset::parse_ipset(t).map(|_| ()));
+            }
+        }
+        IpvsTexts {
+            ipvsadm,
+            ipvsadm_name,
+            ipset,
+            ip_addr: None,
+        }
+    }
+
+    /// Parses the ipvsadm text (named after the flag's files in errors).
+    pub fn dump(&self) -> anyhow::Result<IpvsDump<'_>> {
+        let name = &self.ipvsadm_name;
+        let d = ipvsadm::parse_dump(&self.ipvsadm).map_err(|e| e.in_source(name.clone()))?;
         for s in &d.skipped {
-            tracing::warn!(
-                "{}:{}: skipped: {}",
-                names.join("+"),
-                s.line,
-                s.text.trim_end()
-            );
+            warn(format!("{name}:{}: skipped: {}", s.line, s.text.trim_end()));
         }
         Ok(d)
     }
 
-    /// Parses the ipset text, if given.
+    /// Parses the ipset text, if given; a `list` whose set holds fewer members than its
+    /// `Number of entries:` says was cut, and says so.
     pub fn sets(&self) -> anyhow::Result<Option<Vec<ipset::IpSet<'_>>>> {
-        match &self.ipset {
-            Some((t, name)) => Ok(Some(
-                ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?,
-            )),
-            None => Ok(None),
+        let Some((t, name)) = &self.ipset else {
+            return Ok(None);
+        };
+        let sets = ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?;
+        for set in &sets {
+            if let Some(declared) = set.entries_declared
+                && declared > set.entries.len()
+            {
+                warn(format!(
+                    "{name}:{}: set {} lists {} of its {declared} entries: the listing is cut, its other members are missing",
+                    set.line,
+                    set.name,
+                    set.entries.len()
+                ));
+            }
         }
+        Ok(Some(sets))
     }
+}
+
+/// Lenient reading of a grammar that stops at its first bad line: each line it fails on is
+/// emptied (line numbers stay) and reported, until the text parses. Bounded: a text that is not
+/// of the grammar at all gives up after [`MAX_SKIPPED`] lines and leaves the error to the strict
+/// parse that follows.
+fn skip_unreadable(
+    text: &mut String,
+    name: &str,
+    parse: impl Fn(&str) -> Result<(), crate::parsers::ParseError>,
+) {
+    for _ in 0..MAX_SKIPPED {
+        let Err(e) = parse(text) else { return };
+        let Some((start, end)) = line_span(text, e.line) else {
+            return;
+        };
+        warn(format!(
+            "{name}:{}: skipped: expected {}, found {}",
+            e.line, e.expected, e.found
+        ));
+        text.replace_range(start..end, "");
+    }
+}
+
+/// An `ipvsadm -Ln` or `-Lnc` listing filtered by `grep` has lost its header lines, which say
+/// what the columns are: the listing's own header is put back in front (line numbers then count
+/// it: two lines more).
+fn add_missing_header(text: &mut String, name: &str) {
+    let has_header = text.lines().any(|l| {
+        l.starts_with("IP Virtual Server version")
+            || l.starts_with("Prot LocalAddress:Port")
+            || l.starts_with("IPVS connection entries")
+            || l.starts_with("pro expire state")
+            || l.starts_with("-A ")
+    });
+    if has_header {
+        return;
+    }
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+    let Some(first) = first else { return };
+    let words: Vec<&str> = first.split_whitespace().collect();
+    let connection = words
+        .get(1)
+        .is_some_and(|w| w.contains(':') && !w.contains('.'));
+    let header = if connection {
+        "IPVS connection entries\npro expire state       source             virtual            destination\n"
+    } else {
+        "Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n"
+    };
+    warn(format!(
+        "{name}: no header lines (filtered by grep?): read as `ipvsadm -Ln{}` output; line numbers below count two header lines more",
+        if connection { "c" } else { "" }
+    ));
+    text.insert_str(0, header);
+}
+
+/// Most lines [`skip_unreadable`] empties.
+const MAX_SKIPPED: usize = 1000;
+
+/// The byte range of 1-based line `line` of `text` (without its newline).
+fn line_span(text: &str, line: u32) -> Option<(usize, usize)> {
+    let mut start = 0;
+    for _ in 1..line {
+        start += text.get(start..)?.find('\n')? + 1;
+    }
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    (end > start).then_some((start, end))
 }
 
 /// `graph --ipvsadm FILE [--ipset FILE]`: the IPVS graph in `table`, `json`, `yaml` or `dot`.
 pub fn graph(args: &IpvsArgs, format: &str, no_headers: bool) -> anyhow::Result<String> {
-    let texts = IpvsTexts::read(args)?;
-    let dump = texts.dump(args)?;
+    graph_of_texts(&IpvsTexts::read(args)?, format, no_headers)
+}
+
+/// The IPVS graph of texts read by [`IpvsTexts::read`] or [`IpvsTexts::from_texts`].
+pub fn graph_of_texts(texts: &IpvsTexts, format: &str, no_headers: bool) -> anyhow::Result<String> {
+    let dump = texts.dump()?;
     let sets = texts.sets()?;
     let graph = g::build(&dump, sets.as_deref());
     Ok(match format {
@@ -189,7 +319,11 @@ pub fn verify_texts(
     let (ipvsadm_text, ipvsadm_name) = &dumps.ipvsadm;
     let dump = ipvsadm::parse_dump(ipvsadm_text).map_err(|e| e.in_source(ipvsadm_name.clone()))?;
     for s in &dump.skipped {
-        tracing::warn!("{ipvsadm_name}:{}: skipped: {}", s.line, s.text.trim_end());
+        super::common::warn(format!(
+            "{ipvsadm_name}:{}: skipped: {}",
+            s.line,
+            s.text.trim_end()
+        ));
     }
     let sets = match &dumps.ipset {
         Some((t, name)) => Some(ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?),
@@ -208,7 +342,7 @@ pub fn verify_texts(
         let expected: ExpectedIpvs =
             px::render(&inputs.state, &inputs.config, &node_view, fam, &opts);
         for w in &expected.warnings {
-            tracing::warn!("{w}");
+            super::common::warn(w);
         }
         ports.extend(expected.virtual_servers.iter().map(|v| v.service.clone()));
         let actual = ActualIpvs {
@@ -262,7 +396,7 @@ pub fn trace(
     json: bool,
 ) -> anyhow::Result<String> {
     let texts = IpvsTexts::read(ipvs)?;
-    let dump = texts.dump(ipvs)?;
+    let dump = texts.dump()?;
     let sets = texts.sets()?;
     let graph = g::build(&dump, sets.as_deref());
     let mut q = match &target.vs {

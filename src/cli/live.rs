@@ -448,7 +448,10 @@ fn dump_files(dumps: &DumpArgs) -> DumpFiles {
     .into_iter()
     .filter_map(|(k, p)| p.clone().map(|p| (k, p)))
     .collect();
-    DumpFiles { files }
+    DumpFiles {
+        files,
+        lenient: dumps.lenient,
+    }
 }
 
 fn effective_collector(

@@ -79,7 +79,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         },
     );
     for w in &expected.warnings {
-        tracing::warn!("{w}");
+        super::common::warn(w);
     }
     let guard = IpvsGuardInput {
         expected_virtual_servers: expected.virtual_servers.len(),

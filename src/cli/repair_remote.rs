@@ -58,9 +58,7 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         &args.state,
         &node,
     ))?;
-    for w in &live.warnings {
-        eprintln!("warning: {w}");
-    }
+    live.warnings.iter().for_each(super::common::warn);
     if !debug_pod {
         let runner = rt.block_on(collect::exec::find_proxy_pod(
             &live.conn,
@@ -84,11 +82,11 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         repair_through(args, &rt, &live, &node, pod.runner(), &pod.label(), timeout)
     });
     if let Err(e) = rt.block_on(pod.delete()) {
-        eprintln!(
-            "warning: could not delete debug pod {}/{}: {e} (delete it by hand)",
+        super::common::warn(format!(
+            "could not delete debug pod {}/{}: {e} (delete it by hand)",
             pod.runner().namespace,
             pod.runner().pod
-        );
+        ));
     }
     result
 }
@@ -105,7 +103,7 @@ fn repair_through<R: CommandRunner>(
 ) -> anyhow::Result<Outcome> {
     let snap = rt.block_on(collect::collect_with(runner, label, timeout))?;
     for w in &snap.warnings {
-        tracing::warn!("{w}");
+        super::common::warn(w);
     }
     let inputs = proxy_inputs(args, live, node, &snap)?;
     let ipv6 = inputs.facts.family == IpFamily::V6;
@@ -114,7 +112,7 @@ fn repair_through<R: CommandRunner>(
         chosen => (chosen, None),
     };
     if let Some(d) = doubt {
-        eprintln!("warning: {d}");
+        super::common::warn(d);
     }
     eprintln!(
         "node {node} through {label}: {} / {}",
@@ -173,7 +171,7 @@ fn proxy_inputs(
         (facts, warnings) = build(&fact_args)?;
     }
     for w in warnings {
-        tracing::warn!("{w}");
+        super::common::warn(w);
     }
     Ok(ProxyInputs {
         state: live.state.clone(),

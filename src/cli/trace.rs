@@ -5,12 +5,12 @@
 //! * `trace svc/NAME` shows a service's path view ([`crate::trace::path`]), compared with what the
 //!   API implies when `--state` is given.
 
-use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
+use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, parse_iptables, read_iptables};
+use crate::collect::files::DumpText;
 use crate::exit::Outcome;
 use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
-use crate::parsers::iptables::{ParseOptions, parse_dump};
 use crate::proxier::iptables::{ServicePlan, expected_service_ports};
 use crate::state::{config, load, node};
 use crate::trace::path::{self, PathFormat, ServiceSelector};
@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where the traced packet comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,8 +119,10 @@ pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         p.parse::<PacketSpec>()?;
     }
     if args.ipvs.dumps.given() {
+        let mut ipvs = args.ipvs.clone();
+        ipvs.dumps.lenient = args.dump.lenient;
         let json = args.output == Some(TraceOutput::Json);
-        return super::ipvs::run_trace(&args.ipvs, args.packet.as_deref(), json);
+        return super::ipvs::run_trace(&ipvs, args.packet.as_deref(), json);
     }
     let live = live_inputs(&args, global)?;
     match args.packet.as_deref() {
@@ -147,22 +149,23 @@ fn live_inputs(
         &args.dump,
         args.node.node.as_deref(),
     )?;
-    let mut err = anstream::stderr();
-    for w in &inputs.snapshot.warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
+    inputs
+        .snapshot
+        .warnings
+        .iter()
+        .for_each(super::common::warn);
     Ok(Some(inputs))
 }
 
-/// The dump text for a family and its name for messages: a file, or the collected dump.
+/// The dump for a family: a file (read as `graph` reads it), or the collected dump.
 fn dump_text(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
     ipv6: bool,
-) -> anyhow::Result<(PathBuf, String)> {
+) -> anyhow::Result<DumpText> {
     let Some(inputs) = live else {
         let path = dump_path(&args.dump, ipv6)?;
-        return Ok((path.clone(), read_input(path)?));
+        return read_iptables(path, args.dump.lenient);
     };
     let snap = &inputs.snapshot;
     let (command, text) = match (ipv6, &snap.ip6tables_save, &snap.iptables_save) {
@@ -174,10 +177,11 @@ fn dump_text(
             snap.collector
         ),
     };
-    Ok((
-        format!("{command} ({})", snap.collector).into(),
-        text.clone(),
-    ))
+    Ok(DumpText {
+        name: format!("{command} ({})", snap.collector),
+        text: text.clone(),
+        ..DumpText::default()
+    })
 }
 
 /// The dump to read for a packet/family: `--ip6tables-save` for IPv6 when given, else `--iptables-save`.
@@ -202,9 +206,12 @@ fn run_packet(
     live: Option<&super::live::ResolvedInputs>,
 ) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
-    let (path, text) = dump_text(args, live, packet.dst.is_ipv6())?;
-    let path = path.as_path();
-    let rules = parse_rules(&text, path, args.dump.lenient)?;
+    let input = dump_text(args, live, packet.dst.is_ipv6())?;
+    let rules = Ruleset::from_dump(parse_iptables(
+        &input,
+        args.dump.table.as_deref(),
+        args.dump.lenient,
+    )?);
     let format = args.output.unwrap_or(TraceOutput::Text);
     // The structured document, or `None` for text.
     let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
@@ -267,28 +274,6 @@ fn run_packet(
     Ok(Outcome::Clean)
 }
 
-/// Parses the dump, naming the file in errors and warning about lines skipped in lenient mode.
-fn parse_rules<'a>(text: &'a str, path: &Path, lenient: bool) -> anyhow::Result<Ruleset<'a>> {
-    let opts = if lenient {
-        ParseOptions::lenient()
-    } else {
-        ParseOptions::strict()
-    };
-    let dump = parse_dump(text, &opts).map_err(|e| e.in_source(source_name(path)))?;
-    for s in &dump.skipped {
-        tracing::warn!("{}:{}: skipped: {}", path.display(), s.line, s.reason);
-    }
-    Ok(Ruleset::from_dump(dump))
-}
-
-fn source_name(path: &Path) -> String {
-    if path.as_os_str() == "-" {
-        "<stdin>".to_string()
-    } else {
-        path.display().to_string()
-    }
-}
-
 /// kube-proxy's plan for the API state, when `--state` is given.
 fn plan_of(
     args: &TraceArgs,
@@ -346,21 +331,17 @@ fn run_path(
     let family_v6 = plan
         .as_ref()
         .is_some_and(|(p, _)| p.family == crate::state::ip::IpFamily::V6);
-    let (path, text) = dump_text(args, live, family_v6)?;
-    let path = path.as_path();
+    let input = dump_text(args, live, family_v6)?;
     let opts = GraphOptions {
+        source: Some(input.name.clone()),
         resolver: plan
             .as_ref()
             .map(|(p, _)| path::resolver_for(p))
             .unwrap_or_default(),
         ..GraphOptions::default()
     };
-    let parse = if args.dump.lenient {
-        ParseOptions::lenient()
-    } else {
-        ParseOptions::strict()
-    };
-    let graph = graph::from_text(&text, &source_name(path), &parse, &opts)?;
+    let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
+    let graph = graph::from_dump(dump, &opts);
     let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
     let out = view.render(format, Painter::for_stdout(), global.no_headers)?;

@@ -55,7 +55,8 @@ pub struct VerifyArgs {
 }
 
 /// Runs `verify`.
-pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    args.ipvs.lenient = args.dumps.lenient;
     if args.live.all_nodes {
         return run_all_nodes(args, global);
     }
@@ -133,7 +134,12 @@ pub fn report_from_inputs(
         );
     };
     for w in &snap.warnings {
-        tracing::warn!("{w}");
+        super::common::warn(w);
+    }
+    if main_text.trim().is_empty() {
+        bail!(
+            "the node's rules are empty: there are no rules to compare (was the command's output saved?)"
+        );
     }
     let ipvs_node = mentions_ipvs_chains(main_text)
         && crate::compare::ipvs::detect_mode(None, Some(main_text))
@@ -148,7 +154,7 @@ pub fn report_from_inputs(
             let (c, warnings) = crate::state::config::parse(text, source)
                 .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
             for w in warnings {
-                tracing::warn!("{w}");
+                super::common::warn(w);
             }
             c
         }
@@ -165,7 +171,7 @@ pub fn report_from_inputs(
     let (facts, warnings) =
         crate::state::node::build(&fact_args, &state, &config).context("node facts")?;
     for w in warnings {
-        tracing::warn!("{w}");
+        super::common::warn(w);
     }
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.

@@ -8,6 +8,83 @@ use std::path::PathBuf;
 pub struct DumpFiles {
     /// (kind, path) pairs.
     pub files: Vec<(DumpKind, PathBuf)>,
+    /// Clean pastes (prompts, fences, log prefixes, …; see [`crate::parsers::paste`]).
+    pub lenient: bool,
+}
+
+/// A dump file's text as the parsers read it, with what reading it did.
+#[derive(Debug, Clone, Default)]
+pub struct DumpText {
+    /// `<stdin>` or the path, as errors name it.
+    pub name: String,
+    /// The text: decoded and, under `--lenient`, cleaned (line numbers are the file's).
+    pub text: String,
+    /// What decoding and cleaning did, each as `NAME: what`.
+    pub warnings: Vec<String>,
+    /// The lines where the paste is cut (`...`).
+    pub cuts: Vec<u32>,
+    /// Commands run at shell prompts in the paste (lenient only).
+    pub commands: Vec<crate::parsers::paste::CommandLine>,
+}
+
+/// Reads one dump file (`-` = stdin): its bytes decoded (a byte-order mark skipped, bytes that
+/// are not UTF-8 replaced, each with a warning naming the lines), and under `lenient` cleaned of
+/// what a paste wraps around the commands' output. The one reader of node text files.
+pub fn read_dump(path: &std::path::Path, lenient: bool) -> Result<DumpText, CollectError> {
+    use std::io::Read;
+    let (name, bytes) = if path.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .map_err(|source| CollectError::Io {
+                path: "stdin".into(),
+                source,
+            })?;
+        ("<stdin>".to_string(), b)
+    } else {
+        let b = std::fs::read(path).map_err(|source| CollectError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        (path.display().to_string(), b)
+    };
+    let decoded = crate::parsers::paste::decode(bytes);
+    let mut warnings: Vec<String> = decoded
+        .notes
+        .iter()
+        .map(|n| format!("{name}: {n}"))
+        .collect();
+    if let (false, Some((line, col))) = (lenient, decoded.nul) {
+        let text = decoded.text.lines().nth(line as usize - 1).unwrap_or("");
+        return Err(CollectError::Parse(
+            crate::parsers::ParseError {
+                source_name: Some(name),
+                line,
+                col,
+                expected: "text (the output of iptables-save, ipvsadm, …)".to_string(),
+                found: "a NUL byte: binary data (--lenient removes such lines)".to_string(),
+                line_text: text.to_string(),
+            }
+            .into(),
+        ));
+    }
+    if !lenient {
+        return Ok(DumpText {
+            name,
+            text: decoded.text,
+            warnings,
+            ..DumpText::default()
+        });
+    }
+    let cleaned = crate::parsers::paste::clean(&decoded.text);
+    warnings.extend(cleaned.notes.iter().map(|n| format!("{name}: {n}")));
+    Ok(DumpText {
+        cuts: cleaned.cuts().to_vec(),
+        name,
+        text: cleaned.text,
+        warnings,
+        commands: cleaned.commands,
+    })
 }
 
 impl DumpFiles {
@@ -25,22 +102,9 @@ pub fn collect(files: &DumpFiles) -> Result<NodeSnapshot, CollectError> {
         ..NodeSnapshot::default()
     };
     for (kind, path) in &files.files {
-        let text = if path.as_os_str() == "-" {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
-                CollectError::Io {
-                    path: "stdin".into(),
-                    source,
-                }
-            })?;
-            s
-        } else {
-            std::fs::read_to_string(path).map_err(|source| CollectError::Io {
-                path: path.display().to_string(),
-                source,
-            })?
-        };
-        *kind.slot(&mut snap) = Some(text);
+        let dump = read_dump(path, files.lenient)?;
+        snap.warnings.extend(dump.warnings);
+        *kind.slot(&mut snap) = Some(dump.text);
     }
     Ok(snap)
 }

@@ -303,6 +303,9 @@ pub enum CollectError {
     /// Ctrl-C.
     #[error("interrupted")]
     Interrupted,
+    /// An input file is not text a parser can read (a NUL byte).
+    #[error(transparent)]
+    Parse(Box<crate::parsers::ParseError>),
     /// Reading an input file or bundle.
     #[error("reading {path}")]
     Io {

@@ -480,9 +480,13 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         e,
                         &format!("filter {chain}"),
                         format!(
-                            "{} {dest} {why} but is not {}ed",
+                            "{} {dest} {why} but is not {}",
                             w.kind.label(),
-                            vd.as_str().to_lowercase()
+                            match vd.as_str() {
+                                "DROP" => "dropped",
+                                "REJECT" => "rejected",
+                                other => other,
+                            }
                         ),
                     );
                     set(f, format!("{dest} -j {}", vd.as_str()), "no rule");

@@ -194,13 +194,22 @@ impl NodePlans {
 /// Why verify could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
-    /// A dump did not parse.
-    #[error("{label}: {source}")]
+    /// A dump did not parse (the error names the dump as its file).
+    #[error("{error}")]
     Parse {
+        /// The parse error (with `dump:line:col`).
+        error: Box<ParseError>,
+    },
+    /// A dump is not all the node's rules (cut, filtered): what it lacks would be reported as
+    /// missing, so nothing is compared.
+    #[error(
+        "{label}: {gaps}; verify compares all of a node's rules and would report what the input lacks as missing: give the whole `iptables-save` output"
+    )]
+    Partial {
         /// Which dump.
         label: String,
-        /// The parse error (with line:col).
-        source: Box<ParseError>,
+        /// Why it is partial, in words.
+        gaps: String,
     },
     /// A dump's family was not planned ([`NodePlans::new`] was given other dumps).
     #[error("{label}: no {family} plan; NodePlans::new was not given this dump")]
@@ -250,9 +259,16 @@ fn parse<'t>(
     d: &DumpText<'t>,
     opts: &ParseOptions,
 ) -> Result<kproxy_parsers::iptables::Dump<'t>, VerifyError> {
-    parse_dump(d.text, opts).map_err(|source| VerifyError::Parse {
+    let dump = parse_dump(d.text, opts).map_err(|e| VerifyError::Parse {
+        error: Box::new(e.in_source(d.label)),
+    })?;
+    if dump.gaps.is_empty() {
+        return Ok(dump);
+    }
+    let gaps: Vec<String> = dump.gaps.iter().map(ToString::to_string).collect();
+    Err(VerifyError::Partial {
         label: d.label.to_string(),
-        source: Box::new(source),
+        gaps: gaps.join("; "),
     })
 }
 
@@ -373,8 +389,7 @@ fn verify_dump(
     }
     let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
     let render_error = |source: ParseError| VerifyError::Parse {
-        label: format!("render for {}", d.label),
-        source: Box::new(source),
+        error: Box::new(source.in_source(format!("render for {}", d.label))),
     };
     // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
@@ -409,6 +424,12 @@ fn verify_dump(
         let model_guard = ModelCell(&model_cell);
         let dump = parse(d, &input.parse)?;
         stage("parsed");
+        // A table the dump lacks is one node-wide finding (KP011); the per-port findings about
+        // its chains would only repeat it.
+        let missing: Vec<&'static str> = ["nat", "filter"]
+            .into_iter()
+            .filter(|t| !dump.tables.iter().any(|d| d.name == *t))
+            .collect();
         let plan = input.plans.of(d.family).ok_or_else(not_planned)?;
         // The expected ports name the node's service addresses (node-wide checks) and chain
         // hashes (graph, rule level); they are made again for the graph level, after the graph
@@ -458,7 +479,16 @@ fn verify_dump(
         };
         stage("graph built");
         let expected = expected::expected_ports(plan);
-        let (graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
+        let (mut graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
+        if !missing.is_empty() {
+            graph_findings.retain(|f| {
+                let table = match f.chain.as_deref() {
+                    Some(c) if c.starts_with("filter ") => "filter",
+                    _ => "nat",
+                };
+                !missing.contains(&table)
+            });
+        }
         stage("graph level compared");
         let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
         findings.extend(graph_findings);

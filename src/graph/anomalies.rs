@@ -5,6 +5,7 @@
 //! Each chain's rules are read once into [`Step`]s (target and whether the rule is unconditional);
 //! the checks then work on those.
 
+use super::names::parse_comment;
 use super::ownership::{ChainKind, classify, service_chain};
 use super::{Anomaly, AnomalyKind};
 use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, JumpTo, RuleEntry, Ruleset, TableRules};
@@ -76,17 +77,23 @@ impl<'a> Step<'a> {
 }
 
 /// All anomalies of a dump (in no particular order: the caller sorts them).
-pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
+/// `whole` says the input is all the command printed: in a cut or filtered paste, a chain whose
+/// callers are missing is not stale and a jump target may be declared outside it.
+pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool, whole: bool) -> Vec<Anomaly> {
     let mut out = Vec::new();
     let mut steps = Vec::new();
     for ti in &rs.tables {
         let table = ti.name;
-        undeclared_jumps(ti, save_form, &mut out);
+        if whole {
+            undeclared_jumps(ti, save_form, &mut out);
+        }
         jump_loops(ti, &mut out);
         let full_dump = BUILTIN_CHAINS.iter().any(|b| is_declared(ti, b));
         for (ci, c) in ti.chains.iter().enumerate() {
             let kind = classify(table, c.name);
-            if let Some(kind) = kind {
+            if let Some(kind) = kind
+                && whole
+            {
                 unreferenced_and_empty(ti, ci, kind, full_dump, &mut out);
             }
             if kind.is_none() && !BUILTIN_CHAINS.contains(&c.name) {
@@ -102,13 +109,21 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool) -> Vec<Anomaly> {
                 && !steps.is_empty()
                 && !steps.iter().any(|s| s.dnat)
             {
-                out.push(anomaly(
+                // The chain's own comment names its service port when nothing else does (a
+                // paste that holds only the endpoint chains' masquerade rules).
+                let first = c.rules.first();
+                let mut a = anomaly(
                     AnomalyKind::MissingDnat,
                     table,
                     c.name,
-                    None,
+                    first.map(|r| r.line),
                     "endpoint chain without a DNAT rule".to_string(),
-                ));
+                );
+                a.service = c.rules.iter().find_map(|r| {
+                    let comment = r.rule.comment()?.value();
+                    parse_comment(&comment).map(|sc| sc.name.to_string())
+                });
+                out.push(a);
             }
             if steps.iter().any(|s| s.effect == Effect::Unreadable) {
                 unreadable(table, c, &mut out);

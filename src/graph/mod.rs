@@ -65,6 +65,10 @@ pub struct ServiceGraph<'a> {
     pub anomalies: Vec<Anomaly>,
     /// Lines the parser skipped in lenient mode (line number and reason).
     pub skipped_lines: Vec<SkippedLine>,
+    /// Why the input is not a whole dump (cut, filtered), in words; empty for a whole dump.
+    /// Chains whose callers may lie outside the input are then not reported as stale.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
 }
 
 impl<'a> ServiceGraph<'a> {

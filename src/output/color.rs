@@ -7,8 +7,16 @@ use std::io::IsTerminal;
 
 /// Whether text written to stdout should be coloured: stdout is a TTY and `NO_COLOR` is unset or empty.
 pub fn stdout_enabled() -> bool {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    !no_color && std::io::stdout().is_terminal()
+    !no_color() && std::io::stdout().is_terminal()
+}
+
+/// Whether text written to stderr (warnings, errors) should be coloured: the same policy.
+pub fn stderr_enabled() -> bool {
+    !no_color() && std::io::stderr().is_terminal()
+}
+
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
 }
 
 /// What a piece of text means; the palette maps it to a style.
@@ -39,6 +47,13 @@ impl Painter {
     pub fn for_stdout() -> Self {
         Painter {
             enabled: stdout_enabled(),
+        }
+    }
+
+    /// A painter following the policy for stderr ([`stderr_enabled`]).
+    pub fn for_stderr() -> Self {
+        Painter {
+            enabled: stderr_enabled(),
         }
     }
 

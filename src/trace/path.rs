@@ -124,6 +124,8 @@ pub enum PathFormat {
     Table,
     /// The [`PathView`] as JSON.
     Json,
+    /// The [`PathView`] as YAML.
+    Yaml,
     /// Graphviz DOT.
     Dot,
 }
@@ -1054,6 +1056,7 @@ impl PathView {
             PathFormat::Tree => self.tree(painter),
             PathFormat::Table => self.table(no_headers),
             PathFormat::Json => crate::output::to_json(self)?,
+            PathFormat::Yaml => crate::output::to_yaml(self)?,
             PathFormat::Dot => self.dot(),
         })
     }

@@ -148,15 +148,18 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
 }
 
 /// True when the test may run: the process is root and every tool in `tools` (plus
-/// [`NETNS_TOOLS`]) is installed. Otherwise prints `skipped: <reason>` and returns false; the
-/// caller then returns early.
+/// [`NETNS_TOOLS`]) is installed. Otherwise reports the skip ([`super::skip`]: a failure under
+/// `KPROXY_REQUIRE_ALL`) and returns false; the caller then returns early.
 ///
 /// ```ignore
 /// if !require_root_and_tools(&Backend::Legacy.tools()) { return; }
 /// ```
 pub fn require_root_and_tools(tools: &[&str]) -> bool {
     if !rustix::process::geteuid().is_root() {
-        println!("skipped: not root (real netfilter tests need root for `ip netns` and iptables)");
+        super::skip(
+            "real-netfilter test",
+            "not root (real netfilter tests need root for `ip netns` and iptables)",
+        );
         return false;
     }
     let missing: Vec<&str> = NETNS_TOOLS
@@ -166,9 +169,9 @@ pub fn require_root_and_tools(tools: &[&str]) -> bool {
         .filter(|t| find_tool(t).is_none())
         .collect();
     if !missing.is_empty() {
-        println!(
-            "skipped: missing tools: {} (see .ci/run)",
-            missing.join(", ")
+        super::skip(
+            "real-netfilter test",
+            &format!("missing tools: {} (see .ci/run)", missing.join(", ")),
         );
         return false;
     }

@@ -56,6 +56,8 @@ pub struct DumpFacts {
     pub save_form: bool,
     /// Lines skipped by lenient parsing.
     pub skipped_lines: Vec<SkippedLine>,
+    /// Why the input is not a whole dump (cut, filtered), in words; empty for a whole dump.
+    pub gaps: Vec<String>,
 }
 
 impl DumpFacts {
@@ -64,6 +66,7 @@ impl DumpFacts {
         DumpFacts {
             backend: dump.backend,
             save_form: dump.form == DumpForm::Save,
+            gaps: dump.gaps.iter().map(ToString::to_string).collect(),
             skipped_lines: dump
                 .skipped
                 .iter()
@@ -122,7 +125,7 @@ pub fn build_ruleset<'a>(
         b.resolve_names(&opts.resolver);
         b
     };
-    let anomalies_of = || super::anomalies::find(rs, facts.save_form);
+    let anomalies_of = || super::anomalies::find(rs, facts.save_form, facts.gaps.is_empty());
     // The anomaly checks read only the ruleset: on a node-sized dump they run on a second
     // thread while the service ports are built (about a third of the work).
     let (mut anomalies, mut b) = if rs.rule_count() >= PARALLEL_ANOMALIES_FROM {
@@ -180,6 +183,7 @@ pub fn build_ruleset<'a>(
         service_ports,
         anomalies,
         skipped_lines: facts.skipped_lines.clone(),
+        gaps: facts.gaps.clone(),
     }
 }
 

@@ -316,6 +316,23 @@ pub fn plan_with(
     plan
 }
 
+/// Plans the service ports of `facts.family` one at a time, in render order, handing each to
+/// `each` together with the node-wide plan (whose `ports` stays empty), which is returned. Other
+/// proxiers (nftables) build on it: the service ports, endpoints and decisions are shared.
+pub fn plan_each(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    facts: &NodeFacts,
+    detail: EndpointDetail,
+    each: &mut dyn FnMut(&ServicePlan, ServicePortPlan),
+) -> ServicePlan {
+    let (plan, work, planner) = prepare(state, config, facts, detail);
+    for (info, endpoints) in work {
+        each(&plan, planner.plan(info, endpoints));
+    }
+    plan
+}
+
 /// Decides per service port (spec §5.1–5.2) from node-wide facts.
 struct PortPlanner<'f> {
     node_name: &'f str,

@@ -7,6 +7,7 @@ mod graph;
 mod ipvs;
 mod live;
 mod netns_harness;
+mod nftables_render;
 mod packaging;
 mod packetflow;
 mod parse;

@@ -318,7 +318,8 @@ pub fn plan_with(
 
 /// Plans the service ports of `facts.family` one at a time, in render order, handing each to
 /// `each` together with the node-wide plan (whose `ports` stays empty), which is returned. Other
-/// proxiers (nftables) build on it: the service ports, endpoints and decisions are shared.
+/// proxiers (nftables) build on it: the service ports, endpoints and decisions are shared; the
+/// `KUBE-SEP-` names are not, so each port's `endpoint_chains` is left empty.
 pub fn plan_each(
     state: &ClusterState,
     config: &ProxyConfig,
@@ -328,7 +329,7 @@ pub fn plan_each(
 ) -> ServicePlan {
     let (plan, work, planner) = prepare(state, config, facts, detail);
     for (info, endpoints) in work {
-        each(&plan, planner.plan(info, endpoints));
+        each(&plan, planner.plan_without_endpoint_chains(info, endpoints));
     }
     plan
 }
@@ -487,10 +488,21 @@ fn prepare<'f>(
 impl PortPlanner<'_> {
     fn plan(&self, info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
         let proto = info.name.protocol.lower();
-        let endpoint_chains: Vec<EndpointChain> = endpoints
+        let mut plan = self.plan_without_endpoint_chains(info, endpoints);
+        plan.endpoint_chains = plan
+            .endpoints
             .iter()
-            .map(|e| EndpointChain::of(&info.name_string, proto, &e.endpoint))
+            .map(|e| EndpointChain::of(&plan.info.name_string, proto, &e.endpoint))
             .collect();
+        plan
+    }
+
+    fn plan_without_endpoint_chains(
+        &self,
+        info: ServicePortInfo,
+        endpoints: Vec<Endpoint>,
+    ) -> ServicePortPlan {
+        let proto = info.name.protocol.lower();
         let categorized = categorize(
             &endpoints,
             &CategorizeInput {
@@ -528,7 +540,7 @@ impl PortPlanner<'_> {
         ServicePortPlan {
             info,
             endpoints,
-            endpoint_chains,
+            endpoint_chains: Vec::new(),
             categorized,
             chains,
             uses_cluster_policy_chain,

@@ -573,3 +573,70 @@ fn nft_render_carries_traffic() {
         .expect_err("NodePort without the table");
     assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
 }
+
+/// Two Services claiming one LoadBalancer IP and port: one `service-ips` element (kube-proxy's
+/// element store keeps one value per key) and a warning naming both; a multi-port Service's
+/// cluster IP is one `cluster-ips` element.
+#[test]
+fn nft_render_keeps_one_element_per_key() {
+    let svc = |name: &str, cip: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}","namespace":"ns"}},
+            "spec":{{"type":"LoadBalancer","clusterIP":"{cip}","clusterIPs":["{cip}"],"ipFamilies":["IPv4"],
+            "ports":[{{"name":"a","port":80,"protocol":"TCP","nodePort":0}},{{"name":"b","port":81,"protocol":"TCP"}}]}},
+            "status":{{"loadBalancer":{{"ingress":[{{"ip":"192.0.2.10"}}]}}}}}}"#
+        )
+    };
+    let slice = |name: &str, ep: &str| {
+        format!(
+            r#"{{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","addressType":"IPv4",
+            "metadata":{{"name":"{name}-1","namespace":"ns","labels":{{"kubernetes.io/service-name":"{name}"}}}},
+            "endpoints":[{{"addresses":["{ep}"]}}],
+            "ports":[{{"name":"a","port":8080,"protocol":"TCP"}},{{"name":"b","port":8081,"protocol":"TCP"}}]}}"#
+        )
+    };
+    let text = format!(
+        r#"{{"kind":"List","items":[{},{},{},{}]}}"#,
+        svc("one", "10.96.0.1"),
+        svc("two", "10.96.0.2"),
+        slice("one", "10.244.0.1"),
+        slice("two", "10.244.0.2")
+    );
+    let state = load::from_str(&text, "state.json").expect("state");
+    let cfg = config::ProxyConfig::default().for_nftables();
+    let mut facts = node::NodeFacts::new("n1", kproxy::state::ip::IpFamily::V4);
+    facts.node_ips = vec![ip("192.0.2.2")];
+    let (out, summary) = nftables::render_text(&state, &cfg, &facts);
+    let lb: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("service-ips { 192.0.2.10 . tcp . 80 :"))
+        .collect();
+    assert_eq!(
+        lb,
+        [
+            "add element ip kube-proxy service-ips { 192.0.2.10 . tcp . 80 : goto external-VKRYK4JM-ns/two/tcp/a }"
+        ],
+        "{out}"
+    );
+    let cluster_ips = out
+        .lines()
+        .filter(|l| l.starts_with("add element ip kube-proxy cluster-ips "))
+        .count();
+    assert_eq!(cluster_ips, 2, "{out}");
+    let conflict: Vec<String> = summary
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .filter(|w| w.contains("192.0.2.10 . tcp . "))
+        .collect();
+    assert_eq!(conflict.len(), 2, "{:?}", summary.warnings);
+    assert!(
+        conflict[0].contains("ns/one:a") && conflict[0].contains("ns/two:a"),
+        "{conflict:?}"
+    );
+    assert_eq!(
+        summary.service_ports, 4,
+        "two ports of each Service: {:?}",
+        summary.warnings
+    );
+}

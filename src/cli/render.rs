@@ -23,7 +23,7 @@ pub enum Mode {
 /// Output format of `render`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RenderFormat {
-    /// iptables-restore input.
+    /// iptables-restore input (nftables: `nft -f` input; IPVS: `ipvsadm -Sn`).
     Text,
     /// The same rules as structured data.
     Json,
@@ -59,6 +59,16 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let state = load::from_files(&args.state.state).context("loading --state")?;
     let (mut cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
+    let mode_name = format!("{:?}", args.mode).to_lowercase();
+    if !cfg.mode.is_empty() && cfg.mode != mode_name {
+        warnings.push(crate::state::Warning::new(
+            "--config",
+            format!(
+                "the configuration says mode {:?}; rendering {mode_name} as --mode asks",
+                cfg.mode
+            ),
+        ));
+    }
     if args.mode == Mode::Nftables {
         // Read the configuration as kube-proxy does in nftables mode, whatever its `mode` says.
         cfg = cfg.for_nftables();

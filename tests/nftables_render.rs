@@ -5,7 +5,8 @@
 //! kube-proxy keeps for a while after a service goes away (a stateless render cannot know them),
 //! exactly like `conformance.py nft-render`. Then the real kernel: renders of the repo's states
 //! load with `nft -f` (IPv4 and IPv6) into a fresh network namespace and read back object for
-//! object, and TCP through the loaded table reaches the echo servers of the pod namespaces.
+//! object, and TCP through the loaded table (`ip` and `ip6`) reaches the echo servers of the pod
+//! namespaces, masqueraded where kube-proxy masquerades.
 
 use crate::render::{get, harness_args, text_of, yaml};
 use crate::support::netns::{Pod, Probe, Topology, addr, ip, require_root_and_tools};
@@ -639,4 +640,90 @@ fn nft_render_keeps_one_element_per_key() {
         "two ports of each Service: {:?}",
         summary.warnings
     );
+}
+
+/// The `ip6` table carries TCP too: an IPv6 Service (cluster IP and NodePort) with two
+/// endpoints, from the client (masqueraded: not in the cluster CIDR) and from the node.
+#[test]
+fn nft_render_carries_ipv6_traffic() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let state = tmp.path().join("state.json");
+    std::fs::write(
+        &state,
+        r#"{"kind":"List","items":[
+{"apiVersion":"v1","kind":"Service","metadata":{"name":"web6","namespace":"default"},
+ "spec":{"type":"NodePort","clusterIP":"fd00:96::10","clusterIPs":["fd00:96::10"],"ipFamilies":["IPv6"],
+  "ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":8080,"nodePort":30080}]}},
+{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","addressType":"IPv6",
+ "metadata":{"name":"web6-1","namespace":"default","labels":{"kubernetes.io/service-name":"web6"}},
+ "endpoints":[{"addresses":["fd00:10:244:1::5"],"nodeName":"kpt-node"},{"addresses":["fd00:10:244:2::6"],"nodeName":"other"}],
+ "ports":[{"name":"http","port":8080,"protocol":"TCP"}]}]}"#,
+    )
+    .expect("write state");
+    let cfg = tmp.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "kind: KubeProxyConfiguration\nmode: nftables\nclusterCIDR: fd00:10:244::/56\n",
+    )
+    .expect("write config");
+    let rules = kproxy(&[
+        "render",
+        "--mode",
+        "nftables",
+        "--state",
+        state.to_str().unwrap_or_default(),
+        "--config",
+        cfg.to_str().unwrap_or_default(),
+        "--node",
+        "kpt-node",
+        "--node-ip",
+        "fd00:77::2",
+        "--ip-family",
+        "6",
+    ]);
+    assert!(rules.contains("dnat to [fd00:10:244:1::5]:8080"), "{rules}");
+    let topo = Topology::builder("nft-traffic6")
+        .node_addrs(&["192.168.77.2/24", "fd00:77::2/64"])
+        .client_addrs(&["192.168.77.3/24", "fd00:77::3/64"])
+        .pod(Pod::new("pod-a", "fd00:10:244:1::5").tcp(8080))
+        .pod(Pod::new("pod-b", "fd00:10:244:2::6").tcp(8080))
+        .build()
+        .expect("topology");
+    topo.node().nft_load(&rules).expect("nft -f the render");
+    for (what, from, dst, peer) in [
+        (
+            "client -> ClusterIP",
+            topo.client(),
+            "[fd00:96::10]:80",
+            Some("fd00:77::2"),
+        ),
+        (
+            "client -> NodePort",
+            topo.client(),
+            "[fd00:77::2]:30080",
+            Some("fd00:77::2"),
+        ),
+        ("node -> ClusterIP", topo.node(), "[fd00:96::10]:80", None),
+    ] {
+        let tally = from
+            .connect_many(&Probe::default(), addr(dst), 60)
+            .expect("connect");
+        assert_eq!(tally.ok(), 60, "{what}: failures {:?}", tally.errors);
+        assert_eq!(
+            tally.servers.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["pod-a", "pod-b"],
+            "{what}"
+        );
+        if let Some(p) = peer {
+            assert_eq!(
+                tally.peers.keys().copied().collect::<Vec<_>>(),
+                [ip(p)],
+                "{what}"
+            );
+        }
+        println!("{what}: {:?} from {:?}", tally.servers, tally.peers);
+    }
 }

@@ -23,16 +23,16 @@ fn shared() -> Option<PathBuf> {
     }
 }
 
-fn yaml(path: &Path) -> Value {
+pub(crate) fn yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(v, |v, k| v.get(*k))
 }
 
-fn text_of(v: Option<&Value>) -> Option<String> {
+pub(crate) fn text_of(v: Option<&Value>) -> Option<String> {
     match v? {
         Value::String(s) => Some(s.clone()),
         Value::Bool(b) => Some(b.to_string()),
@@ -42,7 +42,7 @@ fn text_of(v: Option<&Value>) -> Option<String> {
 }
 
 /// The node-fact flags of a case, the same mapping as `conformance.py harness_flags`.
-fn harness_args(case: &Value) -> NodeFactArgs {
+pub(crate) fn harness_args(case: &Value) -> NodeFactArgs {
     let h = |k: &[&str]| {
         let mut p = vec!["harness"];
         p.extend_from_slice(k);

@@ -8,6 +8,7 @@ mod hostile;
 mod ipvs;
 mod live;
 mod netns_harness;
+mod nftables_render;
 mod packaging;
 mod packetflow;
 mod parse;

@@ -199,6 +199,7 @@ pub async fn run(
             services: snapshot(&services),
             endpoint_slices: snapshot(&slices),
             nodes: snapshot(&nodes),
+            service_cidrs: Vec::new(),
         };
         let started = Instant::now();
         let sync_opts = opts.clone();

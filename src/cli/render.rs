@@ -1,4 +1,5 @@
-//! `render` command: the iptables-restore input kube-proxy writes on a full sync.
+//! `render` command: what kube-proxy writes on a full sync: the iptables-restore input, the IPVS
+//! state, or the nftables table.
 
 use super::common::{GlobalArgs, NodeFactArgs, StateArgs};
 use crate::exit::Outcome;
@@ -15,12 +16,14 @@ pub enum Mode {
     Iptables,
     /// kube-proxy's IPVS mode.
     Ipvs,
+    /// kube-proxy's nftables mode.
+    Nftables,
 }
 
 /// Output format of `render`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RenderFormat {
-    /// iptables-restore input.
+    /// iptables-restore input (nftables: `nft -f` input; IPVS: `ipvsadm -Sn`).
     Text,
     /// The same rules as structured data.
     Json,
@@ -55,11 +58,28 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         );
     }
     let state = load::from_files(&args.state.state).context("loading --state")?;
-    let (cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
+    let (mut cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
+    let mode_name = format!("{:?}", args.mode).to_lowercase();
+    if !cfg.mode.is_empty() && cfg.mode != mode_name {
+        warnings.push(crate::state::Warning::new(
+            "--config",
+            format!(
+                "the configuration says mode {:?}; rendering {mode_name} as --mode asks",
+                cfg.mode
+            ),
+        ));
+    }
+    if args.mode == Mode::Nftables {
+        // Read the configuration as kube-proxy does in nftables mode, whatever its `mode` says.
+        cfg = cfg.for_nftables();
+    }
     let (facts, mut node_warnings) = node::build(&args.node, &state, &cfg)?;
     warnings.append(&mut node_warnings);
     if args.mode == Mode::Ipvs {
         return render_ipvs(&args, &state, &cfg, &facts, warnings);
+    }
+    if args.mode == Mode::Nftables {
+        return render_nftables(&args, &state, &cfg, &facts, warnings);
     }
     let rendered = render(
         &state,
@@ -116,6 +136,41 @@ fn render_ipvs(
             .context("writing output")?,
         RenderFormat::Json => {
             serde_json::to_writer_pretty(&mut out, &rendered).context("writing output")?;
+            writeln!(out).context("writing output")?;
+        }
+    }
+    out.flush().context("writing output")?;
+    Ok(Outcome::Clean)
+}
+
+/// `render --mode nftables`: the `kube-proxy` table as `add …` lines (`nft -f` input), or their
+/// JSON form.
+fn render_nftables(
+    args: &RenderArgs,
+    state: &crate::state::ClusterState,
+    cfg: &config::ProxyConfig,
+    facts: &node::NodeFacts,
+    mut warnings: Vec<crate::state::Warning>,
+) -> anyhow::Result<Outcome> {
+    use crate::proxier::nftables;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    match args.output {
+        RenderFormat::Text => {
+            // Written as rendered; warnings (known only at the end) follow on stderr.
+            let mut sink =
+                nftables::objects::TextSink::new(nftables::table_family(facts.family), &mut out);
+            let summary = nftables::render_into(state, cfg, facts, &mut sink);
+            sink.finish().context("writing output")?;
+            warnings.extend(summary.warnings);
+            super::common::print_warnings(&warnings);
+        }
+        RenderFormat::Json => {
+            let mut doc = nftables::render_json(state, cfg, facts);
+            warnings.append(&mut doc.warnings);
+            super::common::print_warnings(&warnings);
+            doc.warnings = warnings;
+            serde_json::to_writer_pretty(&mut out, &doc).context("writing output")?;
             writeln!(out).context("writing output")?;
         }
     }

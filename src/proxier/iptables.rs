@@ -316,6 +316,24 @@ pub fn plan_with(
     plan
 }
 
+/// Plans the service ports of `facts.family` one at a time, in render order, handing each to
+/// `each` together with the node-wide plan (whose `ports` stays empty), which is returned. Other
+/// proxiers (nftables) build on it: the service ports, endpoints and decisions are shared; the
+/// `KUBE-SEP-` names are not, so each port's `endpoint_chains` is left empty.
+pub fn plan_each(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    facts: &NodeFacts,
+    detail: EndpointDetail,
+    each: &mut dyn FnMut(&ServicePlan, ServicePortPlan),
+) -> ServicePlan {
+    let (plan, work, planner) = prepare(state, config, facts, detail);
+    for (info, endpoints) in work {
+        each(&plan, planner.plan_without_endpoint_chains(info, endpoints));
+    }
+    plan
+}
+
 /// Decides per service port (spec §5.1–5.2) from node-wide facts.
 struct PortPlanner<'f> {
     node_name: &'f str,
@@ -470,10 +488,21 @@ fn prepare<'f>(
 impl PortPlanner<'_> {
     fn plan(&self, info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
         let proto = info.name.protocol.lower();
-        let endpoint_chains: Vec<EndpointChain> = endpoints
+        let mut plan = self.plan_without_endpoint_chains(info, endpoints);
+        plan.endpoint_chains = plan
+            .endpoints
             .iter()
-            .map(|e| EndpointChain::of(&info.name_string, proto, &e.endpoint))
+            .map(|e| EndpointChain::of(&plan.info.name_string, proto, &e.endpoint))
             .collect();
+        plan
+    }
+
+    fn plan_without_endpoint_chains(
+        &self,
+        info: ServicePortInfo,
+        endpoints: Vec<Endpoint>,
+    ) -> ServicePortPlan {
+        let proto = info.name.protocol.lower();
         let categorized = categorize(
             &endpoints,
             &CategorizeInput {
@@ -511,7 +540,7 @@ impl PortPlanner<'_> {
         ServicePortPlan {
             info,
             endpoints,
-            endpoint_chains,
+            endpoint_chains: Vec::new(),
             categorized,
             chains,
             uses_cluster_policy_chain,

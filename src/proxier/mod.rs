@@ -6,4 +6,5 @@ pub mod canonical;
 pub mod endpoints;
 pub mod hashing;
 pub mod iptables;
+pub mod nftables;
 pub mod service_port;

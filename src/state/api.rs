@@ -86,6 +86,8 @@ pub async fn fetch_cluster_state(conn: &Connection) -> Result<ClusterState, ApiE
         services,
         endpoint_slices,
         nodes,
+        // Not fetched: only the nftables proxier reads them, and clusters before 1.33 lack the API.
+        service_cidrs: Vec::new(),
     })
 }
 

@@ -42,6 +42,27 @@ pub struct IpvsConfig {
     pub sync_period: String,
 }
 
+/// The nftables section (used by the nftables proxier; see [`ProxyConfig::for_nftables`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NftablesConfig {
+    /// `nftables.masqueradeAll` (or `linux.masqueradeAll`).
+    pub masquerade_all: bool,
+    /// `nftables.masqueradeBit` (default 14).
+    pub masquerade_bit: u32,
+    /// `nftables.syncPeriod` (duration text, default `30s`).
+    pub sync_period: String,
+}
+
+impl Default for NftablesConfig {
+    fn default() -> Self {
+        NftablesConfig {
+            masquerade_all: false,
+            masquerade_bit: 14,
+            sync_period: "30s".into(),
+        }
+    }
+}
+
 /// The parts of KubeProxyConfiguration that shape the rules, with kube-proxy's defaults applied.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProxyConfig {
@@ -75,6 +96,8 @@ pub struct ProxyConfig {
     pub feature_gates: BTreeMap<String, bool>,
     /// The `ipvs` section.
     pub ipvs: IpvsConfig,
+    /// The `nftables` section.
+    pub nftables: NftablesConfig,
 }
 
 impl Default for ProxyConfig {
@@ -95,6 +118,7 @@ impl Default for ProxyConfig {
             tcp_be_liberal: false,
             feature_gates: BTreeMap::new(),
             ipvs: IpvsConfig::default(),
+            nftables: NftablesConfig::default(),
         }
     }
 }
@@ -107,6 +131,22 @@ impl ProxyConfig {
             Some(v) => *v,
             None => gate == "PreferSameTrafficDistribution",
         }
+    }
+
+    /// The configuration as kube-proxy reads it in nftables mode (whatever `mode` says): the
+    /// v1alpha1 conversion takes masqueradeAll, masqueradeBit and syncPeriod from the `nftables`
+    /// section, and an empty `nodePortAddresses` means `primary` (`cmd/kube-proxy`
+    /// `platformApplyDefaults`).
+    pub fn for_nftables(&self) -> ProxyConfig {
+        let mut c = self.clone();
+        c.mode = "nftables".into();
+        c.masquerade_all = self.nftables.masquerade_all;
+        c.masquerade_bit = self.nftables.masquerade_bit;
+        c.sync_period = self.nftables.sync_period.clone();
+        if c.node_port_addresses.is_empty() {
+            c.node_port_addresses = vec!["primary".into()];
+        }
+        c
     }
 
     /// The masquerade mark as kube-proxy formats `1 << masqueradeBit` (`%#08x` → `0x00004000`).
@@ -448,6 +488,7 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
         r.check_known(l, "linux.", LINUX);
         if let Some(v) = r.boolean(l, "masqueradeAll", "linux.masqueradeAll")? {
             cfg.masquerade_all = v;
+            cfg.nftables.masquerade_all = v;
         }
     }
     if let Some(ipt) = r.section(map, "iptables")? {
@@ -496,6 +537,19 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
     }
     if let Some(nft) = r.section(map, "nftables")? {
         r.check_known(nft, "nftables.", NFTABLES);
+        if let Some(v) = r.boolean(nft, "masqueradeAll", "nftables.masqueradeAll")? {
+            cfg.nftables.masquerade_all = cfg.nftables.masquerade_all || v;
+        }
+        if let Some(v) = r.integer(nft, "masqueradeBit", "nftables.masqueradeBit")? {
+            if !(0..=31).contains(&v) {
+                return Err(r.err("nftables.masqueradeBit", format!("{v} is not in 0..31")));
+            }
+            cfg.nftables.masquerade_bit = v as u32;
+        }
+        if let Some(v) = r.string(nft, "syncPeriod", "nftables.syncPeriod")? {
+            cfg.nftables.sync_period = v;
+        }
+        r.string(nft, "minSyncPeriod", "nftables.minSyncPeriod")?;
     }
     if let Some(ct) = r.section(map, "conntrack")? {
         r.check_known(ct, "conntrack.", CONNTRACK);
@@ -531,6 +585,30 @@ mod tests {
         assert_eq!(c.masquerade_mark(), "0x00004000");
         assert!(c.localhost_node_ports);
         assert_eq!(c.detect_local_mode, DetectLocalMode::ClusterCIDR);
+    }
+
+    #[test]
+    fn nftables_mode_reads_its_own_section() {
+        let (c, w) = parse(
+            "kind: KubeProxyConfiguration\nmode: nftables\niptables:\n  masqueradeAll: true\n  masqueradeBit: 12\nnftables:\n  masqueradeBit: 15\n  syncPeriod: 1m\n",
+            "c.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.is_empty(), "{w:?}");
+        let n = c.for_nftables();
+        assert!(!n.masquerade_all);
+        assert_eq!(n.masquerade_mark(), "0x00008000");
+        assert_eq!(n.sync_period, "1m");
+        assert_eq!(n.node_port_addresses, ["primary"]);
+        assert_eq!(c.masquerade_mark(), "0x00001000");
+        let e = parse(
+            "kind: KubeProxyConfiguration\nnftables:\n  masqueradeBit: 40\n",
+            "c.yaml",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(e.contains("nftables.masqueradeBit"), "{e}");
     }
 
     #[test]

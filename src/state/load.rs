@@ -1,7 +1,7 @@
 //! Loading API objects from files: `kubectl get … -o json|yaml` output (a `List`), single objects,
 //! JSON streams and multi-document YAML. `-` reads stdin.
 //!
-//! Only `Service`, `EndpointSlice` and `Node` objects are kept; other kinds are skipped (logged at
+//! Only `Service`, `EndpointSlice`, `Node` and `ServiceCIDR` objects are kept; other kinds are skipped (logged at
 //! debug level). Malformed input is an error with `file:line:col`; an object whose fields have the
 //! wrong type is an error naming the file, the object and the field path.
 
@@ -67,6 +67,7 @@ pub fn from_files(paths: &[PathBuf]) -> Result<ClusterState, StateError> {
         state.services.extend(part.services);
         state.endpoint_slices.extend(part.endpoint_slices);
         state.nodes.extend(part.nodes);
+        state.service_cidrs.extend(part.service_cidrs);
     }
     Ok(state)
 }
@@ -247,6 +248,9 @@ fn add_value(
                     .endpoint_slices
                     .push(decode(v, &kind, path, source_name)?),
                 "Node" => state.nodes.push(decode(v, &kind, path, source_name)?),
+                "ServiceCIDR" => state
+                    .service_cidrs
+                    .push(decode(v, &kind, path, source_name)?),
                 _ => tracing::debug!("{source_name}: {path}: skipping object of kind {kind:?}"),
             }
             Ok(())
@@ -272,6 +276,7 @@ mod direct {
     use super::ClusterState;
     use k8s_openapi::api::core::v1::{Node, Service};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
     use serde::Deserialize;
     use serde::de::{
         DeserializeSeed, Deserializer, Error as _, IgnoredAny, IntoDeserializer, MapAccess,
@@ -294,6 +299,7 @@ mod direct {
             state.services.extend(part.services);
             state.endpoint_slices.extend(part.endpoint_slices);
             state.nodes.extend(part.nodes);
+            state.service_cidrs.extend(part.service_cidrs);
         }
         Some(state)
     }
@@ -393,6 +399,7 @@ mod direct {
                     .endpoint_slices
                     .push(EndpointSlice::deserialize(whole)?),
                 "Node" => self.0.nodes.push(Node::deserialize(whole)?),
+                "ServiceCIDR" => self.0.service_cidrs.push(ServiceCIDR::deserialize(whole)?),
                 _ => {
                     tracing::debug!("skipping object of kind {kind:?}");
                     IgnoredAny::deserialize(whole)?;
@@ -431,6 +438,7 @@ mod direct {
         state.services.extend(items.services);
         state.endpoint_slices.extend(items.endpoint_slices);
         state.nodes.extend(items.nodes);
+        state.service_cidrs.extend(items.service_cidrs);
         Ok(())
     }
 

@@ -7,6 +7,7 @@ pub mod api;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 
 /// The API objects kube-proxy watches, as k8s-openapi types.
 #[derive(Debug, Clone, Default)]
@@ -17,6 +18,9 @@ pub struct ClusterState {
     pub endpoint_slices: Vec<EndpointSlice>,
     /// Nodes (core/v1).
     pub nodes: Vec<Node>,
+    /// ServiceCIDRs (networking.k8s.io/v1): the nftables proxier drops traffic to their
+    /// unallocated addresses.
+    pub service_cidrs: Vec<ServiceCIDR>,
 }
 
 pub mod config;

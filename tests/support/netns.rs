@@ -668,6 +668,20 @@ impl Netns {
         self.run(&all)
     }
 
+    // ---- nftables ---------------------------------------------------------------------------
+
+    /// `nft -f -` inside the namespace: `script` loads as one transaction or not at all.
+    pub fn nft_load(&self, script: &str) -> Result<()> {
+        self.run_stdin(&["nft", "-f", "-"], script).map(|_| ())
+    }
+
+    /// `nft <args>` inside the namespace, e.g. `&["list", "ruleset"]`; returns stdout.
+    pub fn nft(&self, args: &[&str]) -> Result<String> {
+        let mut all = vec!["nft"];
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+
     // ---- traffic ----------------------------------------------------------------------------
 
     /// TCP connect from this namespace to `dst` and read the echo server's reply, with

@@ -6,9 +6,10 @@
 //! to (iptables-restore `--noflush` semantics), exactly like `conformance.py`; chains the
 //! expectation deletes (`-X`) are dropped because a stateless render cannot know stale chains.
 
-use kproxy::cli::common::NodeFactArgs;
 use kproxy::proxier::canonical::sort_like_kube_proxy_tests;
 use kproxy::proxier::iptables::{RenderOptions, Rendered, render};
+use kproxy::state::ip::IpFamily;
+use kproxy::state::node::NodeInputs;
 use kproxy::state::{config, load, node};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -42,51 +43,49 @@ pub(crate) fn text_of(v: Option<&Value>) -> Option<String> {
 }
 
 /// The node-fact flags of a case, the same mapping as `conformance.py harness_flags`.
-pub(crate) fn harness_args(case: &Value) -> NodeFactArgs {
+pub(crate) fn harness_args(case: &Value) -> NodeInputs {
     let h = |k: &[&str]| {
         let mut p = vec!["harness"];
         p.extend_from_slice(k);
         text_of(get(case, &p))
     };
     let fam = h(&["ip_family"]).unwrap_or_else(|| "IPv4".into());
-    let mut ips: Vec<String> = get(case, &["harness", "interfaces", "eth0"])
+    let mut ips: Vec<std::net::IpAddr> = get(case, &["harness", "interfaces", "eth0"])
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
-                .map(|s| s.split('/').next().unwrap_or(s).to_string())
+                .filter_map(|s| s.split('/').next().unwrap_or(s).parse().ok())
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(prim) = h(&["primary_node_ip"])
+    if let Some(prim) = h(&["primary_node_ip"]).and_then(|p| p.parse::<std::net::IpAddr>().ok())
         && let Some(i) = ips.iter().position(|x| *x == prim)
     {
         let p = ips.remove(i);
         ips.insert(0, p);
     }
-    let counters: Vec<&str> = [
+    let counters: Vec<String> = [
         "ct_state_invalid_dropped_pkts",
         "localhost_nps_accepted_pkts",
     ]
     .into_iter()
     .filter(|c| h(&["nfacct_counters", c]).as_deref() == Some("true"))
+    .map(str::to_string)
     .collect();
-    NodeFactArgs {
+    NodeInputs {
         node: Some(h(&["node_name"]).unwrap_or_else(|| "test-node".into())),
         node_ips: ips,
-        ip_family: if fam.contains('6') {
-            "6".into()
+        family: Some(if fam.contains('6') {
+            IpFamily::V6
         } else {
-            "4".into()
-        },
-        random_fully: h(&["iptables_has_random_fully"]).as_deref() == Some("true"),
-        nfacct: Some(if counters.is_empty() {
-            "none".into()
-        } else {
-            counters.join(",")
+            IpFamily::V4
         }),
+        random_fully: h(&["iptables_has_random_fully"]).as_deref() == Some("true"),
+        nfacct: Some(counters),
         tcp_be_liberal: h(&["nf_conntrack_tcp_be_liberal"]).as_deref() == Some("true"),
         masquerade_mark: h(&["masquerade_mark"]),
+        not_in_state: false,
     }
 }
 
@@ -828,10 +827,10 @@ fn streamed_render_is_the_render() {
     let cfg_text =
         std::fs::read_to_string(root.join("testdata/cluster/config.yaml")).expect("config");
     let (cfg, _) = config::parse(&cfg_text, "config.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let args = NodeFactArgs {
-        ip_family: "4".into(),
+    let args = NodeInputs {
+        family: Some(IpFamily::V4),
         node: Some("node-1".into()),
-        ..NodeFactArgs::default()
+        ..NodeInputs::default()
     };
     let (facts, _) = node::build(&args, &state, &cfg).unwrap_or_else(|e| panic!("{e}"));
     inputs.push(("generated 2000x10".into(), state, cfg, facts));

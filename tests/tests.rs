@@ -22,3 +22,4 @@ mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;
 mod verify;
+mod wrong_inputs;

@@ -1,11 +1,11 @@
 //! Path view (`trace svc/NAME`): golden renderings on the example cluster (testdata/cluster) and a
 //! node dump with known divergences (testdata/trace/node-1.iptables, see make-node-dump.sh).
 
-use kproxy::cli::common::NodeFactArgs;
 use kproxy::graph::{self, GraphOptions};
 use kproxy::output::color::Painter;
 use kproxy::parsers::iptables::ParseOptions;
 use kproxy::proxier::iptables::{ServicePlan, expected_service_ports};
+use kproxy::state::node::NodeInputs;
 use kproxy::trace::path::{self, DivergenceKind, PathError, PathFormat, PathView, ServiceSelector};
 use std::path::PathBuf;
 
@@ -19,9 +19,9 @@ fn plan() -> (ServicePlan, String) {
     let text =
         std::fs::read_to_string(root().join("testdata/cluster/config.yaml")).expect("config");
     let (config, _) = kproxy::state::config::parse(&text, "config.yaml").expect("config parses");
-    let args = NodeFactArgs {
-        ip_family: "4".into(),
-        ..NodeFactArgs::default()
+    let args = NodeInputs {
+        family: Some(kproxy::state::ip::IpFamily::V4),
+        ..NodeInputs::default()
     };
     let (facts, _) = kproxy::state::node::build(&args, &state, &config).expect("facts");
     (

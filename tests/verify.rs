@@ -34,10 +34,9 @@ fn cluster_from(state_json: &str) -> Cluster {
     let config_text =
         std::fs::read_to_string(repo("testdata/cluster/config.yaml")).expect("config");
     let (config, _) = kproxy::state::config::parse(&config_text, "config.yaml").expect("config");
-    let args = kproxy::cli::common::NodeFactArgs {
-        ip_family: "4".into(),
-        random_fully: true,
-        nfacct: Some("none".into()),
+    let args = kproxy::state::node::NodeInputs {
+        family: Some(kproxy::state::ip::IpFamily::V4),
+        nfacct: Some(Vec::new()),
         ..Default::default()
     };
     let (facts, _) = kproxy::state::node::build(&args, &state, &config).expect("facts");

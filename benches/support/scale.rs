@@ -41,10 +41,9 @@ impl Scale {
             .unwrap_or_else(|e| panic!("{e}"));
         let (config, _) = kproxy::state::config::parse(&config_text, "config.yaml")
             .unwrap_or_else(|e| panic!("{e}"));
-        let args = kproxy::cli::common::NodeFactArgs {
-            ip_family: "4".into(),
-            random_fully: true,
-            nfacct: Some("none".into()),
+        let args = kproxy::state::node::NodeInputs {
+            family: Some(kproxy::state::ip::IpFamily::V4),
+            nfacct: Some(Vec::new()),
             ..Default::default()
         };
         let (facts, _) =

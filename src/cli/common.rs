@@ -25,7 +25,7 @@ pub struct GlobalArgs {
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
     /// Timeout of a single API request, e.g. 30s, 1m (0 = none).
-    #[arg(long, global = true, default_value = "0")]
+    #[arg(long, global = true, default_value = "0", value_parser = parse_request_timeout)]
     pub request_timeout: String,
     /// Omit table headers.
     #[arg(long, global = true)]
@@ -42,8 +42,8 @@ pub struct NodeFactArgs {
     #[arg(long)]
     pub node: Option<String>,
     /// A node IP (repeatable; the first of each family is the primary; default: the Node object's addresses).
-    #[arg(long = "node-ip", value_name = "IP")]
-    pub node_ips: Vec<String>,
+    #[arg(long = "node-ip", value_name = "IP", value_parser = parse_node_ip)]
+    pub node_ips: Vec<std::net::IpAddr>,
     /// IP family to render: 4, 6, or auto (the family of the cluster's service IPs when they
     /// are all of one family, else 4).
     #[arg(long = "ip-family", value_parser = ["auto", "4", "6"], default_value = "auto")]
@@ -57,9 +57,69 @@ pub struct NodeFactArgs {
     /// Whether net.netfilter.nf_conntrack_tcp_be_liberal is set on the node.
     #[arg(long = "tcp-be-liberal", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub tcp_be_liberal: bool,
-    /// Override the masquerade mark text (default: as kube-proxy formats masqueradeBit).
-    #[arg(long = "masquerade-mark", value_name = "STR")]
+    /// Override the masquerade mark (hex such as 0x00004000, or decimal; default: as kube-proxy
+    /// formats masqueradeBit).
+    #[arg(long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
+    /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
+    /// a node the state does not list is an error).
+    #[arg(long = "node-not-in-state", requires = "node_ips")]
+    pub node_not_in_state: bool,
+}
+
+impl NodeFactArgs {
+    /// The node facts the flags give, as the domain takes them.
+    pub fn inputs(&self) -> crate::state::node::NodeInputs {
+        use crate::state::ip::IpFamily;
+        crate::state::node::NodeInputs {
+            node: self.node.clone(),
+            node_ips: self.node_ips.clone(),
+            family: match self.ip_family.as_str() {
+                "4" => Some(IpFamily::V4),
+                "6" => Some(IpFamily::V6),
+                _ => None,
+            },
+            random_fully: self.random_fully,
+            nfacct: self.nfacct.as_deref().map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty() && *c != "none")
+                    .map(str::to_string)
+                    .collect()
+            }),
+            tcp_be_liberal: self.tcp_be_liberal,
+            masquerade_mark: self.masquerade_mark.clone(),
+            not_in_state: self.node_not_in_state,
+        }
+    }
+}
+
+/// `--request-timeout`: checked as kubectl checks it (`0`, seconds, or `500ms`, `30s`, `1m`,
+/// `1h`), kept as text for the client.
+fn parse_request_timeout(s: &str) -> Result<String, String> {
+    crate::kube_client::parse_duration(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `--node-ip`: an IPv4 or IPv6 address (leading zeros allowed, as kube-proxy reads node IPs).
+fn parse_node_ip(s: &str) -> Result<std::net::IpAddr, String> {
+    crate::state::ip::parse_ip_sloppy(s.trim()).ok_or_else(|| format!("{s:?} is not an IP address"))
+}
+
+/// `--masquerade-mark`: a 32-bit mark, `0x` hex or decimal, kept as written (rules print it so).
+fn parse_mark(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let value = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => t.parse::<u32>().ok(),
+    };
+    match value {
+        Some(v) if v != 0 => Ok(t.to_string()),
+        _ => Err(format!(
+            "{s:?} is not a mark: a non-zero 32-bit value, hex (0x00004000) or decimal (16384)"
+        )),
+    }
 }
 
 /// API state and kube-proxy configuration inputs (offline form).
@@ -255,7 +315,7 @@ pub fn load_proxy_inputs(
         fact_args.node = Some(n.to_string());
     }
     let (facts, warnings) =
-        crate::state::node::build(&fact_args, &cluster, &config).context("node facts")?;
+        crate::state::node::build(&fact_args.inputs(), &cluster, &config).context("node facts")?;
     warnings.iter().for_each(warn);
     Ok(ProxyInputs {
         state: cluster,

@@ -73,7 +73,7 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         // Read the configuration as kube-proxy does in nftables mode, whatever its `mode` says.
         cfg = cfg.for_nftables();
     }
-    let (facts, mut node_warnings) = node::build(&args.node, &state, &cfg)?;
+    let (facts, mut node_warnings) = node::build(&args.node.inputs(), &state, &cfg)?;
     warnings.append(&mut node_warnings);
     if args.mode == Mode::Ipvs {
         return render_ipvs(&args, &state, &cfg, &facts, warnings);

@@ -161,7 +161,7 @@ fn proxy_inputs(
     let mut fact_args = args.facts.clone();
     fact_args.node = Some(node.to_string());
     let build = |fact_args: &super::common::NodeFactArgs| {
-        crate::state::node::build(fact_args, &live.state, &config).context("node facts")
+        crate::state::node::build(&fact_args.inputs(), &live.state, &config).context("node facts")
     };
     let (mut facts, mut warnings) = build(&fact_args)?;
     if fact_args.nfacct.is_none() {

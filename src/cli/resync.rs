@@ -84,7 +84,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         host,
         config,
         facts: Arc::new(move |state| {
-            let (facts, _) = crate::state::node::build(&fact_args, state, &fact_config)?;
+            let (facts, _) = crate::state::node::build(&fact_args.inputs(), state, &fact_config)?;
             Ok(facts)
         }),
         min_sync_period: duration(&args.min_sync_period)?,

@@ -238,10 +238,7 @@ fn run_packet(
         }
         ModelArg::Kernel => {
             let mut ips = args.local_ips.clone();
-            for ip in &args.node.node_ips {
-                let ip: IpAddr = ip
-                    .parse()
-                    .with_context(|| format!("--node-ip {ip}: not an IP address"))?;
+            for &ip in &args.node.node_ips {
                 if !ips.contains(&ip) {
                     ips.push(ip);
                 }
@@ -299,7 +296,7 @@ fn plan_of(
     if let Some(inputs) = live.filter(|i| fact_args.node.is_none() && !i.node.is_empty()) {
         fact_args.node = Some(inputs.node.clone());
     }
-    let (facts, mut node_warnings) = node::build(&fact_args, &state, &cfg)?;
+    let (facts, mut node_warnings) = node::build(&fact_args.inputs(), &state, &cfg)?;
     warnings.append(&mut node_warnings);
     super::common::print_warnings(&warnings);
     Ok(Some((

@@ -169,7 +169,7 @@ pub fn report_from_inputs(
         fact_args.node = Some(n);
     }
     let (facts, warnings) =
-        crate::state::node::build(&fact_args, &state, &config).context("node facts")?;
+        crate::state::node::build(&fact_args.inputs(), &state, &config).context("node facts")?;
     for w in warnings {
         super::common::warn(w);
     }

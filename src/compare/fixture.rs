@@ -16,10 +16,9 @@ pub(crate) fn cluster_plan() -> (ServicePlan, NodeFacts) {
         .expect("state");
     let (config, _) = crate::state::config::parse(&read("testdata/cluster/config.yaml"), "config")
         .expect("config");
-    let args = crate::cli::common::NodeFactArgs {
-        ip_family: "4".into(),
-        random_fully: true,
-        nfacct: Some("none".into()),
+    let args = crate::state::node::NodeInputs {
+        family: Some(crate::state::ip::IpFamily::V4),
+        nfacct: Some(Vec::new()),
         ..Default::default()
     };
     let (facts, _) = crate::state::node::build(&args, &state, &config).expect("facts");

@@ -211,6 +211,22 @@ pub enum VerifyError {
         /// Why it is partial, in words.
         gaps: String,
     },
+    /// A dump holds the other family's rules (an `ip6tables-save` given as `--iptables-save`).
+    #[error(
+        "{label} holds {found} rules ({how}) but was given as the {expected} dump: pass it as --{flag}"
+    )]
+    FamilySwapped {
+        /// Which dump.
+        label: String,
+        /// The family its content shows.
+        found: &'static str,
+        /// The family it was given as.
+        expected: &'static str,
+        /// How its family shows (header, addresses).
+        how: &'static str,
+        /// The flag it belongs to.
+        flag: &'static str,
+    },
     /// A dump's family was not planned ([`NodePlans::new`] was given other dumps).
     #[error("{label}: no {family} plan; NodePlans::new was not given this dump")]
     NotPlanned {
@@ -272,6 +288,34 @@ fn parse<'t>(
     })
 }
 
+/// Refuses a dump whose header or addresses show the other family than the one it was given as:
+/// compared with the wrong family's plan, every rule would be reported as drift.
+pub fn check_family(
+    dump: &kproxy_parsers::iptables::Dump<'_>,
+    expected: Family,
+    label: &str,
+) -> Result<(), VerifyError> {
+    let name = |f: Family| if f == Family::V6 { "IPv6" } else { "IPv4" };
+    if dump.family == Family::Unknown || dump.family == expected || expected == Family::Unknown {
+        return Ok(());
+    }
+    Err(VerifyError::FamilySwapped {
+        label: label.to_string(),
+        found: name(dump.family),
+        expected: name(expected),
+        how: if dump.version.is_some() {
+            "its header names the tool that saved it"
+        } else {
+            "its addresses"
+        },
+        flag: if dump.family == Family::V6 {
+            "ip6tables-save"
+        } else {
+            "iptables-save"
+        },
+    })
+}
+
 /// Runs every check for one node.
 pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     let mode = if input.config.mode.is_empty() {
@@ -327,6 +371,14 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     }
     if let Some(nft) = input.nft_ruleset {
         findings.extend(nodewide::foreign_nft_tables(nft, mode));
+    }
+    // The node's rules are kube-proxy's iptables mode (an IPVS node takes the IPVS path): a
+    // configuration that says otherwise is drift, whatever the rules hold.
+    if main_has_rules
+        && let Some(f) =
+            crate::compare::ipvs::mode_finding(mode, crate::compare::ipvs::DetectedMode::Iptables)
+    {
+        findings.push(f);
     }
     Ok(Report::new(input.node, mode, service_ports, findings))
 }
@@ -424,6 +476,7 @@ fn verify_dump(
         let model_guard = ModelCell(&model_cell);
         let dump = parse(d, &input.parse)?;
         stage("parsed");
+        check_family(&dump, family, d.label)?;
         // A table the dump lacks is one node-wide finding (KP011); the per-port findings about
         // its chains would only repeat it.
         let missing: Vec<&'static str> = ["nat", "filter"]

@@ -413,6 +413,28 @@ pub fn parse(text: &str, source_name: &str) -> Result<(ProxyConfig, Vec<Warning>
     Ok((cfg, r.warnings))
 }
 
+/// `mode` as kube-proxy's `validateProxyMode` accepts it on Linux: `""` (iptables), `iptables`,
+/// `ipvs`, `nftables`, spelled exactly so.
+fn valid_mode(r: &Reader<'_>, mode: String) -> Result<String, ConfigError> {
+    const MODES: [&str; 3] = ["iptables", "ipvs", "nftables"];
+    if mode.is_empty() || MODES.contains(&mode.as_str()) {
+        return Ok(mode);
+    }
+    let hint = if mode == "kernelspace" {
+        " (kernelspace is kube-proxy's Windows mode)".to_string()
+    } else if MODES.contains(&mode.to_lowercase().as_str()) {
+        format!(" (modes are lower case: {:?})", mode.to_lowercase())
+    } else {
+        String::new()
+    };
+    Err(r.err(
+        "mode",
+        format!(
+            "{mode:?} is not a proxy mode kube-proxy accepts on Linux: iptables, ipvs, nftables, or \"\" for iptables{hint}"
+        ),
+    ))
+}
+
 fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConfig, ConfigError> {
     let mut cfg = ProxyConfig::default();
     if let Some(kind) = r.string(map, "kind", "kind")?
@@ -433,7 +455,7 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
     }
     r.check_known(map, "", TOP_LEVEL);
     if let Some(v) = r.string(map, "mode", "mode")? {
-        cfg.mode = v;
+        cfg.mode = valid_mode(r, v)?;
     }
     if let Some(v) = r.string(map, "hostnameOverride", "hostnameOverride")? {
         cfg.hostname_override = v.trim().to_lowercase();

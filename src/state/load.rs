@@ -35,6 +35,16 @@ pub enum StateError {
         /// The parser's message.
         message: String,
     },
+    /// The file is something else than API state (a configuration, a dump).
+    #[error(
+        "{source_name} is {what}, not API state: --state takes the output of `kubectl get services,endpointslices,nodes -A -o json`"
+    )]
+    NotState {
+        /// File name (or `<stdin>`).
+        source_name: String,
+        /// What the file is, and where it belongs.
+        what: String,
+    },
     /// An object could not be decoded as its kind.
     #[error("{source_name}: {object}: field `{field}`: {message}")]
     Object {
@@ -151,10 +161,62 @@ fn yaml_error(e: &serde_saphyr::Error, source_name: &str) -> StateError {
 /// (any error or unusual layout) the text is parsed again through `serde_json::Value`, which gives
 /// the precise `file:line:col` / object / field messages.
 pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
-    if let Some(state) = direct::from_json(text) {
+    if let Some(state) = direct::from_json(text)
+        && !state.is_empty()
+    {
         return Ok(state);
     }
-    from_str_via_values(text, source_name)
+    let not_state = |what: String| StateError::NotState {
+        source_name: source_name.into(),
+        what,
+    };
+    match from_str_via_values(text, source_name) {
+        Ok(state) if state.is_empty() => match what_else(text) {
+            Some(what) => Err(not_state(what)),
+            None => Ok(state),
+        },
+        Ok(state) => Ok(state),
+        Err(e) => Err(what_else(text).map_or(e, not_state)),
+    }
+}
+
+/// What a file that holds no API objects is, when it is something kproxy knows: a
+/// KubeProxyConfiguration, the kube-proxy ConfigMap, a node's dump, or other objects.
+fn what_else(text: &str) -> Option<String> {
+    let first_kind = |v: &Value| v.get("kind").and_then(Value::as_str).map(str::to_string);
+    if let Ok(docs) = parse_documents(text, "") {
+        let kinds: Vec<String> = docs.iter().filter_map(first_kind).collect();
+        if kinds.iter().any(|k| k == "KubeProxyConfiguration") {
+            return Some(
+                "a KubeProxyConfiguration (kube-proxy's configuration: pass it as --config)".into(),
+            );
+        }
+        if docs
+            .iter()
+            .any(|d| d.get("data").and_then(|d| d.get("config.conf")).is_some())
+        {
+            return Some(
+                "a ConfigMap holding kube-proxy's configuration (pass it as --config)".into(),
+            );
+        }
+        if !docs.is_empty() && docs.iter().all(|d| !d.is_object() && !d.is_array()) {
+            return Some("plain text, not JSON or YAML objects".into());
+        }
+        if let Some(k) = kinds.first()
+            && !k.ends_with("List")
+        {
+            return Some(format!(
+                "{} object(s) of kind {}",
+                kinds.len(),
+                kinds.join(", ")
+            ));
+        }
+    }
+    let kind = text
+        .lines()
+        .take(50)
+        .find_map(kproxy_parsers::paste::line_kind)?;
+    Some(format!("`{}` output (a node's dump)", kind.command()))
 }
 
 /// [`from_str`] through `serde_json::Value` / YAML documents: slower, exact error messages.

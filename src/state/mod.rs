@@ -23,6 +23,16 @@ pub struct ClusterState {
     pub service_cidrs: Vec<ServiceCIDR>,
 }
 
+impl ClusterState {
+    /// Whether the state holds no object at all.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.endpoint_slices.is_empty()
+            && self.nodes.is_empty()
+            && self.service_cidrs.is_empty()
+    }
+}
+
 pub mod config;
 pub mod ip;
 pub mod load;

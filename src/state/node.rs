@@ -5,7 +5,6 @@
 use super::config::ProxyConfig;
 use super::ip::{Cidr, IpFamily, parse_ip_sloppy};
 use super::{ClusterState, Warning};
-use crate::cli::common::NodeFactArgs;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -96,6 +95,45 @@ impl NodeFacts {
     }
 }
 
+/// What the caller knows of the node (from flags, a bundle, a test): [`build`] completes it from
+/// the state's Node object and the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInputs {
+    /// The node's name (default: the config's hostnameOverride, else the state's only Node).
+    pub node: Option<String>,
+    /// The node's IPs (default: the Node object's addresses).
+    pub node_ips: Vec<IpAddr>,
+    /// The family to render; `None` picks the cluster's ([`cluster_family`]).
+    pub family: Option<IpFamily>,
+    /// Whether the node's iptables supports `--random-fully`.
+    pub random_fully: bool,
+    /// The nfacct counters present; `None` means both of kube-proxy's.
+    pub nfacct: Option<Vec<String>>,
+    /// Whether `net.netfilter.nf_conntrack_tcp_be_liberal` is set.
+    pub tcp_be_liberal: bool,
+    /// The masquerade mark text to use instead of the configuration's.
+    pub masquerade_mark: Option<String>,
+    /// The node is deliberately not one of the state's Nodes (its facts come from
+    /// [`NodeInputs::node_ips`]): no "not found" error.
+    pub not_in_state: bool,
+}
+
+impl Default for NodeInputs {
+    /// Nothing known: kube-proxy's defaults (`--random-fully` supported, both nfacct counters).
+    fn default() -> Self {
+        NodeInputs {
+            node: None,
+            node_ips: Vec::new(),
+            family: None,
+            random_fully: true,
+            nfacct: None,
+            tcp_be_liberal: false,
+            masquerade_mark: None,
+            not_in_state: false,
+        }
+    }
+}
+
 /// Why node facts could not be determined.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -104,12 +142,16 @@ pub enum NodeError {
         "cannot tell which node to render for: pass --node NAME (or set hostnameOverride in the config)"
     )]
     NoNodeName,
-    /// A `--node-ip` value is not an IP address.
-    #[error("--node-ip {0:?} is not an IP address")]
-    BadNodeIp(String),
-    /// The `--ip-family` value is not 4 or 6.
-    #[error("--ip-family {0:?} must be 4 or 6")]
-    BadFamily(String),
+    /// The node is not one of the state's Nodes: facts made up for it would be wrong.
+    #[error(
+        "node {name:?} not found in the state; it has: {known} (a node the state does not list needs --node-ip and --node-not-in-state)"
+    )]
+    UnknownNode {
+        /// The name asked for.
+        name: String,
+        /// The state's node names, comma-separated.
+        known: String,
+    },
 }
 
 /// The addresses of a Node object, kube-proxy's preference: InternalIP first, then ExternalIP.
@@ -133,19 +175,16 @@ pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
     out
 }
 
-/// Builds the node facts from the flags, the state's Node object and the configuration.
+/// Builds the node facts from what the caller knows, the state's Node object and the
+/// configuration. A node the state does not list (when it lists any) is an error unless
+/// [`NodeInputs::not_in_state`] says so.
 pub fn build(
-    args: &NodeFactArgs,
+    args: &NodeInputs,
     state: &ClusterState,
     config: &ProxyConfig,
 ) -> Result<(NodeFacts, Vec<Warning>), NodeError> {
     let mut warnings = Vec::new();
-    let family = match args.ip_family.as_str() {
-        "" | "auto" => cluster_family(state),
-        "4" | "IPv4" | "ipv4" => IpFamily::V4,
-        "6" | "IPv6" | "ipv6" => IpFamily::V6,
-        other => return Err(NodeError::BadFamily(other.into())),
-    };
+    let family = args.family.unwrap_or_else(|| cluster_family(state));
     let name = match args
         .node
         .as_deref()
@@ -164,6 +203,17 @@ pub fn build(
         .nodes
         .iter()
         .find(|n| super::load::node_key(n).trim().eq_ignore_ascii_case(&name));
+    if node.is_none() && !state.nodes.is_empty() && !args.not_in_state {
+        let known: Vec<String> = state
+            .nodes
+            .iter()
+            .map(|n| super::load::node_key(n).trim().to_string())
+            .collect();
+        return Err(NodeError::UnknownNode {
+            name,
+            known: known.join(", "),
+        });
+    }
 
     if args.node_ips.is_empty() {
         match node {
@@ -174,8 +224,7 @@ pub fn build(
             ),
         }
     } else {
-        for s in &args.node_ips {
-            let ip = parse_ip_sloppy(s.trim()).ok_or_else(|| NodeError::BadNodeIp(s.clone()))?;
+        for &ip in &args.node_ips {
             if !facts.node_ips.contains(&ip) {
                 facts.node_ips.push(ip);
             }
@@ -215,24 +264,17 @@ pub fn build(
         Some(m) => m.clone(),
         None => config.masquerade_mark(),
     };
-    match args.nfacct.as_deref().map(str::trim) {
-        None => {}
-        Some("none") | Some("") => {
-            facts.nfacct_ct_state_invalid = false;
-            facts.nfacct_localhost_nodeports = false;
-        }
-        Some(list) => {
-            facts.nfacct_ct_state_invalid = false;
-            facts.nfacct_localhost_nodeports = false;
-            for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-                match c {
-                    NFACCT_CT_STATE_INVALID => facts.nfacct_ct_state_invalid = true,
-                    NFACCT_LOCALHOST_NODEPORTS => facts.nfacct_localhost_nodeports = true,
-                    other => warnings.push(Warning::new(
-                        "--nfacct",
-                        format!("{other:?} is not a counter kube-proxy uses; ignored"),
-                    )),
-                }
+    if let Some(counters) = &args.nfacct {
+        facts.nfacct_ct_state_invalid = false;
+        facts.nfacct_localhost_nodeports = false;
+        for c in counters {
+            match c.as_str() {
+                NFACCT_CT_STATE_INVALID => facts.nfacct_ct_state_invalid = true,
+                NFACCT_LOCALHOST_NODEPORTS => facts.nfacct_localhost_nodeports = true,
+                other => warnings.push(Warning::new(
+                    "--nfacct",
+                    format!("{other:?} is not a counter kube-proxy uses; ignored"),
+                )),
             }
         }
     }

@@ -132,6 +132,36 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     }
 }
 
+/// An iptables input's text as `graph` and `trace` parse it.
+#[derive(Debug)]
+pub struct RulesText {
+    /// The text to parse.
+    pub text: String,
+    /// The table of the text when it is `-S` text read back from an `iptables -L` listing.
+    pub table: Option<&'static str>,
+}
+
+/// Under `--lenient`, reads an `iptables -L` listing back into `iptables -S` text for its table
+/// (`table` when the caller has one, else inferred), warning on stderr that and how it is lossy.
+/// Any other text, and every text in strict mode (where the parser's error names the listing),
+/// is returned as it is. `name` names the input in the warnings.
+pub fn rules_text(text: String, name: &str, table: Option<&str>, lenient: bool) -> RulesText {
+    use crate::parsers::iptables::listing;
+    use std::io::Write;
+    if !lenient || listing::looks_like_listing(&text).is_none() {
+        return RulesText { text, table: None };
+    }
+    let read = listing::read_listing(&text, table);
+    let mut err = anstream::stderr();
+    for note in &read.notes {
+        let _ = writeln!(err, "warning: {name}: {note}");
+    }
+    RulesText {
+        text: read.text,
+        table: Some(read.table),
+    }
+}
+
 /// The inputs of the proxier emulation, loaded from the offline flags.
 #[derive(Debug)]
 pub struct ProxyInputs {

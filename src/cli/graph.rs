@@ -1,6 +1,6 @@
 //! `graph` command: rebuild the service graph from a node's iptables dump(s).
 
-use super::common::{DumpArgs, GlobalArgs, read_input};
+use super::common::{DumpArgs, GlobalArgs, read_input, rules_text};
 use crate::exit::Outcome;
 use crate::graph::{self, GraphDocument, GraphOptions, ServiceGraph};
 use crate::output;
@@ -104,14 +104,22 @@ pub fn run(args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         anyhow::bail!("graph: only one input can be read from stdin (`-`)");
     }
+    let lenient = args.dump.lenient;
     let texts = inputs
         .iter()
-        .map(|p| read_input(p))
+        .map(|p| {
+            Ok(rules_text(
+                read_input(p)?,
+                &source_name(p),
+                Some(&args.table),
+                lenient,
+            ))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let graphs = texts
         .iter()
         .zip(&inputs)
-        .map(|(text, p)| graph_of(text, p, &args.table, args.dump.lenient))
+        .map(|(t, p)| graph_of(&t.text, p, t.table.unwrap_or(&args.table), lenient))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.output == GraphFormat::Json {
         // Streamed: the document of a node-sized dump is ~120 MB of text.

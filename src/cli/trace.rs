@@ -5,7 +5,9 @@
 //! * `trace svc/NAME` shows a service's path view ([`crate::trace::path`]), compared with what the
 //!   API implies when `--state` is given.
 
-use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
+use super::common::{
+    DumpArgs, GlobalArgs, NodeFactArgs, RulesText, StateArgs, read_input, rules_text,
+};
 use crate::exit::Outcome;
 use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
@@ -157,10 +159,16 @@ fn dump_text(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
     ipv6: bool,
-) -> anyhow::Result<(PathBuf, String)> {
+) -> anyhow::Result<(PathBuf, RulesText)> {
     let Some(inputs) = live else {
         let path = dump_path(&args.dump, ipv6)?;
-        return Ok((path.clone(), read_input(path)?));
+        let text = rules_text(
+            read_input(path)?,
+            &source_name(path),
+            None,
+            args.dump.lenient,
+        );
+        return Ok((path.clone(), text));
     };
     let snap = &inputs.snapshot;
     let (command, text) = match (ipv6, &snap.ip6tables_save, &snap.iptables_save) {
@@ -174,7 +182,10 @@ fn dump_text(
     };
     Ok((
         format!("{command} ({})", snap.collector).into(),
-        text.clone(),
+        RulesText {
+            text: text.clone(),
+            table: None,
+        },
     ))
 }
 
@@ -259,17 +270,26 @@ fn run_packet(
 }
 
 /// Parses the dump, naming the file in errors and warning about lines skipped in lenient mode.
-fn parse_rules<'a>(text: &'a str, path: &Path, lenient: bool) -> anyhow::Result<Ruleset<'a>> {
+fn parse_rules<'a>(text: &'a RulesText, path: &Path, lenient: bool) -> anyhow::Result<Ruleset<'a>> {
+    let opts = parse_options(text, lenient);
+    let dump = parse_dump(&text.text, &opts).map_err(|e| e.in_source(source_name(path)))?;
+    for s in &dump.skipped {
+        tracing::warn!("{}:{}: skipped: {}", path.display(), s.line, s.reason);
+    }
+    Ok(Ruleset::from_dump(dump))
+}
+
+/// Strict or lenient parsing, with the table of `-S` text read back from an `iptables -L` listing.
+fn parse_options(text: &RulesText, lenient: bool) -> ParseOptions {
     let opts = if lenient {
         ParseOptions::lenient()
     } else {
         ParseOptions::strict()
     };
-    let dump = parse_dump(text, &opts).map_err(|e| e.in_source(source_name(path)))?;
-    for s in &dump.skipped {
-        tracing::warn!("{}:{}: skipped: {}", path.display(), s.line, s.reason);
+    match text.table {
+        Some(table) => opts.with_table(table),
+        None => opts,
     }
-    Ok(Ruleset::from_dump(dump))
 }
 
 fn source_name(path: &Path) -> String {
@@ -345,12 +365,8 @@ fn run_path(
             .unwrap_or_default(),
         ..GraphOptions::default()
     };
-    let parse = if args.dump.lenient {
-        ParseOptions::lenient()
-    } else {
-        ParseOptions::strict()
-    };
-    let graph = graph::from_text(&text, &source_name(path), &parse, &opts)?;
+    let parse = parse_options(&text, args.dump.lenient);
+    let graph = graph::from_text(&text.text, &source_name(path), &parse, &opts)?;
     let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
     let out = view.render(format, Painter::for_stdout(), global.no_headers)?;

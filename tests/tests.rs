@@ -5,6 +5,7 @@ mod support;
 mod cluster_e2e;
 mod graph;
 mod ipvs;
+mod listing;
 mod live;
 mod netns_harness;
 mod packaging;

@@ -451,6 +451,11 @@ fn starts_extra(word: &str) -> bool {
         )
 }
 
+/// A kind of dropped part for the notes: its first 32 characters.
+fn kind_name(s: &str) -> String {
+    s.chars().take(32).collect()
+}
+
 /// One row being written as an `-A` line.
 struct RowOut<'a> {
     target: &'a str,
@@ -474,7 +479,8 @@ impl Reader {
         *self.dropped.entry(kind.to_string()).or_default() += 1;
     }
 
-    /// An address column: `None` for any address, else the `[!] -s ADDR` words.
+    /// An address column as `[!] FLAG ADDR` words appended to `out`; nothing for any address, and
+    /// nothing (recorded) for a host name that cannot be read back.
     fn address(&mut self, word: &str, flag: &str, out: &mut String) {
         let (neg, w) = match word.strip_prefix('!') {
             Some(w) => (true, w),
@@ -518,7 +524,7 @@ impl Reader {
         let _ = write!(out, " {flag} {value}");
     }
 
-    /// An interface column (`-v`): `*` is any.
+    /// An interface column (`-v`) as `[!] FLAG IFACE` words appended to `out`; `*` is any.
     fn interface(&mut self, word: &str, flag: &str, out: &mut String) {
         let (neg, w) = match word.strip_prefix('!') {
             Some(w) => (true, w),
@@ -647,10 +653,9 @@ impl Reader {
                     };
                     let _ = write!(opts, "{neg} {flag} {p}");
                 }
-                // `flags:0x06/0x02`, `option=2`, `chunk-types …`: not read back.
+                // `flags:0x06/0x02`, `option=2`: not read back.
                 if let Some(w) = ex.peek()
-                    && !starts_extra(w)
-                    && w != "!"
+                    && (w.starts_with("flags:") || w.starts_with("option="))
                 {
                     let name = w.split([':', '=']).next().unwrap_or(w);
                     self.drop(&format!("{word} {name}"));
@@ -685,7 +690,7 @@ impl Reader {
                 }
                 if ex.peek() != Some("random") {
                     let mode = ex.peek().filter(|m| is_plain(m)).unwrap_or("?");
-                    return Err(format!("statistic mode {mode}"));
+                    return Err(kind_name(&format!("statistic mode {mode}")));
                 }
                 ex.next();
                 let mut neg = not;
@@ -720,6 +725,9 @@ impl Reader {
                                 Some(t) => (" !", t),
                                 None => ("", t.as_str()),
                             };
+                            if t.is_empty() {
+                                return Err("ADDRTYPE".to_string());
+                            }
                             let _ = write!(opts, "{neg} --{w} {t}");
                         }
                         "limit-in" | "limit-out" => {
@@ -830,10 +838,7 @@ impl Reader {
                 let name = value(ex, "nfacct-name")?;
                 let _ = write!(row.matches, " -m nfacct --nfacct-name {name}");
             }
-            other => {
-                let name = other.split([':', '=']).next().unwrap_or(other);
-                return Err(name.chars().take(32).collect());
-            }
+            other => return Err(kind_name(other.split([':', '=']).next().unwrap_or(other))),
         }
         Ok(())
     }
@@ -1166,6 +1171,7 @@ pub fn read_listing(text: &str, table: Option<&str>) -> Listing {
     let mut seen: Vec<&str> = Vec::new();
     let mut stopped_at: Option<(u32, &str)> = None;
     let (mut unreadable, mut outside) = (Vec::new(), Vec::new());
+    let mut legacy_present = false;
     for (n, raw) in text.split('\n').enumerate() {
         if n > 0 {
             out.push('\n');
@@ -1225,6 +1231,10 @@ pub fn read_listing(text: &str, table: Option<&str>) -> Listing {
                 Some(rule) => out.push_str(&rule),
                 None => unreadable.push(line_no),
             },
+            // iptables-nft's first line when the other backend has rules too.
+            State::Outside if line.starts_with("# Warning: iptables-legacy tables present") => {
+                legacy_present = true;
+            }
             State::Outside => outside.push(line_no),
             State::Stopped => {}
         }
@@ -1293,6 +1303,13 @@ pub fn read_listing(text: &str, table: Option<&str>) -> Listing {
             "outside the listing's chains, ignored: {}",
             line_list(&outside)
         ));
+    }
+    if legacy_present {
+        notes.push(
+            "the listing says iptables-legacy tables are present: kube-proxy's rules may be \
+             there (`iptables-legacy-save`)"
+                .to_string(),
+        );
     }
     if let Some((line, chain)) = stopped_at {
         notes.push(format!(
@@ -1777,6 +1794,24 @@ DROP       all  --  localhost            anywhere
             "{notes}"
         );
         assert_eq!(l.text.split('\n').count(), text.split('\n').count());
+    }
+
+    #[test]
+    fn the_legacy_tables_warning_is_a_note_of_its_own() {
+        let text = format!(
+            "# Warning: iptables-legacy tables present, use iptables-legacy to see them\n{NAT_N}"
+        );
+        let l = read_listing(&text, None);
+        assert!(
+            l.notes
+                .iter()
+                .any(|n| n.contains("iptables-legacy tables are present"))
+        );
+        assert!(
+            !l.notes.iter().any(|n| n.contains("ignored")),
+            "{:?}",
+            l.notes
+        );
     }
 
     #[test]

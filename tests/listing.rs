@@ -90,6 +90,11 @@ fn every_capture_reads_back_to_the_saved_rules() {
             !form.contains('n'),
             "{file}: names without -n"
         );
+        assert!(
+            !listing.notes.iter().any(|n| n.contains("partial")),
+            "{file}: every chain jumped to is listed: {:?}",
+            listing.notes
+        );
         let save = read(&format!("{set}.save"));
         let reference = Ruleset::parse(&save, &ParseOptions::strict()).expect("save parses");
         let got = parsed_listing(&listing);

@@ -85,7 +85,8 @@ pub struct DumpArgs {
     /// `iptables-legacy-save` output (the other backend).
     #[arg(long = "iptables-legacy-save", value_name = "FILE")]
     pub iptables_legacy_save: Option<PathBuf>,
-    /// Skip lines that are not rules (shell prompts, pasted tables), one warning each.
+    /// Skip lines that are not rules (shell prompts, pasted tables), one warning each; read
+    /// `iptables -L` listings best-effort (graph, trace).
     #[arg(long)]
     pub lenient: bool,
 }

@@ -451,6 +451,53 @@ fn starts_extra(word: &str) -> bool {
         )
 }
 
+/// Targets of iptables itself (iptables-extensions(8) "TARGET EXTENSIONS" and the verdicts);
+/// any other target is a user chain.
+const STANDARD_TARGETS: [&str; 42] = [
+    "ACCEPT",
+    "DROP",
+    "RETURN",
+    "QUEUE",
+    "AUDIT",
+    "CHECKSUM",
+    "CLASSIFY",
+    "CLUSTERIP",
+    "CONNMARK",
+    "CONNSECMARK",
+    "CT",
+    "DNAT",
+    "DNPT",
+    "DSCP",
+    "ECN",
+    "HL",
+    "HMARK",
+    "IDLETIMER",
+    "LED",
+    "LOG",
+    "MARK",
+    "MASQUERADE",
+    "NETMAP",
+    "NFLOG",
+    "NFQUEUE",
+    "NOTRACK",
+    "RATEEST",
+    "REDIRECT",
+    "REJECT",
+    "SECMARK",
+    "SET",
+    "SNAT",
+    "SNPT",
+    "SYNPROXY",
+    "TCPMSS",
+    "TCPOPTSTRIP",
+    "TEE",
+    "TOS",
+    "TPROXY",
+    "TRACE",
+    "TTL",
+    "ULOG",
+];
+
 /// A kind of dropped part for the notes: its first 32 characters.
 fn kind_name(s: &str) -> String {
     s.chars().take(32).collect()
@@ -472,6 +519,8 @@ struct Reader {
     hosts: BTreeMap<String, usize>,
     unknown_services: BTreeMap<String, usize>,
     dropped: BTreeMap<String, usize>,
+    /// Targets that are not iptables' own: chains the listing should show.
+    jumps: std::collections::BTreeSet<String>,
 }
 
 impl Reader {
@@ -985,6 +1034,9 @@ impl Reader {
         if let Some((p, b)) = counters {
             let _ = write!(out, " -c {p} {b}");
         }
+        if !row.target.is_empty() && !STANDARD_TARGETS.contains(&row.target) {
+            self.jumps.insert(row.target.to_string());
+        }
         if !row.target.is_empty() {
             let jump = if row.goto { "-g" } else { "-j" };
             let _ = write!(out, " {jump} {}{}", row.target, row.target_opts);
@@ -1164,6 +1216,7 @@ pub fn read_listing(text: &str, table: Option<&str>) -> Listing {
         hosts: BTreeMap::new(),
         unknown_services: BTreeMap::new(),
         dropped: BTreeMap::new(),
+        jumps: std::collections::BTreeSet::new(),
     };
     let mut out = String::with_capacity(text.len());
     let mut state = State::Outside;
@@ -1302,6 +1355,27 @@ pub fn read_listing(text: &str, table: Option<&str>) -> Listing {
         notes.push(format!(
             "outside the listing's chains, ignored: {}",
             line_list(&outside)
+        ));
+    }
+    let missing: Vec<&str> = r
+        .jumps
+        .iter()
+        .map(String::as_str)
+        .filter(|j| !seen.contains(j))
+        .collect();
+    if !missing.is_empty() {
+        let mut names = missing
+            .iter()
+            .take(5)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if missing.len() > 5 {
+            names.push_str(", …");
+        }
+        notes.push(format!(
+            "the listing is partial: rules jump to {} chains it does not show ({names})",
+            missing.len()
         ));
     }
     if legacy_present {
@@ -1786,7 +1860,7 @@ DROP       all  --  localhost            anywhere
         let l = read_listing(&text, None);
         let notes = l.notes.join("\n");
         assert!(
-            notes.ends_with("outside the listing's chains, ignored: line 1"),
+            notes.contains("outside the listing's chains, ignored: line 1\n"),
             "{notes}"
         );
         assert!(
@@ -1794,6 +1868,24 @@ DROP       all  --  localhost            anywhere
             "{notes}"
         );
         assert_eq!(l.text.split('\n').count(), text.split('\n').count());
+    }
+
+    #[test]
+    fn jumps_to_chains_that_are_not_listed_make_it_partial() {
+        let l = read_listing(NAT_N, None);
+        let want = "the listing is partial: rules jump to 4 chains it does not show \
+                    (KUBE-MARK-MASQ, KUBE-SEP-A, KUBE-SEP-B, KUBE-SERVICES)";
+        assert!(l.notes.iter().any(|n| n == want), "{:?}", l.notes);
+        let whole = "Chain INPUT (policy ACCEPT)\ntarget prot opt source destination\n\
+                     KUBE-A all -- 0.0.0.0/0 0.0.0.0/0\nACCEPT all -- 0.0.0.0/0 0.0.0.0/0\n\n\
+                     Chain KUBE-A (1 references)\ntarget prot opt source destination\n\
+                     DNAT tcp -- 0.0.0.0/0 0.0.0.0/0 tcp to:10.0.0.1:80\n";
+        let l = read_listing(whole, None);
+        assert!(
+            !l.notes.iter().any(|n| n.contains("partial")),
+            "{:?}",
+            l.notes
+        );
     }
 
     #[test]

@@ -37,6 +37,8 @@ iptables_files=$(
 seed iptables_dump $iptables_files
 # shellcheck disable=SC2086
 seed round_trip $iptables_files
+# `iptables -L` listings made by testdata/listing/make.sh.
+seed iptables_listing "$repo"/testdata/listing/*.L*
 
 # Single rule lines: each distinct `-A`/`-I` line (with or without a `[p:b]` prefix) of the dumps.
 mkdir -p "$corpus/iptables_rule"

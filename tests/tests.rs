@@ -6,6 +6,7 @@ mod cluster_e2e;
 mod graph;
 mod hostile;
 mod ipvs;
+mod listing;
 mod live;
 mod netns_harness;
 mod nftables_render;

@@ -146,7 +146,8 @@ pub struct DumpArgs {
     #[arg(long = "iptables-legacy-save", value_name = "FILE")]
     pub iptables_legacy_save: Option<PathBuf>,
     /// Read pastes: strip shell prompts, markdown fences, log prefixes, diff prefixes, JSON
-    /// escapes; skip lines that are not rules (one warning each); read cut inputs, marked as such.
+    /// escapes; skip lines that are not rules (one warning each); read cut inputs, marked as such;
+    /// read `iptables -L` listings best-effort (graph, trace).
     #[arg(long)]
     pub lenient: bool,
     /// The table of `iptables -S` input, which names none (default: inferred from its chains,
@@ -157,17 +158,29 @@ pub struct DumpArgs {
 
 /// Reads one iptables input file for `graph` and `trace` (see
 /// [`crate::collect::files::read_dump`]), prints what reading it did, and refuses an empty one.
+/// Under `--lenient`, an `iptables -L` listing is read back into `iptables -S` text of its table
+/// (`table` when given, else inferred), with warnings that say how it is lossy.
 pub fn read_iptables(
     path: &std::path::Path,
+    table: Option<&str>,
     lenient: bool,
 ) -> anyhow::Result<crate::collect::files::DumpText> {
-    let dump = crate::collect::files::read_dump(path, lenient)?;
+    use crate::parsers::iptables::listing;
+    let mut dump = crate::collect::files::read_dump(path, lenient)?;
     dump.warnings.iter().for_each(warn);
     if dump.text.trim().is_empty() {
         anyhow::bail!(
             "{} is empty: there are no rules to read (was the command's output saved?)",
             dump.name
         );
+    }
+    if lenient && listing::looks_like_listing(&dump.text).is_some() {
+        let read = listing::read_listing(&dump.text, table);
+        for note in &read.notes {
+            warn(format!("{}: {note}", dump.name));
+        }
+        dump.text = read.text;
+        dump.table = Some(read.table.to_string());
     }
     Ok(dump)
 }
@@ -187,7 +200,9 @@ pub fn parse_iptables<'a>(
     } else {
         ParseOptions::strict()
     };
-    let named = table.or_else(|| input.commands.iter().find_map(|c| c.table()));
+    let named = table
+        .or(input.table.as_deref())
+        .or_else(|| input.commands.iter().find_map(|c| c.table()));
     if let Some(t) = named {
         opts = opts.with_table(t);
     }

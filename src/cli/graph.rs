@@ -102,9 +102,10 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
     if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         anyhow::bail!("graph: only one input can be read from stdin (`-`)");
     }
+    let lenient = args.dump.lenient;
     let texts = inputs
         .iter()
-        .map(|p| read_iptables(p, args.dump.lenient))
+        .map(|p| read_iptables(p, args.dump.table.as_deref(), lenient))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if let [one] = texts.as_slice()
         && args.dump.lenient
@@ -167,6 +168,21 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                     ..DumpText::default()
                 };
                 iptables[usize::from(part.ipv6)].push((text, part.table.clone()));
+            }
+            paste::Kind::IptablesListing => {
+                let read = crate::parsers::iptables::listing::read_listing(
+                    &part.text,
+                    part.table.as_deref(),
+                );
+                for note in &read.notes {
+                    super::common::warn(format!("{}: {note}", lines_of(part)));
+                }
+                let text = DumpText {
+                    name: name.clone(),
+                    text: read.text,
+                    ..DumpText::default()
+                };
+                iptables[usize::from(part.ipv6)].push((text, Some(read.table.to_string())));
             }
             paste::Kind::Ipvsadm | paste::Kind::IpvsConnections => {
                 let slot = ipvsadm.get_or_insert_with(|| (String::new(), name.clone()));

@@ -165,7 +165,7 @@ fn dump_text(
 ) -> anyhow::Result<DumpText> {
     let Some(inputs) = live else {
         let path = dump_path(&args.dump, ipv6)?;
-        return read_iptables(path, args.dump.lenient);
+        return read_iptables(path, args.dump.table.as_deref(), args.dump.lenient);
     };
     let snap = &inputs.snapshot;
     let (command, text) = match (ipv6, &snap.ip6tables_save, &snap.iptables_save) {

@@ -23,6 +23,9 @@ pub struct DumpText {
     pub warnings: Vec<String>,
     /// The lines where the paste is cut (`...`).
     pub cuts: Vec<u32>,
+    /// The iptables table the text is in when reading decided it (an `iptables -L` listing read
+    /// back into `-S` text).
+    pub table: Option<String>,
     /// Commands run at shell prompts in the paste (lenient only).
     pub commands: Vec<crate::parsers::paste::CommandLine>,
 }
@@ -84,6 +87,7 @@ pub fn read_dump(path: &std::path::Path, lenient: bool) -> Result<DumpText, Coll
         text: cleaned.text,
         warnings,
         commands: cleaned.commands,
+        table: None,
     })
 }
 

@@ -597,7 +597,7 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
                     reason: format!("expected {}, found {}", f.expected, f.found),
                 });
             } else {
-                return Err(to_error(line_no, line, f));
+                return Err(super::listing::explain(to_error(line_no, line, f), text));
             }
         }
     }

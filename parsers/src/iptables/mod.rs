@@ -7,6 +7,7 @@ pub mod ast;
 mod code;
 mod dump;
 mod lexer;
+pub mod listing;
 mod matches;
 mod rule;
 mod targets;

@@ -60,6 +60,11 @@ pub struct NodeFactArgs {
     /// Override the masquerade mark text (default: as kube-proxy formats masqueradeBit).
     #[arg(long = "masquerade-mark", value_name = "STR")]
     pub masquerade_mark: Option<String>,
+    /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
+    /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
+    /// through the API, else inferred from the dump (verify, repair), else the newest).
+    #[arg(long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::proxier::version::KubeProxyVersion::parse)]
+    pub kube_proxy_version: Option<crate::proxier::version::KubeProxyVersion>,
 }
 
 /// API state and kube-proxy configuration inputs (offline form).

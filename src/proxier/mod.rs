@@ -7,3 +7,4 @@ pub mod endpoints;
 pub mod hashing;
 pub mod iptables;
 pub mod service_port;
+pub mod version;

@@ -6,6 +6,7 @@ use super::config::ProxyConfig;
 use super::ip::{Cidr, IpFamily, parse_ip_sloppy};
 use super::{ClusterState, Warning};
 use crate::cli::common::NodeFactArgs;
+use crate::proxier::version::KubeProxyVersion;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -42,6 +43,8 @@ pub struct NodeFacts {
     pub masquerade_mark: String,
     /// `bindAddress` when it is a specific address (it overrides the primary node IP).
     pub bind_address: Option<IpAddr>,
+    /// The kube-proxy release whose rules are rendered (the newest unless told).
+    pub kube_proxy_version: KubeProxyVersion,
 }
 
 impl NodeFacts {
@@ -59,6 +62,7 @@ impl NodeFacts {
             tcp_be_liberal: false,
             masquerade_mark: ProxyConfig::default().masquerade_mark(),
             bind_address: None,
+            kube_proxy_version: KubeProxyVersion::NEWEST,
         }
     }
 
@@ -210,6 +214,9 @@ pub fn build(
     facts.bind_address =
         parse_ip_sloppy(config.bind_address.trim()).filter(|ip| !ip.is_unspecified());
     facts.random_fully = args.random_fully;
+    if let Some(v) = args.kube_proxy_version {
+        facts.kube_proxy_version = v;
+    }
     facts.tcp_be_liberal = args.tcp_be_liberal || config.tcp_be_liberal;
     facts.masquerade_mark = match &args.masquerade_mark {
         Some(m) => m.clone(),

@@ -19,3 +19,4 @@ mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;
 mod verify;
+mod versions;

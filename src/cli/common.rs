@@ -197,6 +197,23 @@ pub fn load_config(
     crate::state::config::parse(&text, &name).context("loading --config")
 }
 
+/// Whether `--nfacct` says the node has the nfacct counter `name`.
+pub fn says_counter(facts: &NodeFactArgs, name: &str) -> bool {
+    facts
+        .nfacct
+        .as_deref()
+        .is_some_and(|list| list.split(',').any(|c| c.trim() == name))
+}
+
+/// Prints notes on stderr as `note: …`, one per line.
+pub fn print_notes(notes: &[String]) {
+    use std::io::Write;
+    let mut err = anstream::stderr();
+    for n in notes {
+        let _ = writeln!(err, "note: {n}");
+    }
+}
+
 /// Prints warnings on stderr as `warning: …`, one per line.
 pub fn print_warnings(warnings: &[crate::state::Warning]) {
     use std::io::Write;

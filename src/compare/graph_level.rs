@@ -279,7 +279,8 @@ struct Want {
 }
 
 enum WantTarget {
-    Chain(String),
+    /// The chains that lead where the entry must go (the first is the one to name).
+    Chain(Vec<String>),
     Verdict(&'static str, Verdict),
     Accept,
 }
@@ -292,7 +293,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
             kind: EntryKind::ClusterIp,
             addr: cip,
             port: p,
-            target: WantTarget::Chain(e.internal_chain()),
+            target: WantTarget::Chain(vec![e.internal_chain()]),
         }),
         Some(vd) => v.push(Want {
             kind: EntryKind::ClusterIp,
@@ -308,7 +309,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
                 kind: EntryKind::ExternalIp,
                 addr: Some(*x),
                 port: p,
-                target: WantTarget::Chain(e.ext_chain()),
+                target: WantTarget::Chain(e.external_targets(false)),
             });
         }
         if let Some(vd) = ext {
@@ -326,7 +327,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
                 kind: EntryKind::LoadBalancerIp,
                 addr: Some(*l),
                 port: p,
-                target: WantTarget::Chain(e.lb_target()),
+                target: WantTarget::Chain(e.external_targets(true)),
             });
         }
         if let Some(vd) = ext {
@@ -344,7 +345,7 @@ fn wants(e: &ExpectedPort) -> Vec<Want> {
                 kind: EntryKind::NodePort,
                 addr: None,
                 port: np,
-                target: WantTarget::Chain(e.ext_chain()),
+                target: WantTarget::Chain(e.external_targets(false)),
             });
         }
         if let Some(vd) = ext {
@@ -393,10 +394,12 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         let dest = dest_text(w.addr, w.port, e.protocol);
         match &w.target {
             t @ (WantTarget::Chain(_) | WantTarget::Accept) => {
-                let chain = match t {
-                    WantTarget::Chain(c) => c.as_str(),
-                    _ => "ACCEPT",
+                let accept = ["ACCEPT".to_string()];
+                let targets: &[String] = match t {
+                    WantTarget::Chain(c) => c,
+                    _ => &accept,
                 };
+                let chain = targets.first().map_or("ACCEPT", String::as_str);
                 let found: Vec<usize> = a
                     .entries
                     .iter()
@@ -428,7 +431,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 } else if let Some(bad) = found
                     .iter()
                     .filter_map(|&i| a.entries.get(i))
-                    .find(|en| en.target != chain)
+                    .find(|en| !targets.contains(&en.target))
                 {
                     let f = cx.push(
                         cat::ENTRY_WRONG_TARGET,
@@ -463,6 +466,10 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 let right = found
                     .iter()
                     .any(|&i| a.verdicts.get(i).is_some_and(|v| v.verdict == vd.as_str()));
+                if !right && *vd == Verdict::Drop && drops_in_nat(a) {
+                    // Before 1.25 the Local policy chain drops through kubelet's KUBE-MARK-DROP.
+                    continue;
+                }
                 if right {
                     for &i in &found {
                         if a.verdicts.get(i).is_some_and(|v| v.verdict == vd.as_str()) {
@@ -493,6 +500,14 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
     // Entries the API does not account for.
     for (i, en) in a.entries.iter().enumerate() {
         if used_entries.get(i).copied().unwrap_or(true) {
+            continue;
+        }
+        let dropped_in_nat = drops_in_nat(a)
+            && (en.target == e.svl_chain() || en.target == e.xlb_chain())
+            && wants.iter().any(|w| {
+                w.kind == en.kind && matches!(w.target, WantTarget::Verdict(_, Verdict::Drop))
+            });
+        if dropped_in_nat {
             continue;
         }
         let dest = en.display();
@@ -565,6 +580,16 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             format!("{dest} -j {}", v.verdict),
         );
     }
+}
+
+/// Whether the port's Local policy chain drops through kubelet's `KUBE-MARK-DROP` ("has no
+/// local endpoints", kube-proxy before 1.25) rather than in the filter table.
+fn drops_in_nat(a: &ServicePort) -> bool {
+    a.verdicts.iter().any(|v| {
+        v.table == "nat"
+            && v.verdict == "KUBE-MARK-DROP"
+            && v.reason == VerdictReason::NoLocalEndpoints
+    })
 }
 
 fn is_verdict_only(wants: &[Want], kind: EntryKind) -> bool {

@@ -590,6 +590,10 @@ impl PortPlanner<'_> {
             },
         );
         info.internal_policy_local = false;
+        if !self.version.opens_health_check_ports() {
+            // 1.20 serves the health check without a filter rule for it.
+            info.health_check_node_port = 0;
+        }
         let chains = ChainNames::new(&info.name_string, proto);
         let has_endpoints = categorized.has_any;
         let has_external_endpoints =

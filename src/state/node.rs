@@ -37,6 +37,9 @@ pub struct NodeFacts {
     pub nfacct_ct_state_invalid: bool,
     /// Whether the `localhost_nps_accepted_pkts` nfacct counter exists.
     pub nfacct_localhost_nodeports: bool,
+    /// Whether the two above are known (`--nfacct`), not kube-proxy's defaults: only then is a
+    /// rule's nfacct match compared.
+    pub nfacct_known: bool,
     /// Whether `nf_conntrack_tcp_be_liberal` is set (no INVALID drop rule then).
     pub tcp_be_liberal: bool,
     /// The masquerade mark text used in rules (`0x00004000` by default).
@@ -59,6 +62,7 @@ impl NodeFacts {
             random_fully: true,
             nfacct_ct_state_invalid: true,
             nfacct_localhost_nodeports: true,
+            nfacct_known: false,
             tcp_be_liberal: false,
             masquerade_mark: ProxyConfig::default().masquerade_mark(),
             bind_address: None,
@@ -222,6 +226,7 @@ pub fn build(
         Some(m) => m.clone(),
         None => config.masquerade_mark(),
     };
+    facts.nfacct_known = args.nfacct.is_some();
     match args.nfacct.as_deref().map(str::trim) {
         None => {}
         Some("none") | Some("") => {

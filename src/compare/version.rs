@@ -60,6 +60,9 @@ pub fn range_text(oldest: KubeProxyVersion, newest: KubeProxyVersion) -> String 
 pub struct Inference {
     /// Every clue seen, once each, in the order first seen.
     pub clues: Vec<Clue>,
+    /// Where each clue was first seen (`table chain`; parallel to `clues`; empty for clues of
+    /// what is missing).
+    pub seen_in: Vec<String>,
     /// Whether the dump holds kube-proxy's iptables rules at all.
     pub has_rules: bool,
     /// `KUBE-FORWARD`'s INVALID drop counts nothing (no nfacct match).
@@ -145,9 +148,30 @@ impl Inference {
     }
 
     fn add(&mut self, clue: Clue) {
+        self.add_in(clue, "", "");
+    }
+
+    /// Adds `clue`, seen in `table`'s `chain`.
+    fn add_in(&mut self, clue: Clue, table: &str, chain: &str) {
         if !self.clues.contains(&clue) {
             self.clues.push(clue);
+            self.seen_in.push(if chain.is_empty() {
+                String::new()
+            } else {
+                format!("{table} {chain}")
+            });
         }
+    }
+
+    /// The clues no release of [`Inference::range`] writes, with where each was first seen.
+    pub fn strays_seen_in(&self) -> Vec<(Clue, &str)> {
+        let strays = self.strays();
+        self.clues
+            .iter()
+            .zip(&self.seen_in)
+            .filter(|(c, _)| strays.contains(c))
+            .map(|(c, at)| (*c, at.as_str()))
+            .collect()
     }
 }
 
@@ -242,13 +266,21 @@ fn declared(table: &str, name: &str, seen: &mut Seen, inf: &mut Inference) {
         ("filter", "KUBE-NODEPORTS") => seen.filter_nodeports = true,
         ("filter", "KUBE-PROXY-FIREWALL") => {
             seen.proxy_firewall = true;
-            inf.add(Clue::new("filter KUBE-PROXY-FIREWALL chain", 25, 35));
+            inf.add_in(
+                Clue::new("filter KUBE-PROXY-FIREWALL chain", 25, 35),
+                table,
+                name,
+            );
         }
         ("nat", n) if n.starts_with("KUBE-XLB-") => {
-            inf.add(Clue::new("KUBE-XLB-… chains", 20, 23));
+            inf.add_in(Clue::new("KUBE-XLB-… chains", 20, 23), table, name);
         }
         ("nat", n) if n.starts_with("KUBE-EXT-") || n.starts_with("KUBE-SVL-") => {
-            inf.add(Clue::new("KUBE-EXT-…/KUBE-SVL-… chains", 24, 35));
+            inf.add_in(
+                Clue::new("KUBE-EXT-…/KUBE-SVL-… chains", 24, 35),
+                table,
+                name,
+            );
         }
         ("nat", "KUBE-SERVICES") => inf.has_rules = true,
         _ => {}
@@ -268,84 +300,136 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 inf.invalid_drop_uncounted |= !line.contains("--nfacct-name");
             }
             if line.contains("conntrack pod source rule") {
-                inf.add(Clue::new(
-                    "KUBE-FORWARD pod source/destination conntrack rules",
-                    20,
-                    22,
-                ));
+                inf.add_in(
+                    Clue::new(
+                        "KUBE-FORWARD pod source/destination conntrack rules",
+                        20,
+                        22,
+                    ),
+                    table,
+                    chain,
+                );
             } else if line.contains("\"kubernetes forwarding conntrack rule\"") {
-                inf.add(Clue::new("one KUBE-FORWARD conntrack rule", 23, 35));
+                inf.add_in(
+                    Clue::new("one KUBE-FORWARD conntrack rule", 23, 35),
+                    table,
+                    chain,
+                );
             }
             if line.contains("--nfacct-name") {
-                inf.add(Clue::new("nfacct counters", 31, 35));
+                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
             }
         }
         ("filter", "INPUT") if line.contains("kubernetes health check service ports") => {
-            inf.add(Clue::new("INPUT jump to filter KUBE-NODEPORTS", 21, 35));
+            inf.add_in(
+                Clue::new("INPUT jump to filter KUBE-NODEPORTS", 21, 35),
+                table,
+                chain,
+            );
         }
         ("filter", "KUBE-EXTERNAL-SERVICES" | "KUBE-SERVICES")
             if line.contains("has no local endpoints") =>
         {
-            inf.add(Clue::new("filter \"has no local endpoints\" drops", 25, 35));
+            inf.add_in(
+                Clue::new("filter \"has no local endpoints\" drops", 25, 35),
+                table,
+                chain,
+            );
         }
         ("nat", "KUBE-SERVICES") => {
             if masq() && line.contains(" cluster IP\"") {
-                inf.add(Clue::new("cluster IP masquerade in KUBE-SERVICES", 20, 21));
+                inf.add_in(
+                    Clue::new("cluster IP masquerade in KUBE-SERVICES", 20, 21),
+                    table,
+                    chain,
+                );
             }
             if line.contains("--physdev-is-in") {
-                inf.add(Clue::new("external IP physdev rules", 20, 20));
+                inf.add_in(Clue::new("external IP physdev rules", 20, 20), table, chain);
             }
             if line.contains(NODEPORTS_TAIL)
                 && (line.contains("! -d 127.0.0.0/8") || line.contains("! -d ::1/128"))
             {
-                inf.add(Clue::new("NodePort jump excluding localhost", 26, 35));
+                inf.add_in(
+                    Clue::new("NodePort jump excluding localhost", 26, 35),
+                    table,
+                    chain,
+                );
             }
         }
         ("nat", "KUBE-NODEPORTS") => {
             if masq() && line.contains(" -s 127.0.0.0/8") {
-                inf.add(Clue::new(
-                    "localhost NodePort masquerade in KUBE-NODEPORTS",
-                    20,
-                    23,
-                ));
+                inf.add_in(
+                    Clue::new("localhost NodePort masquerade in KUBE-NODEPORTS", 20, 23),
+                    table,
+                    chain,
+                );
             }
             if line.contains("--nfacct-name") {
-                inf.add(Clue::new("nfacct counters", 31, 35));
+                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
             }
         }
         ("nat", c) if c.starts_with("KUBE-SVC-") => {
             if masq() && line.contains(" cluster IP\"") {
-                inf.add(Clue::new("cluster IP masquerade in KUBE-SVC-…", 22, 35));
+                inf.add_in(
+                    Clue::new("cluster IP masquerade in KUBE-SVC-…", 22, 35),
+                    table,
+                    chain,
+                );
             }
             if line.contains("-j KUBE-SEP-") && line.contains("--comment") {
                 if line.contains(" -> ") {
-                    inf.add(Clue::new("\"<svc> -> <endpoint>\" comments", 24, 35));
+                    inf.add_in(
+                        Clue::new("\"<svc> -> <endpoint>\" comments", 24, 35),
+                        table,
+                        chain,
+                    );
                 } else {
-                    inf.add(Clue::new("service-name-only endpoint comments", 20, 23));
+                    inf.add_in(
+                        Clue::new("service-name-only endpoint comments", 20, 23),
+                        table,
+                        chain,
+                    );
                 }
             }
         }
         ("nat", c) if c.starts_with("KUBE-XLB-") && line.contains("\"Balancing rule ") => {
-            inf.add(Clue::new("\"Balancing rule N\" comments", 20, 22));
+            inf.add_in(
+                Clue::new("\"Balancing rule N\" comments", 20, 22),
+                table,
+                chain,
+            );
         }
         ("nat", c) if c.starts_with("KUBE-FW-") => {
             let mut ended = false;
             if mark_drop() {
                 ended = true;
-                inf.add(Clue::new("KUBE-MARK-DROP in KUBE-FW-…", 20, 24));
+                inf.add_in(
+                    Clue::new("KUBE-MARK-DROP in KUBE-FW-…", 20, 24),
+                    table,
+                    chain,
+                );
             }
             if masq() {
-                inf.add(Clue::new("masquerade in KUBE-FW-…", 20, 23));
+                inf.add_in(Clue::new("masquerade in KUBE-FW-…", 20, 23), table, chain);
             }
             if line.contains("will be dropped by KUBE-PROXY-FIREWALL") {
                 ended = true;
-                inf.add(Clue::new("KUBE-FW-… \"other traffic\" rule", 27, 35));
+                inf.add_in(
+                    Clue::new("KUBE-FW-… \"other traffic\" rule", 27, 35),
+                    table,
+                    chain,
+                );
             }
             let e = seen.firewalls.entry(c).or_default();
             *e |= ended;
         }
         ("nat", c) if c.starts_with("KUBE-SVL-") && mark_drop() => {
-            inf.add(Clue::new("KUBE-MARK-DROP in KUBE-SVL-…", 24, 24));
+            inf.add_in(
+                Clue::new("KUBE-MARK-DROP in KUBE-SVL-…", 24, 24),
+                table,
+                chain,
+            );
         }
         _ => {}
     }
@@ -480,22 +564,34 @@ pub fn inferred_finding(inference: &Inference, used: KubeProxyVersion) -> Findin
 
 /// KP908: rules of more than one release on the node.
 pub fn mixed_finding(inference: &Inference) -> Option<Finding> {
-    let strays = inference.strays();
+    let strays = inference.strays_seen_in();
     let (oldest, newest) = inference.range()?;
     if strays.is_empty() {
         return None;
     }
-    let stray_text: Vec<String> = strays.iter().map(Clue::describe).collect();
-    Some(
-        cat::VERSIONS_MIXED
-            .finding(format!(
-                "rules of more than one kube-proxy release: most look written by {}, but {} (a half-finished upgrade or a downgrade?)",
-                range_text(oldest, newest),
-                stray_text.join(", ")
-            ))
-            .expected(format!("the rules of one release ({})", range_text(oldest, newest)))
-            .actual(stray_text.join(", ")),
-    )
+    let first_at = strays.iter().map(|(_, at)| *at).find(|at| !at.is_empty());
+    let stray_text: Vec<String> = strays
+        .iter()
+        .map(|(c, at)| {
+            if at.is_empty() {
+                c.describe()
+            } else {
+                format!("{} in {at}", c.describe())
+            }
+        })
+        .collect();
+    let f = cat::VERSIONS_MIXED
+        .finding(format!(
+            "rules of more than one kube-proxy release: most look written by {}, but {} (a half-finished upgrade or a downgrade?)",
+            range_text(oldest, newest),
+            stray_text.join(", ")
+        ))
+        .expected(format!("the rules of one release ({})", range_text(oldest, newest)))
+        .actual(stray_text.join(", "));
+    Some(match first_at {
+        Some(at) => f.chain(at.to_string()),
+        None => f,
+    })
 }
 
 /// The findings of comparing with `asked` when the rules are `writer`'s: the differences that
@@ -646,10 +742,12 @@ mod tests {
         let f = mixed_finding(&inf).expect("a mix");
         assert_eq!(f.id, "KP908");
         assert!(
-            f.message.contains("KUBE-XLB-… chains (1.20–1.23)"),
+            f.message
+                .contains("KUBE-XLB-… chains (1.20–1.23) in nat KUBE-XLB-DDDDDDDDDDDDDDDD"),
             "{}",
             f.message
         );
+        assert_eq!(f.chain.as_deref(), Some("nat KUBE-XLB-DDDDDDDDDDDDDDDD"));
         assert!(mixed_finding(&infer([V123])).is_none());
     }
 

@@ -439,7 +439,7 @@ fn a_renamed_image_asks_for_the_flag_and_the_rules_decide() {
     };
     let (code, report, stderr) = live.verify(&["test-hostname"]);
     assert!(
-        stderr.contains("whose name does not say which kube-proxy it is")
+        stderr.contains("is not kube-proxy's own image")
             && stderr.contains("pass --kube-proxy-version X.Y"),
         "{stderr}"
     );
@@ -452,4 +452,45 @@ fn a_renamed_image_asks_for_the_flag_and_the_rules_decide() {
     // The flag wins over both.
     let (code, report, _) = live.verify(&["test-hostname", "--kube-proxy-version", "1.24"]);
     assert_eq!((code, ids(&report)), (0, vec![]), "{report:#}");
+}
+
+/// `repair` writes the node's release: without the flag the 1.24 rules of a 1.24 node need
+/// nothing, and the plan says which release it used; with 1.35 it would rewrite them.
+#[test]
+fn repair_keeps_the_release_that_wrote_the_rules() {
+    let Some((case, _)) = cases().into_iter().find(|(_, v)| v == "1.24") else {
+        return;
+    };
+    let flags = case_flags(&case);
+    let render = kproxy("render", &case, &flags)
+        .args(["--kube-proxy-version", "1.24", "--with-base-jumps"])
+        .output()
+        .expect("render");
+    let dump = tempfile::NamedTempFile::new().expect("tmp");
+    std::fs::write(dump.path(), &render.stdout).expect("write");
+    let plan = |extra: &[&str]| {
+        let out = kproxy("repair", &case, &flags)
+            .arg("--iptables-save")
+            .arg(dump.path())
+            .args(["-o", "json"])
+            .args(extra)
+            .output()
+            .expect("repair");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        (doc, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (doc, stderr) = plan(&[]);
+    assert_eq!(doc["kube_proxy_version"], "1.24", "{doc:#}");
+    assert_eq!(doc["kube_proxy_version_from"], "rules", "{doc:#}");
+    assert_eq!(doc["outcome"], "nothing_to_do", "{doc:#}");
+    assert!(
+        stderr.contains("note: rules look written by kube-proxy 1.24; repairing with 1.24"),
+        "{stderr}"
+    );
+    let (doc, _) = plan(&["--kube-proxy-version", "1.35"]);
+    assert_eq!(
+        (&doc["kube_proxy_version"], &doc["kube_proxy_version_from"]),
+        (&json!("1.35"), &json!("flag"))
+    );
+    assert_eq!(doc["outcome"], "dry_run", "{doc:#}");
 }

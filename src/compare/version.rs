@@ -505,7 +505,9 @@ pub fn choose_release(
             Some((KubeProxyVersion::NEWEST, img.to_string()))
         }
         Err(e) => {
-            notes.push(format!("{e}; meanwhile the rules' own clues decide"));
+            notes.push(format!(
+                "the kube-proxy pod's {e}; meanwhile the rules' own clues decide"
+            ));
             None
         }
     });

@@ -50,12 +50,12 @@ pub enum VersionError {
     TooNew(u32),
     /// An image whose name is not kube-proxy's (distributions that rebuild it).
     #[error(
-        "the kube-proxy pod runs image {0:?}, whose name does not say which kube-proxy it is (k3s, RKE2 and some managed offerings rename or embed it): pass --kube-proxy-version X.Y"
+        "image {0:?} is not kube-proxy's own image, so its tag does not tell the kube-proxy release (k3s, RKE2 and some managed offerings rebuild or embed kube-proxy): pass --kube-proxy-version X.Y"
     )]
     RenamedImage(String),
     /// A kube-proxy image without a version tag (pinned by digest, or `latest`).
     #[error(
-        "the kube-proxy pod runs image {0:?}, whose tag names no version (pinned by digest, or a moving tag): pass --kube-proxy-version X.Y"
+        "image {0:?} has no version tag (pinned by digest, or a moving tag): pass --kube-proxy-version X.Y"
     )]
     UntaggedImage(String),
 }

@@ -1147,8 +1147,11 @@ fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str, N
 }
 
 /// Structural anomalies of the graph → KP402/KP403/KP404/KP405.
-fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, _expected: &[ExpectedPort]) {
+fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) {
     let mut dups: BTreeMap<(String, String), (usize, Option<String>)> = BTreeMap::new();
+    // The endpoint chains kube-proxy writes: 1.22 writes one per endpoint, ready or not, and
+    // only affinity rules reference the unready ones. Made when first needed.
+    let mut written: Option<HashSet<&str, NameHash>> = None;
     for an in &graph.anomalies {
         let chain = an.chain.clone().unwrap_or_default();
         match an.kind {
@@ -1166,6 +1169,15 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, _expected: &[ExpectedPort])
                     continue; // fixed chains: the base-jump check reports them
                 }
                 if cx.explained.chains.contains(&chain) {
+                    continue;
+                }
+                let written = written.get_or_insert_with(|| {
+                    expected
+                        .iter()
+                        .flat_map(|e| e.reachable.iter().map(|r| r.chain))
+                        .collect()
+                });
+                if written.contains(chain.as_str()) {
                     continue;
                 }
                 cx.explained.chains.insert(chain.clone());

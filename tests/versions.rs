@@ -494,3 +494,54 @@ fn repair_keeps_the_release_that_wrote_the_rules() {
     );
     assert_eq!(doc["outcome"], "dry_run", "{doc:#}");
 }
+
+/// Every release's render of the v1.28 golden state (ClusterIP, NodePort and external IP
+/// services, load balancers with and without source ranges, both external traffic policies, a
+/// health check node port, a service without endpoints) restores into a namespace and verifies
+/// clean as that release's rules.
+#[test]
+fn every_release_restores_and_verifies_clean_as_itself() {
+    if !require_root_and_tools(&Backend::Nft.tools()) {
+        return;
+    }
+    let Some((case, _)) = cases().into_iter().find(|(_, v)| v == "1.28") else {
+        return;
+    };
+    let flags = case_flags(&case);
+    for minor in 20..=35 {
+        let version = format!("1.{minor}");
+        let render = kproxy("render", &case, &flags)
+            .args(["--with-base-jumps", "--kube-proxy-version", &version])
+            .output()
+            .expect("render");
+        assert!(
+            render.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&render.stderr)
+        );
+        let ns = Netns::new("releases").expect("netns");
+        ns.restore_family(
+            Backend::Nft,
+            Family::V4,
+            &String::from_utf8_lossy(&render.stdout),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{version}: restore: {e}"));
+        let save = ns
+            .save_family(Backend::Nft, Family::V4, false)
+            .expect("save");
+        let dump = tempfile::NamedTempFile::new().expect("tmp");
+        std::fs::write(dump.path(), &save).expect("write");
+        let (code, report, stderr) = verify_json(
+            &case,
+            &flags,
+            dump.path(),
+            &["--kube-proxy-version", &version],
+        );
+        assert_eq!(
+            (code, ids(&report)),
+            (0, vec![]),
+            "{version}: {report:#}\n{stderr}"
+        );
+    }
+}

@@ -399,3 +399,58 @@ fn service_ports_honouring(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(minor: u32) -> KubeProxyVersion {
+        KubeProxyVersion::of_minor(minor).expect("known release")
+    }
+
+    fn service(annotations: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": "svc", "annotations": annotations},
+            "spec": {
+                "type": "LoadBalancer", "clusterIP": "10.96.0.10",
+                "internalTrafficPolicy": "Local",
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+            },
+            "status": {"loadBalancer": {"ingress": [
+                {"ip": "192.0.2.1"}, {"ip": "192.0.2.2", "ipMode": "Proxy"},
+            ]}},
+        }))
+        .expect("a Service")
+    }
+
+    fn one_port(svc: &Service, minor: u32) -> ServicePortInfo {
+        let config = ProxyConfig::default();
+        let mut warnings = Vec::new();
+        let ports =
+            service_ports_of_release(svc, IpFamily::V4, release(minor), &config, &mut warnings);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        ports.into_iter().next().expect("one port")
+    }
+
+    #[test]
+    fn releases_read_the_service_as_they_did() {
+        let plain = service(serde_json::json!({}));
+        // ipMode: Proxy ingress IPs get rules before 1.30.
+        assert_eq!(one_port(&plain, 29).load_balancer_vips.len(), 2);
+        assert_eq!(one_port(&plain, 30).load_balancer_vips.len(), 1);
+        assert_eq!(one_port(&plain, 35), {
+            let mut w = Vec::new();
+            service_ports(&plain, IpFamily::V4, &mut w).remove(0)
+        });
+        // internalTrafficPolicy from 1.22.
+        assert!(!one_port(&plain, 21).internal_policy_local);
+        assert!(one_port(&plain, 22).internal_policy_local);
+        // Topology hints: never before 1.24, then only when annotated, always from 1.31.
+        let auto = service(serde_json::json!({ANNOTATION_TOPOLOGY_AWARE_HINTS: "Auto"}));
+        let mode = service(serde_json::json!({ANNOTATION_TOPOLOGY_MODE: "Auto"}));
+        let hints = |svc: &Service, minor| one_port(svc, minor).topology_hints_allowed;
+        assert!(!hints(&auto, 23) && hints(&auto, 24) && hints(&auto, 27));
+        assert!(!hints(&mode, 26) && hints(&mode, 27));
+        assert!(!hints(&plain, 30) && hints(&plain, 31));
+    }
+}

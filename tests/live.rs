@@ -771,9 +771,19 @@ fn kubectl_verify_live_and_bundle_match_offline() {
     }
     let c = Cluster::new();
     let Some(dir) = plugin_dir(&c) else { return };
+    // Live (and from the bundle, which records it) the kube-proxy pod's image
+    // (registry.k8s.io/kube-proxy:v1.33.0) says which release to verify with; offline the flag.
     let offline = c
         .kproxy()
-        .args(["verify", "test-node", "-o", "json", "--state"])
+        .args([
+            "verify",
+            "test-node",
+            "-o",
+            "json",
+            "--kube-proxy-version",
+            "1.33",
+        ])
+        .arg("--state")
         .arg(testdata("state.json"))
         .arg("--config")
         .arg(testdata("config.yaml"))

@@ -86,6 +86,10 @@ pub(crate) fn harness_args(case: &Value) -> NodeInputs {
         tcp_be_liberal: h(&["nf_conntrack_tcp_be_liberal"]).as_deref() == Some("true"),
         masquerade_mark: h(&["masquerade_mark"]),
         not_in_state: false,
+        kube_proxy_version: text_of(get(case, &["kube_proxy_version"])).map(|v| {
+            v.parse()
+                .unwrap_or_else(|e| panic!("case.yaml kube_proxy_version: {e}"))
+        }),
     }
 }
 
@@ -361,20 +365,24 @@ fn check_assertions(dir: &Path, sync: &str, out: &str) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn render_conformance_cases() {
-    let Some(base) = shared() else { return };
-    let root = base.join("render");
-    let mut names: Vec<String> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{e}"))
+/// The cases (directories with a `case.yaml`) under `root`, sorted.
+fn case_names(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .filter_map(|e| e.ok())
         .filter(|e| e.path().join("case.yaml").is_file())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
+    names
+}
+
+/// Checks every case under `root` and fails naming the ones that differ.
+fn check_suite(root: &Path, suite: &str) {
+    let names = case_names(root);
     let mut misses = Vec::new();
     for n in &names {
-        if let Err(why) = check_case(&root, n) {
+        if let Err(why) = check_case(root, n) {
             misses.push(format!("{n}: {why}"));
         }
     }
@@ -382,17 +390,67 @@ fn render_conformance_cases() {
         println!("  MISS {m}");
     }
     println!(
-        "render: {}/{} cases equal",
+        "{suite}: {}/{} cases equal",
         names.len() - misses.len(),
         names.len()
     );
     assert!(!names.is_empty(), "no cases found");
     assert!(
         misses.is_empty(),
-        "{} of {} render cases differ",
+        "{} of {} {suite} cases differ",
         misses.len(),
         names.len()
     );
+}
+
+#[test]
+fn render_conformance_cases() {
+    let Some(base) = shared() else { return };
+    check_suite(&base.join("render"), "render");
+}
+
+/// The golden rules of older kube-proxy releases (`../shared/conformance/versions/*`, each from
+/// that release's own unit test), rendered with the case's `kube_proxy_version`. On a node with
+/// kube-proxy's nfacct counters (which these releases do not use), the release still writes its
+/// golden rules while the newest writes others: the version is what made them equal.
+#[test]
+fn render_version_cases() {
+    let Some(base) = shared() else { return };
+    let root = base.join("../versions");
+    check_suite(&root, "versions");
+    let names = case_names(&root);
+    assert!(
+        names.len() >= 3,
+        "v1.20, v1.24 and v1.28 at least: {names:?}"
+    );
+    for n in &names {
+        let dir = root.join(n);
+        let mut case = yaml(&dir.join("case.yaml"));
+        let version = text_of(get(&case, &["kube_proxy_version"]))
+            .unwrap_or_else(|| panic!("{n}: case.yaml has no kube_proxy_version"));
+        let golden = canon(&render_dir(&dir, &case, false).to_restore_text(), n);
+        if let Some(Value::Object(counters)) = case
+            .get_mut("harness")
+            .and_then(|h| h.get_mut("nfacct_counters"))
+        {
+            for v in counters.values_mut() {
+                *v = Value::String("true".into());
+            }
+        }
+        let own = canon(&render_dir(&dir, &case, false).to_restore_text(), n);
+        assert_eq!(
+            own, golden,
+            "{n}: kube-proxy {version} used nfacct counters"
+        );
+        if let Value::Object(m) = &mut case {
+            m.remove("kube_proxy_version");
+        }
+        let newest = canon(&render_dir(&dir, &case, false).to_restore_text(), n);
+        assert_ne!(
+            own, newest,
+            "{n}: kube-proxy {version} renders what the newest release renders"
+        );
+    }
 }
 
 /// Normalises a ruleset for comparing our `--with-base-jumps` output with the packet-flow files,

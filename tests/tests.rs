@@ -23,4 +23,5 @@ mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;
 mod verify;
+mod versions;
 mod wrong_inputs;

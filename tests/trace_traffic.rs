@@ -158,7 +158,9 @@ fn expected_peer(d: &Distribution<'_, '_>, src: &str) -> IpAddr {
 }
 
 /// Chi-square statistic of observed counts against expected shares, and its critical value at
-/// p = 0.001 for k-1 degrees of freedom.
+/// p = 1e-6 for k-1 degrees of freedom: the suite makes dozens of such checks per run, and at
+/// p = 0.001 one of them failed by chance now and then; a wrong share (1/2 for 1/3 over 600
+/// connections gives chi2 near 100) still fails.
 fn chi_square(observed: &Tally, shares: &BTreeMap<String, f64>) -> (f64, f64) {
     let n = observed.ok() as f64;
     let stat = shares
@@ -169,7 +171,7 @@ fn chi_square(observed: &Tally, shares: &BTreeMap<String, f64>) -> (f64, f64) {
             (o - e).powi(2) / e
         })
         .sum();
-    let critical = [10.828, 13.816, 16.266, 18.467, 20.515];
+    let critical = [23.928, 27.631, 30.664, 33.377, 35.888];
     let df = shares.len().saturating_sub(1).max(1);
     (stat, critical.get(df - 1).copied().unwrap_or(f64::INFINITY))
 }

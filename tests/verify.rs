@@ -619,7 +619,11 @@ fn cli_exit_status_and_table_summary() {
         String::from_utf8_lossy(&out.stdout)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.trim_end().ends_with("0 errors, 0 warnings"), "{text}");
+    // The release is inferred from the rules (no --kube-proxy-version): one info finding.
+    assert!(
+        text.trim_end().ends_with("0 errors, 0 warnings, 1 info") && text.contains("KP907"),
+        "{text}"
+    );
     // Drift: remove the PREROUTING jump.
     ns.run(&["iptables-nft", "-w", "-t", "nat", "-D", "PREROUTING", "1"])
         .expect("delete");
@@ -631,7 +635,10 @@ fn cli_exit_status_and_table_summary() {
         text.contains("ERRORS (1)") && text.contains("KP005"),
         "{text}"
     );
-    assert!(text.trim_end().ends_with("1 error, 0 warnings"), "{text}");
+    assert!(
+        text.trim_end().ends_with("1 error, 0 warnings, 1 info"),
+        "{text}"
+    );
     // Could not run: unreadable input.
     std::fs::write(&v4, "*nat\n-A KUBE-SERVICES -j\n").expect("write");
     let out = run(&v4);

@@ -61,6 +61,11 @@ pub struct NodeFactArgs {
     /// formats masqueradeBit).
     #[arg(long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
+    /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
+    /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
+    /// through the API, else inferred from the dump (verify, repair), else the newest).
+    #[arg(long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::proxier::version::KubeProxyVersion::parse)]
+    pub kube_proxy_version: Option<crate::proxier::version::KubeProxyVersion>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
     /// a node the state does not list is an error).
     #[arg(long = "node-not-in-state", requires = "node_ips")]
@@ -90,6 +95,7 @@ impl NodeFactArgs {
             tcp_be_liberal: self.tcp_be_liberal,
             masquerade_mark: self.masquerade_mark.clone(),
             not_in_state: self.node_not_in_state,
+            kube_proxy_version: self.kube_proxy_version,
         }
     }
 }
@@ -354,6 +360,23 @@ pub fn load_config(
     };
     let (text, name) = crate::state::load::read_source(path).context("loading --config")?;
     crate::state::config::parse(&text, &name).context("loading --config")
+}
+
+/// Whether `--nfacct` says the node has the nfacct counter `name`.
+pub fn says_counter(facts: &NodeFactArgs, name: &str) -> bool {
+    facts
+        .nfacct
+        .as_deref()
+        .is_some_and(|list| list.split(',').any(|c| c.trim() == name))
+}
+
+/// Prints notes on stderr as `note: …`, one per line.
+pub fn print_notes(notes: &[String]) {
+    use std::io::Write;
+    let mut err = anstream::stderr();
+    for n in notes {
+        let _ = writeln!(err, "note: {n}");
+    }
 }
 
 /// Prints warnings on stderr as `warning: …`, one per line.

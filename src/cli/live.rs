@@ -594,10 +594,40 @@ async fn collect_node(
             .await?
         }
         CollectorChoice::DebugPod => {
-            collect::debug_pod::collect(conn()?, node, &live.image, exec_timeout).await?
+            let mut snap =
+                collect::debug_pod::collect(conn()?, node, &live.image, exec_timeout).await?;
+            snap.kube_proxy_image = proxy_image(conn()?, live, node, &mut snap.warnings).await;
+            snap
         }
     };
     Ok(snap)
+}
+
+/// The image of the kube-proxy pod on `node`, for the debug-pod collector (which does not run
+/// in it); a missing pod or a failed lookup is a warning: the rules then tell the release.
+async fn proxy_image(
+    conn: &Connection,
+    live: &LiveArgs,
+    node: &str,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    let ns = collect::exec::PROXY_NAMESPACE;
+    match crate::state::api::kube_proxy_image_on_node(conn, ns, &live.proxy_selector, node).await {
+        Ok(Some(image)) => Some(image),
+        Ok(None) => {
+            warnings.push(format!(
+                "no kube-proxy pod on node {node:?} matches {:?} in {ns} (k3s and RKE2 run kube-proxy inside their own process): its release is inferred from the rules unless --kube-proxy-version is given",
+                live.proxy_selector
+            ));
+            None
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "could not read the kube-proxy pod's image: {e}; its release is inferred from the rules unless --kube-proxy-version is given"
+            ));
+            None
+        }
+    }
 }
 
 fn from_bundle(

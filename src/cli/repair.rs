@@ -10,6 +10,7 @@ use crate::apply::guard::{GuardInput, InputFacts, refusals};
 use crate::apply::host::{Backend, IptablesHost, RulesHost};
 use crate::apply::plan::{ChainAction, Plan, plan};
 use crate::apply::repair::{RepairError, RepairOptions, RepairReport, repair};
+use crate::compare::version::{Inference, ReleaseChoice};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -149,13 +150,22 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             ours.join(",")
         });
     }
+    // The node's rules, when given: what the plan is made against, and what tells the release.
+    let given = args.iptables_save.as_deref().map(read_input).transpose()?;
+    host.ipv6 = facts.ip_family == "6";
+    let release = choose_release(&args, None, || match &given {
+        Some(text) => Ok(text.clone()),
+        None => host
+            .save(false)
+            .context("reading the node's rules (iptables-save)"),
+    })?;
+    facts.kube_proxy_version = Some(release.version);
     let inputs = load_proxy_inputs(&args.state, &facts, args.node_name.as_deref())?;
     host.ipv6 = inputs.facts.family == crate::state::ip::IpFamily::V6;
     let (expected_text, guard) = expected_and_guard(&args, &inputs)?;
     let painter = Painter::for_stdout();
 
-    if let Some(path) = &args.iptables_save {
-        let text = read_input(path)?;
+    if let (Some(path), Some(text)) = (&args.iptables_save, given) {
         let current = Ruleset::parse(&text, &ParseOptions::strict())
             .map_err(|e| e.in_source(path.display().to_string()))?;
         let expected = Ruleset::parse(&expected_text, &ParseOptions::strict())
@@ -171,7 +181,11 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             applied: String::new(),
             figures: serde_json::json!({ "restore_bytes": p.restore_input().len() }),
         };
-        return finish(&args, plan_doc(&args, &p, &refused, painter)?, &ending);
+        return finish(
+            &args,
+            plan_doc(&args, &p, &refused, painter, &release)?,
+            &ending,
+        );
     }
 
     let (report, refused) = guarded_repair(
@@ -182,7 +196,29 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         &inputs.facts.node_name,
         args.local_backup_dir(),
     )?;
-    report_outcome(&args, &report, &refused, painter)
+    report_outcome(&args, &report, &refused, painter, &release)
+}
+
+/// The kube-proxy release whose rules `repair` writes: `--kube-proxy-version`, else the
+/// kube-proxy pod's `image`, else the release that wrote the node's rules (`current` reads
+/// them): a repair never rewrites a node's rules into another release's behind its kube-proxy's
+/// back. How it was chosen is noted on stderr.
+pub(super) fn choose_release(
+    args: &RepairArgs,
+    image: Option<&str>,
+    current: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<ReleaseChoice> {
+    let flag = args.facts.kube_proxy_version;
+    let inference = if flag.is_some() {
+        Inference::default()
+    } else {
+        crate::compare::version::infer([current()?.as_str()]).given_invalid_counter(
+            super::common::says_counter(&args.facts, crate::state::node::NFACCT_CT_STATE_INVALID),
+        )
+    };
+    let release = crate::compare::version::choose_release(flag, image, inference, "repairing");
+    super::common::print_notes(&release.notes);
+    Ok(release)
 }
 
 /// This host's iptables of one family, as `--backend`, `--netns` and `--wait` say.
@@ -278,6 +314,7 @@ pub(super) fn report_outcome(
     report: &RepairReport,
     refused: &[String],
     painter: Painter,
+    release: &ReleaseChoice,
 ) -> anyhow::Result<Outcome> {
     let ending = Ending {
         refused,
@@ -299,7 +336,7 @@ pub(super) fn report_outcome(
     };
     finish(
         args,
-        plan_doc(args, &report.plan, refused, painter)?,
+        plan_doc(args, &report.plan, refused, painter, release)?,
         &ending,
     )
 }
@@ -495,10 +532,19 @@ fn plan_doc(
     p: &Plan,
     refused: &[String],
     painter: Painter,
+    release: &ReleaseChoice,
 ) -> anyhow::Result<PlanDoc> {
     if args.output == RepairFormat::Json {
         let mut doc = serde_json::Map::new();
         doc.insert("plan".into(), serde_json::to_value(p)?);
+        doc.insert(
+            "kube_proxy_version".into(),
+            release.version.to_string().into(),
+        );
+        doc.insert(
+            "kube_proxy_version_from".into(),
+            release.source_word().into(),
+        );
         doc.insert("refusals".into(), refused.into());
         doc.insert("restore_input".into(), p.restore_input().into());
         return Ok(PlanDoc::Json(doc));
@@ -512,6 +558,12 @@ fn plan_doc(
         p.count(ChainAction::Delete),
         p.count(ChainAction::InsertJumps),
         if p.full { " (full rewrite)" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "rules of kube-proxy {} ({})",
+        release.version,
+        release.source_text()
     );
     write_chain_changes(&mut s, p, &ChainListing::IPTABLES, painter);
     let input = p.restore_input();

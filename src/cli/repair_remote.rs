@@ -10,6 +10,7 @@ use super::repair::{RepairArgs, expected_and_guard, guarded_repair, report_outco
 use crate::apply::host::{Backend, tool_name};
 use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
 use crate::collect::{self, CommandRunner, NodeSnapshot};
+use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
 use crate::output::color::Painter;
 use crate::state::ip::IpFamily;
@@ -60,15 +61,36 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     ))?;
     live.warnings.iter().for_each(super::common::warn);
     if !debug_pod {
-        let runner = rt.block_on(collect::exec::find_proxy_pod(
+        let (runner, image) = rt.block_on(collect::exec::find_proxy_pod_and_image(
             &live.conn,
             collect::exec::PROXY_NAMESPACE,
             &args.live.proxy_selector,
             &node,
         ))?;
         let label = format!("exec ({}/{})", runner.namespace, runner.pod);
-        return repair_through(args, &rt, &live, &node, &runner, &label, timeout);
+        let through = Through {
+            runner: &runner,
+            label: &label,
+            image: image.as_deref(),
+        };
+        return repair_through(args, &rt, &live, &node, &through, timeout);
     }
+    // The kube-proxy pod's image says which release wrote the rules (none on k3s or RKE2,
+    // which run kube-proxy in their own process: then the rules say).
+    let image = if args.facts.kube_proxy_version.is_none() {
+        rt.block_on(crate::state::api::kube_proxy_image_on_node(
+            &live.conn,
+            collect::exec::PROXY_NAMESPACE,
+            &args.live.proxy_selector,
+            &node,
+        ))
+        .unwrap_or_else(|e| {
+            eprintln!("warning: could not read the kube-proxy pod's image: {e}");
+            None
+        })
+    } else {
+        None
+    };
     let pod = collect::debug_pod::DebugPod::new(&live.conn, &node, &args.live.image);
     // Ctrl-C while the pod starts: delete it (afterwards the pod is deleted when the repair
     // ends, or by its activeDeadlineSeconds if the process is killed).
@@ -79,7 +101,13 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         }
     });
     let result = started.map_err(anyhow::Error::from).and_then(|()| {
-        repair_through(args, &rt, &live, &node, pod.runner(), &pod.label(), timeout)
+        let label = pod.label();
+        let through = Through {
+            runner: pod.runner(),
+            label: &label,
+            image: image.as_deref(),
+        };
+        repair_through(args, &rt, &live, &node, &through, timeout)
     });
     if let Err(e) = rt.block_on(pod.delete()) {
         super::common::warn(format!(
@@ -91,21 +119,37 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     result
 }
 
+/// How the node is reached: the runner of its commands, its label, and the node's kube-proxy
+/// image when known.
+struct Through<'a, R> {
+    runner: &'a R,
+    label: &'a str,
+    image: Option<&'a str>,
+}
+
 /// Reads the node through `runner`, then plans and (with `--apply`) applies the repair there.
 fn repair_through<R: CommandRunner>(
     args: &RepairArgs,
     rt: &tokio::runtime::Runtime,
     live: &LiveState,
     node: &str,
-    runner: &R,
-    label: &str,
+    through: &Through<'_, R>,
     timeout: Duration,
 ) -> anyhow::Result<Outcome> {
+    let (runner, label) = (through.runner, through.label);
     let snap = rt.block_on(collect::collect_with(runner, label, timeout))?;
     for w in &snap.warnings {
         super::common::warn(w);
     }
-    let inputs = proxy_inputs(args, live, node, &snap)?;
+    let ipv6_asked = args.facts.ip_family == "6";
+    let release = super::repair::choose_release(args, through.image, || {
+        Ok(
+            dump_of(&snap, ipv6_asked, detect_backend(&snap, ipv6_asked).0)
+                .unwrap_or_default()
+                .to_string(),
+        )
+    })?;
+    let inputs = proxy_inputs(args, live, node, &snap, &release)?;
     let ipv6 = inputs.facts.family == IpFamily::V6;
     let (backend, doubt) = match args.backend {
         Backend::Auto => detect_backend(&snap, ipv6),
@@ -137,7 +181,7 @@ fn repair_through<R: CommandRunner>(
         backup_dir(args.backup_dir.as_deref()),
     )
     .with_context(|| format!("repairing node {node} through {label}"))?;
-    report_outcome(args, &report, &refused, Painter::for_stdout())
+    report_outcome(args, &report, &refused, Painter::for_stdout(), &release)
 }
 
 /// The proxier's inputs for `node`, as verify's live path builds them: the configuration from
@@ -148,6 +192,7 @@ fn proxy_inputs(
     live: &LiveState,
     node: &str,
     snap: &NodeSnapshot,
+    release: &ReleaseChoice,
 ) -> anyhow::Result<ProxyInputs> {
     let config = match &live.config_text {
         Some((text, source)) => {
@@ -160,6 +205,7 @@ fn proxy_inputs(
     };
     let mut fact_args = args.facts.clone();
     fact_args.node = Some(node.to_string());
+    fact_args.kube_proxy_version = Some(release.version);
     let build = |fact_args: &super::common::NodeFactArgs| {
         crate::state::node::build(&fact_args.inputs(), &live.state, &config).context("node facts")
     };

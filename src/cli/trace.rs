@@ -296,6 +296,17 @@ fn plan_of(
     if let Some(inputs) = live.filter(|i| fact_args.node.is_none() && !i.node.is_empty()) {
         fact_args.node = Some(inputs.node.clone());
     }
+    // Live, the node's kube-proxy image says which release's decisions to explain.
+    let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
+    if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
+        match crate::proxier::version::KubeProxyVersion::from_image(image) {
+            Ok(v) => fact_args.kube_proxy_version = Some(v),
+            Err(e) => warnings.push(crate::state::Warning::new(
+                "kube-proxy version",
+                e.to_string(),
+            )),
+        }
+    }
     let (facts, mut node_warnings) = node::build(&fact_args.inputs(), &state, &cfg)?;
     warnings.append(&mut node_warnings);
     super::common::print_warnings(&warnings);

@@ -2,7 +2,9 @@
 //! what the node has (offline form: `--state`, `--config` and the node's dumps).
 
 use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
-use crate::compare::{DumpText, NodePlans, Report, Severity, VerifyInput};
+use crate::compare::{
+    DumpText, NodePlans, ReleaseCheck, Report, Severity, VerifyInput, WriterRelease,
+};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::output::table::KubeTable;
@@ -91,7 +93,7 @@ pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Re
         &args.dumps,
         args.node_name.as_deref(),
     )?;
-    report_from_inputs(args, inputs)
+    report_with_notes(args, inputs, true)
 }
 
 /// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
@@ -116,6 +118,16 @@ fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcom
 pub fn report_from_inputs(
     args: &VerifyArgs,
     inputs: super::live::ResolvedInputs,
+) -> anyhow::Result<Report> {
+    report_with_notes(args, inputs, false)
+}
+
+/// [`report_from_inputs`]; with `notes`, what decided the kube-proxy release is printed on
+/// stderr too (it is always a finding when inferred).
+fn report_with_notes(
+    args: &VerifyArgs,
+    inputs: super::live::ResolvedInputs,
+    notes: bool,
 ) -> anyhow::Result<Report> {
     let super::live::ResolvedInputs {
         state,
@@ -167,6 +179,30 @@ pub fn report_from_inputs(
         .or_else(|| (!node_name.is_empty()).then(|| node_name.clone()))
     {
         fact_args.node = Some(n);
+    }
+    // The kube-proxy release to compare with: the flag, the pod's image, else the rules' own.
+    let release = (!ipvs_node).then(|| {
+        let texts = [
+            snap.iptables_save.as_deref(),
+            snap.ip6tables_save.as_deref(),
+        ];
+        crate::compare::version::choose_release(
+            args.facts.kube_proxy_version,
+            snap.kube_proxy_image.as_deref(),
+            crate::compare::version::infer(texts.into_iter().flatten()).given_invalid_counter(
+                super::common::says_counter(
+                    &args.facts,
+                    crate::state::node::NFACCT_CT_STATE_INVALID,
+                ),
+            ),
+            "verifying",
+        )
+    });
+    if let Some(r) = &release {
+        fact_args.kube_proxy_version = Some(r.version);
+        if notes {
+            super::common::print_notes(&r.notes);
+        }
     }
     let (facts, warnings) =
         crate::state::node::build(&fact_args.inputs(), &state, &config).context("node facts")?;
@@ -252,8 +288,18 @@ pub fn report_from_inputs(
             family: *f,
         })
         .collect();
-    // Planned on a thread of its own while the dumps are parsed; the state goes with it.
-    let plans = NodePlans::start(std::sync::Arc::new(state), &config, &facts, &dumps);
+    // Planned on a thread of its own while the dumps are parsed; the state goes with it (and
+    // with the plans of the release that wrote the rules, when that is another).
+    let state = std::sync::Arc::new(state);
+    let writer = release.as_ref().and_then(|r| r.writer).map(|w| {
+        let mut facts = facts.clone();
+        facts.kube_proxy_version = w;
+        WriterRelease {
+            plans: NodePlans::start(std::sync::Arc::clone(&state), &config, &facts, &dumps),
+            facts,
+        }
+    });
+    let plans = NodePlans::start(state, &config, &facts, &dumps);
     let input = VerifyInput {
         node,
         plans,
@@ -272,7 +318,15 @@ pub fn report_from_inputs(
             ParseOptions::strict()
         },
     };
-    Ok(crate::compare::verify(&input)?)
+    let check = match release {
+        Some(r) => ReleaseCheck {
+            inferred: r.source == crate::compare::version::ReleaseSource::Inferred,
+            inference: Some(r.inference),
+            writer,
+        },
+        None => ReleaseCheck::default(),
+    };
+    Ok(crate::compare::verify_release(&input, &check)?)
 }
 
 /// Whether the dump text names a chain only kube-proxy's IPVS mode writes: without one,

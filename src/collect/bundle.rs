@@ -6,7 +6,7 @@
 //!
 //! | entry | content |
 //! |-------|---------|
-//! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…}` |
+//! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…,"kube_proxy_image":…}` (the last when the collector saw the kube-proxy pod) |
 //! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`) |
 //! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
 //! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt` | the dumps that were collected |
@@ -49,6 +49,9 @@ struct Manifest {
     warnings: Vec<String>,
     #[serde(default)]
     created_unix: u64,
+    /// The node's kube-proxy image: which release wrote the rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kube_proxy_image: Option<String>,
 }
 
 /// Writes `bundle` to `path` as a gzip-compressed tar.
@@ -71,6 +74,7 @@ pub fn write(path: &Path, bundle: &Bundle) -> Result<(), CollectError> {
         config_source: bundle.config.as_ref().map(|(_, s)| s.clone()),
         warnings: bundle.snapshot.warnings.clone(),
         created_unix: now,
+        kube_proxy_image: bundle.snapshot.kube_proxy_image.clone(),
     };
     let bad = |detail: String| CollectError::Bundle {
         path: path.display().to_string(),
@@ -198,6 +202,7 @@ pub fn read(path: &Path) -> Result<Bundle, CollectError> {
     };
     snapshot.collector = format!("bundle ({}, collected by {})", shown, manifest.collector);
     snapshot.warnings = manifest.warnings;
+    snapshot.kube_proxy_image = manifest.kube_proxy_image;
     let config = config_text.map(|t| {
         let source = manifest
             .config_source

@@ -216,6 +216,25 @@ fn is_missing_binary(message: &str) -> bool {
         || m.contains("not found in $path")
 }
 
+/// [`find_proxy_pod`], with the image of its kube-proxy container.
+pub async fn find_proxy_pod_and_image(
+    conn: &Connection,
+    namespace: &str,
+    selector: &str,
+    node: &str,
+) -> Result<(PodExec, Option<String>), CollectError> {
+    let pods = crate::state::api::list_pods_on_node(conn, namespace, selector, node).await?;
+    let pod = crate::state::api::pick_proxy_pod(&pods).ok_or_else(|| CollectError::NoProxyPod {
+        node: node.to_string(),
+        namespace: namespace.to_string(),
+        selector: selector.to_string(),
+    })?;
+    Ok((
+        pod_exec(conn, namespace, pod),
+        crate::state::api::kube_proxy_image(pod),
+    ))
+}
+
 /// Finds the kube-proxy pod on `node` (a Running one first) and the container to exec into.
 pub async fn find_proxy_pod(
     conn: &Connection,
@@ -223,22 +242,13 @@ pub async fn find_proxy_pod(
     selector: &str,
     node: &str,
 ) -> Result<PodExec, CollectError> {
-    let pods = crate::state::api::list_pods_on_node(conn, namespace, selector, node).await?;
-    let running = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|ph| ph == "Running")
-    };
-    let pod = pods
-        .iter()
-        .find(|p| running(p))
-        .or_else(|| pods.first())
-        .ok_or_else(|| CollectError::NoProxyPod {
-            node: node.to_string(),
-            namespace: namespace.to_string(),
-            selector: selector.to_string(),
-        })?;
+    Ok(find_proxy_pod_and_image(conn, namespace, selector, node)
+        .await?
+        .0)
+}
+
+/// How to exec into `pod`'s kube-proxy container.
+fn pod_exec(conn: &Connection, namespace: &str, pod: &Pod) -> PodExec {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let containers = pod
         .spec
@@ -250,12 +260,12 @@ pub async fn find_proxy_pod(
         .find(|c| c.name == "kube-proxy")
         .or_else(|| containers.first())
         .map(|c| c.name.clone());
-    Ok(PodExec {
+    PodExec {
         conn: conn.clone(),
         namespace: namespace.to_string(),
         pod: name,
         container,
-    })
+    }
 }
 
 /// The `exec` collector: find the kube-proxy pod on `node` and collect through it.
@@ -266,7 +276,9 @@ pub async fn collect(
     node: &str,
     timeout: Duration,
 ) -> Result<NodeSnapshot, CollectError> {
-    let runner = find_proxy_pod(conn, namespace, selector, node).await?;
+    let (runner, image) = find_proxy_pod_and_image(conn, namespace, selector, node).await?;
     let label = format!("exec ({}/{})", runner.namespace, runner.pod);
-    super::collect_with(&runner, &label, timeout).await
+    let mut snap = super::collect_with(&runner, &label, timeout).await?;
+    snap.kube_proxy_image = image;
+    Ok(snap)
 }

@@ -38,6 +38,9 @@ pub struct NodeSnapshot {
     pub ipvsadm: Option<String>,
     /// Which collector produced it, e.g. `exec (kube-system/kube-proxy-x7k2p)`, `files`, `bundle`.
     pub collector: String,
+    /// The image of the node's kube-proxy container, when the collector saw its pod (it tells
+    /// which kube-proxy release wrote the rules).
+    pub kube_proxy_image: Option<String>,
     /// Things the user should know (a binary missing in the image, …), one line each.
     pub warnings: Vec<String>,
 }

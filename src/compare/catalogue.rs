@@ -249,6 +249,18 @@ catalogue! {
     CHAIN_MISSING = "KP905", Error,
         "chain missing", "F04, F06",
         "resync kube-proxy";
+    /// The rules are another kube-proxy release's than the one verified against.
+    OTHER_RELEASE = "KP906", Warning,
+        "rules written by another kube-proxy version than the one verified against", "",
+        "verify with --kube-proxy-version set to the node's kube-proxy; if that is the version verified against, kube-proxy has not rewritten its rules (restart it, or kubectl kproxy repair)";
+    /// Which release the rules were verified with, inferred from the dump.
+    VERSION_INFERRED = "KP907", Info,
+        "kube-proxy version inferred from the rules", "",
+        "pass --kube-proxy-version X.Y (the node's kube-proxy image tag) to verify with another release";
+    /// Rules of more than one release on one node.
+    VERSIONS_MIXED = "KP908", Warning,
+        "rules of more than one kube-proxy version on the node", "",
+        "a kube-proxy upgrade (or downgrade) left the other release's chains: they go on the next full sync; restart kube-proxy, or kubectl kproxy repair";
 }
 
 /// Looks a check up by ID.

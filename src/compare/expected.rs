@@ -189,8 +189,52 @@ impl ExpectedPort<'_> {
         if self.uses_fw {
             self.fw_chain()
         } else {
-            self.ext_chain()
+            self.external_entry_chain()
         }
+    }
+
+    /// `KUBE-XLB-<hash>`: the Local policy chain of kube-proxy before 1.24.
+    pub fn xlb_chain(&self) -> String {
+        format!("KUBE-XLB-{}", self.hash)
+    }
+
+    /// The chain NodePorts and external IPs jump to: `KUBE-EXT-…`, or (kube-proxy before
+    /// 1.24) the service's `KUBE-XLB-…` with Local policy, else its `KUBE-SVC-…`.
+    pub fn external_entry_chain(&self) -> String {
+        if self.uses_ext {
+            self.ext_chain()
+        } else if self.external_local {
+            self.xlb_chain()
+        } else {
+            self.svc_chain()
+        }
+    }
+
+    /// The chains an external entry may jump to and still lead where it must, whichever
+    /// release wrote it: the chain the plan's release writes first, then the one releases on
+    /// the other side of 1.24 write (`KUBE-EXT-…` against `KUBE-XLB-…`/`KUBE-SVC-…`; a
+    /// load-balancer IP without source ranges went through `KUBE-FW-…` before 1.24 and goes
+    /// to `KUBE-EXT-…` since).
+    pub fn external_targets(&self, load_balancer: bool) -> Vec<String> {
+        let old = if self.external_local {
+            self.xlb_chain()
+        } else {
+            self.svc_chain()
+        };
+        let (first, others) = if !load_balancer {
+            (self.external_entry_chain(), [self.ext_chain(), old])
+        } else if self.firewall_sources.is_empty() {
+            (self.lb_target(), [self.ext_chain(), self.fw_chain()])
+        } else {
+            return vec![self.fw_chain()];
+        };
+        let mut v = vec![first];
+        for other in others {
+            if !v.contains(&other) {
+                v.push(other);
+            }
+        }
+        v
     }
 }
 

@@ -15,10 +15,14 @@ pub mod nodewide;
 pub mod report;
 pub mod rule_level;
 pub mod run;
+pub mod version;
 
 #[cfg(test)]
 mod fixture;
 
 pub use finding::{Finding, Severity};
 pub use report::{Report, Summary};
-pub use run::{DumpText, NodePlans, VerifyError, VerifyInput, verify};
+pub use run::{
+    DumpText, NodePlans, ReleaseCheck, VerifyError, VerifyInput, WriterRelease, verify,
+    verify_release,
+};

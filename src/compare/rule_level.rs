@@ -37,6 +37,13 @@ pub const KEY_OMIT: Omit = Omit {
     masquerade_random_fully: true,
 };
 
+/// What the comparison leaves out when the node's nfacct counters are known (`--nfacct`):
+/// kube-proxy's nfacct matches and the localhost NodePort rule then must be as the facts say.
+pub const KEY_OMIT_KNOWN_NFACCT: Omit = Omit {
+    nfacct: false,
+    masquerade_random_fully: true,
+};
+
 /// Chains whose rules kube-proxy writes in an order that matters.
 fn is_ordered(table: &str, chain: &str) -> bool {
     !matches!(
@@ -56,12 +63,13 @@ fn skipped_chain(chain: &str) -> bool {
 }
 
 /// Whether a rule is optional: present or not depending on kernel features (then it has no key).
-fn optional(table: &str, chain: &str, r: &Rule<'_>) -> bool {
+/// The localhost NodePort rule is, unless `omit` keeps nfacct matches (the counters are known).
+fn optional(table: &str, chain: &str, r: &Rule<'_>, omit: Omit) -> bool {
     let has_nfacct = || {
         r.matches()
             .any(|m| matches!(m, Match::Module(Module::Nfacct(_))))
     };
-    if table == "nat" && chain == "KUBE-NODEPORTS" && has_nfacct() {
+    if omit.nfacct && table == "nat" && chain == "KUBE-NODEPORTS" && has_nfacct() {
         return true; // localhost NodePort rule: only with the nfacct counter
     }
     table == "filter"
@@ -78,10 +86,10 @@ fn key(
     table: &str,
     chain: &str,
     r: &Rule<'_>,
-    family: Family,
+    (family, omit): (Family, Omit),
     buf: &mut String,
 ) -> Option<Fingerprint> {
-    (!optional(table, chain, r)).then(|| Fingerprint::omitting(r, family, KEY_OMIT, buf))
+    (!optional(table, chain, r, omit)).then(|| Fingerprint::omitting(r, family, omit, buf))
 }
 
 /// A dump rule's key read straight off its text: the fingerprint of its specification as
@@ -282,6 +290,8 @@ pub struct ExpectedRules {
     tables: Vec<ExpectedTable>,
     /// The room the nat table gets when the render first writes to it.
     nat_chains: usize,
+    /// What the keys leave out.
+    omit: Omit,
 }
 
 impl ExpectedRules {
@@ -295,9 +305,21 @@ impl ExpectedRules {
         family: Family,
         nat_chains: usize,
     ) -> Result<ExpectedRules, ParseError> {
+        Self::build_omitting(render, family, nat_chains, KEY_OMIT)
+    }
+
+    /// [`ExpectedRules::build`] with keys that leave out `omit` ([`KEY_OMIT`], or
+    /// [`KEY_OMIT_KNOWN_NFACCT`] when the node's nfacct counters are known).
+    pub fn build_omitting(
+        render: &RenderFn<'_>,
+        family: Family,
+        nat_chains: usize,
+        omit: Omit,
+    ) -> Result<ExpectedRules, ParseError> {
         let mut rules = ExpectedRules {
             tables: Vec::new(),
             nat_chains,
+            omit,
         };
         let mut failed = None;
         let mut buf = String::new();
@@ -318,7 +340,7 @@ impl ExpectedRules {
             }
             let table = t.name;
             let parsed = for_each_rule(chunk.text, |chain, r| {
-                let k = key(table, chain, &r, family, &mut buf);
+                let k = key(table, chain, &r, (family, omit), &mut buf);
                 t.push_key(chain, k);
             });
             if let Err(e) = parsed {
@@ -370,10 +392,16 @@ struct RuleView {
 }
 
 impl RuleView {
-    fn of(table: &str, chain: &str, r: &Rule<'_>, family: Family, names: &NameResolver) -> Self {
-        let key_text = (!optional(table, chain, r)).then(|| {
+    fn of(
+        table: &str,
+        chain: &str,
+        r: &Rule<'_>,
+        (family, omit): (Family, Omit),
+        names: &NameResolver,
+    ) -> Self {
+        let key_text = (!optional(table, chain, r, omit)).then(|| {
             let mut t = String::new();
-            write_rule_omitting(&mut t, r, family, KEY_OMIT);
+            write_rule_omitting(&mut t, r, family, omit);
             t
         });
         let mut canonical = String::new();
@@ -416,6 +444,8 @@ enum Status {
 pub struct Screen {
     /// In ruleset order; chains kube-proxy writes in order and the dump has the same are left out.
     chains: Vec<(&'static str, String, Status)>,
+    /// What the keys leave out (the expected rules').
+    omit: Omit,
 }
 
 /// Compares the keys of every chain of `expected` (the render) with `actual` (the dump).
@@ -433,6 +463,7 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
     // No list of all chains is made: a large node's 110k would be megabytes at verify's busiest
     // moment.
     let mut chains = Vec::new();
+    let omit = expected.omit;
     for t in &expected.tables {
         let halves = super::halves::in_range_halves(t.chains.len(), parallel_from, |range| {
             let mut buf = String::new();
@@ -443,7 +474,7 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
                 if skipped_chain(chain) {
                     continue;
                 }
-                let status = chain_status(t.name, chain, ec, actual, &mut buf);
+                let status = chain_status(t.name, chain, ec, actual, (omit, &mut buf));
                 if status != Status::Same || !is_ordered(t.name, chain) {
                     kept.push((t.name, chain.to_string(), status));
                 }
@@ -452,7 +483,7 @@ fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from
         });
         chains.extend(halves.into_iter().flatten());
     }
-    Screen { chains }
+    Screen { chains, omit }
 }
 
 /// From how many chains [`screen`] splits its work over two threads.
@@ -464,19 +495,19 @@ fn chain_status(
     chain: &str,
     ec: &ExpectedChain,
     actual: &Ruleset<'_>,
-    buf: &mut String,
+    (omit, buf): (Omit, &mut String),
 ) -> Status {
     let at = actual.table(table);
     match (at, at.and_then(|t| t.chain(chain))) {
         (None, _) => Status::TableMissing,
         (Some(_), None) => Status::ChainMissing(ec.rules as usize),
         (Some(_), Some(ac)) => {
-            let rules = || ac.rules.iter().filter(|r| !optional(table, chain, r));
+            let rules = || ac.rules.iter().filter(|r| !optional(table, chain, r, omit));
             // First by the dump's own text (see `text_key`), then, only when that differs, by
             // each rule's canonical text.
             let same = KeyDigest::of(rules().map(|r| text_key(r))) == ec.digest
                 || KeyDigest::of(
-                    rules().map(|r| Fingerprint::omitting(r, actual.family, KEY_OMIT, buf)),
+                    rules().map(|r| Fingerprint::omitting(r, actual.family, omit, buf)),
                 ) == ec.digest;
             if same { Status::Same } else { Status::Differs }
         }
@@ -529,7 +560,7 @@ pub fn findings(
                     && !ex.chains.contains(chain)
                     && let Some(ac) = actual.chain(table, chain)
                 {
-                    tail_last(table, chain, ac, &mut out);
+                    tail_last(table, chain, (ac, screen.omit), &mut out);
                 }
             }
             Status::Differs => differing.push((table, chain.to_string())),
@@ -543,7 +574,8 @@ pub fn findings(
         differing.len(),
         &differing[..differing.len().min(5)]
     );
-    let wanted = expected_views(render, family, &differing, names)?;
+    let omit = screen.omit;
+    let wanted = expected_views(render, (family, omit), &differing, names)?;
     for ((table, chain), want) in differing.iter().zip(&wanted) {
         let Some(ac) = actual.chain(table, chain) else {
             continue;
@@ -551,11 +583,11 @@ pub fn findings(
         let got: Vec<RuleView> = ac
             .rules
             .iter()
-            .map(|r| RuleView::of(table, chain, r, actual.family, names))
+            .map(|r| RuleView::of(table, chain, r, (actual.family, omit), names))
             .collect();
         chain_details(table, chain, want, &got, ex, &mut out);
         if !ex.chains.contains(chain.as_str()) && !is_ordered(table, chain) {
-            tail_last(table, chain, ac, &mut out);
+            tail_last(table, chain, (ac, omit), &mut out);
         }
     }
     Ok(out)
@@ -565,7 +597,7 @@ pub fn findings(
 /// of `chains`.
 fn expected_views(
     render: &RenderFn<'_>,
-    family: Family,
+    family: (Family, Omit),
     chains: &[(&'static str, String)],
     names: &NameResolver,
 ) -> Result<Vec<Vec<RuleView>>, ParseError> {
@@ -704,7 +736,12 @@ fn chain_details(
 }
 
 /// KP904 for nat `KUBE-SERVICES`: the NodePort tail rule(s) must come after every service rule.
-fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut Vec<Finding>) {
+fn tail_last(
+    table: &str,
+    chain: &str,
+    (ac, omit): (&crate::model::Chain<'_>, Omit),
+    out: &mut Vec<Finding>,
+) {
     if table != "nat" || chain != "KUBE-SERVICES" {
         return;
     }
@@ -712,7 +749,7 @@ fn tail_last(table: &str, chain: &str, ac: &crate::model::Chain<'_>, out: &mut V
     let positions: Vec<bool> = ac
         .rules
         .iter()
-        .filter(|r| !optional(table, chain, r))
+        .filter(|r| !optional(table, chain, r, omit))
         .map(|r| is_tail(r))
         .collect();
     let last_non_tail = positions.iter().rposition(|t| !t);

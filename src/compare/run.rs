@@ -316,8 +316,42 @@ pub fn check_family(
     })
 }
 
+/// How `verify` chose the kube-proxy release it compares with, and what the dump says of the
+/// release that wrote it.
+#[derive(Debug, Default)]
+pub struct ReleaseCheck {
+    /// What the dumps' own rules say of their release ([`super::version::infer`]); `None`:
+    /// not looked at.
+    pub inference: Option<super::version::Inference>,
+    /// The release was chosen from `inference` (no flag, no image): say so (KP907).
+    pub inferred: bool,
+    /// When the rules look written by another release than the facts' (`--kube-proxy-version`,
+    /// the node's image): that release's plans and facts, to tell its differences from drift
+    /// (KP906).
+    pub writer: Option<WriterRelease>,
+}
+
+/// The release that wrote the rules, when it is not the one verified against.
+#[derive(Debug)]
+pub struct WriterRelease {
+    /// Its plans (as [`VerifyInput::plans`]).
+    pub plans: NodePlans,
+    /// The node facts with its version.
+    pub facts: NodeFacts,
+}
+
 /// Runs every check for one node.
 pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
+    verify_release(input, &ReleaseCheck::default())
+}
+
+/// [`verify`], saying which kube-proxy release the rules were compared with when it was
+/// inferred (KP907), naming rules of two releases (KP908), and grouping the differences that
+/// are another release's rules into one finding (KP906) when `release.writer` is set.
+pub fn verify_release(
+    input: &VerifyInput<'_>,
+    release: &ReleaseCheck,
+) -> Result<Report, VerifyError> {
     let mode = if input.config.mode.is_empty() {
         "iptables"
     } else {
@@ -328,11 +362,30 @@ pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
     let mut main_has_rules = false;
     let mut legacy_present_warning = false;
     for d in &input.dumps {
-        let checked = verify_dump(input, d, mode)?;
+        let mut checked = verify_dump(input, &input.plans, input.facts, d, mode)?;
+        if let (Some(w), Some(inference)) = (&release.writer, &release.inference) {
+            let theirs = verify_dump(input, &w.plans, &w.facts, d, mode)?;
+            checked.findings = super::version::group_release_differences(
+                checked.findings,
+                &theirs.findings,
+                input.facts.kube_proxy_version,
+                w.facts.kube_proxy_version,
+                inference,
+            );
+        }
         service_ports += checked.service_ports;
         main_has_rules |= checked.has_kube_proxy_rules;
         legacy_present_warning |= checked.legacy_tables_present;
         findings.extend(checked.findings);
+    }
+    if let Some(inference) = &release.inference {
+        if release.inferred {
+            findings.push(super::version::inferred_finding(
+                inference,
+                input.facts.kube_proxy_version,
+            ));
+        }
+        findings.extend(super::version::mixed_finding(inference));
     }
     // Families whose dump was not given.
     for &(fam, n) in input.plans.not_collected() {
@@ -413,6 +466,8 @@ impl Drop for ModelCell<'_, '_> {
 /// Then the few chains that differ are looked at rule by rule ([`rule_level::findings`]).
 fn verify_dump(
     input: &VerifyInput<'_>,
+    plans: &NodePlans,
+    facts: &NodeFacts,
     d: &DumpText<'_>,
     mode: &str,
 ) -> Result<DumpChecked, VerifyError> {
@@ -426,7 +481,7 @@ fn verify_dump(
             crate::state::load::thread_cpu_time().saturating_sub(cpu0)
         )
     };
-    let mut facts = input.facts.clone();
+    let mut facts = facts.clone();
     facts.family = d.family;
     let family = match d.family {
         IpFamily::V6 => Family::V6,
@@ -436,7 +491,7 @@ fn verify_dump(
         label: d.label.to_string(),
         family: d.family,
     };
-    if !input.plans.has(d.family) {
+    if !plans.has(d.family) {
         return Err(not_planned());
     }
     let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
@@ -445,7 +500,7 @@ fn verify_dump(
     };
     // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
-        if let Some(plan) = input.plans.of(d.family) {
+        if let Some(plan) = plans.of(d.family) {
             let _ = ipt::render_plan_chunks(plan, &facts, sink);
         }
     };
@@ -456,7 +511,13 @@ fn verify_dump(
                 .plans
                 .of(d.family)
                 .map_or(0, ipt::ServicePlan::nat_chains_estimate);
-            let expected = rule_level::ExpectedRules::build(&render, family, chains)?;
+            let omit = if facts.nfacct_known {
+                rule_level::KEY_OMIT_KNOWN_NFACCT
+            } else {
+                rule_level::KEY_OMIT
+            };
+            let expected =
+                rule_level::ExpectedRules::build_omitting(&render, family, chains, omit)?;
             tracing::debug!(
                 "verify {}: render keys built after {:?}",
                 d.label,
@@ -483,7 +544,7 @@ fn verify_dump(
             .into_iter()
             .filter(|t| !dump.tables.iter().any(|d| d.name == *t))
             .collect();
-        let plan = input.plans.of(d.family).ok_or_else(not_planned)?;
+        let plan = plans.of(d.family).ok_or_else(not_planned)?;
         // The expected ports name the node's service addresses (node-wide checks) and chain
         // hashes (graph, rule level); they are made again for the graph level, after the graph
         // is built: until then verify holds as little as it can.

@@ -421,8 +421,36 @@ fn available(e: &Endpoint, mode: TopologyMode, inp: &CategorizeInput<'_>) -> boo
     }
 }
 
+/// What a kube-proxy release's `CategorizeEndpoints` does besides the newest's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CategorizeRules {
+    /// Zone (and node) hints may narrow the cluster endpoints (topology-aware routing).
+    pub topology_hints: bool,
+    /// Serving terminating endpoints stand in when no ready one is left
+    /// (`ProxyTerminatingEndpoints`).
+    pub terminating_fallback: bool,
+}
+
+impl CategorizeRules {
+    /// The newest kube-proxy's rules: both on.
+    pub const NEWEST: CategorizeRules = CategorizeRules {
+        topology_hints: true,
+        terminating_fallback: true,
+    };
+}
+
 /// kube-proxy's `CategorizeEndpoints` over `eps` (sorted by endpoint string).
 pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
+    categorize_with(eps, inp, CategorizeRules::NEWEST)
+}
+
+/// [`categorize`] as a release with `rules` does it (1.24 and later; `topology.go`
+/// `CategorizeEndpoints`).
+pub fn categorize_with(
+    eps: &[Endpoint],
+    inp: &CategorizeInput<'_>,
+    rules: CategorizeRules,
+) -> Categorized {
     let mut c = Categorized::default();
     if eps.is_empty() {
         return c;
@@ -435,10 +463,12 @@ pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
             .collect()
     };
     if inp.uses_cluster {
-        c.topology = topology_mode(eps, inp);
+        if rules.topology_hints {
+            c.topology = topology_mode(eps, inp);
+        }
         let mode = c.topology;
         c.cluster = idx(&|e| e.ready && available(e, mode, inp));
-        if c.cluster.is_empty() {
+        if c.cluster.is_empty() && rules.terminating_fallback {
             c.cluster = idx(&|e| e.serving && e.terminating);
         }
         c.has_any = !c.cluster.is_empty();
@@ -452,7 +482,7 @@ pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
         if e.ready {
             c.has_any = true;
             local_ready |= e.is_local;
-        } else if e.serving && e.terminating {
+        } else if e.serving && e.terminating && rules.terminating_fallback {
             c.has_any = true;
             local_serving_terminating |= e.is_local;
         }
@@ -476,6 +506,72 @@ pub fn categorize(eps: &[Endpoint], inp: &CategorizeInput<'_>) -> Categorized {
     all.sort_unstable();
     all.dedup();
     c.reachable = all;
+    c
+}
+
+/// How a release before 1.24 picks endpoints (`proxier.go` `syncProxyRules`, before
+/// `CategorizeEndpoints` existed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyRules {
+    /// `internalTrafficPolicy: Local` keeps only this node's endpoints, for every destination
+    /// of a service without `externalTrafficPolicy: Local` (1.22–1.23 `FilterEndpoints`).
+    pub internal_local: bool,
+    /// Serving terminating local endpoints stand in for `externalTrafficPolicy: Local` when no
+    /// ready local one is left (the `ProxyTerminatingEndpoints` gate, 1.22–1.23).
+    pub terminating_fallback: bool,
+    /// The release: 20 … 23.
+    pub minor: u32,
+}
+
+/// The endpoint sets of a release before 1.24: `cluster` (the `KUBE-SVC-…` chain: ready
+/// endpoints), `local` (the `KUBE-XLB-…` chain of an `externalTrafficPolicy: Local` service:
+/// ready local ones), `reachable` (the `KUBE-SEP-…` chains written: in 1.22 every endpoint, else
+/// those the other two use) and `has_any` (in 1.22 any endpoint at all, else a usable one).
+/// `inp.uses_local` is `externalTrafficPolicy: Local`; topology hints are never used (their gate
+/// was off by default).
+pub fn categorize_early(
+    eps: &[Endpoint],
+    inp: &CategorizeInput<'_>,
+    rules: EarlyRules,
+) -> Categorized {
+    let mut c = Categorized::default();
+    let filtered: Vec<u32> = (0u32..)
+        .zip(eps)
+        .filter(|(_, e)| !rules.internal_local || inp.uses_local || e.is_local)
+        .map(|(i, _)| i)
+        .collect();
+    let pick = |pred: &dyn Fn(&Endpoint) -> bool| -> Vec<u32> {
+        filtered
+            .iter()
+            .copied()
+            .filter(|&i| eps.get(i as usize).is_some_and(pred))
+            .collect()
+    };
+    c.cluster = pick(&|e| e.ready);
+    if inp.uses_local {
+        c.local = pick(&|e| e.is_local && e.ready);
+        if c.local.is_empty() && rules.terminating_fallback {
+            c.local = pick(&|e| e.is_local && e.serving && e.terminating);
+        }
+    }
+    let terminating_in_use = rules.terminating_fallback
+        && inp.uses_local
+        && filtered
+            .iter()
+            .filter_map(|&i| eps.get(i as usize))
+            .any(|e| !e.ready && e.serving && e.terminating);
+    c.has_any = match rules.minor {
+        22 => !filtered.is_empty(),
+        _ => !c.cluster.is_empty() || terminating_in_use,
+    };
+    c.reachable = if rules.minor == 22 {
+        filtered
+    } else {
+        let mut all: Vec<u32> = c.cluster.iter().chain(c.local.iter()).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
     c
 }
 
@@ -518,6 +614,59 @@ mod tests {
         let c = categorize(&eps, &input(true, false));
         assert_eq!(c.cluster, vec![0]);
         assert!(c.has_any);
+    }
+
+    #[test]
+    fn early_releases_pick_ready_endpoints_and_chain_them() {
+        let eps = vec![
+            ep("10.0.0.1", true, true, false, false),
+            ep("10.0.0.2", false, true, true, true),
+            ep("10.0.0.3", true, true, false, true),
+            ep("10.0.0.4", false, false, false, false),
+        ];
+        let rules = |minor| EarlyRules {
+            internal_local: false,
+            terminating_fallback: false,
+            minor,
+        };
+        let c = categorize_early(&eps, &input(true, true), rules(21));
+        assert_eq!(
+            (c.cluster.as_slice(), c.local.as_slice()),
+            (&[0, 2][..], &[2][..])
+        );
+        assert_eq!(c.reachable, vec![0, 2]);
+        // 1.22 chains every endpoint, ready or not.
+        let c = categorize_early(&eps, &input(true, false), rules(22));
+        assert_eq!(c.reachable, vec![0, 1, 2, 3]);
+        assert!(c.local.is_empty());
+        // 1.22 calls a service with only unready endpoints served; 1.23 does not.
+        let unready = &eps[3..];
+        assert!(categorize_early(unready, &input(true, false), rules(22)).has_any);
+        assert!(!categorize_early(unready, &input(true, false), rules(23)).has_any);
+        // internalTrafficPolicy: Local keeps this node's endpoints only.
+        let mut itp = rules(23);
+        itp.internal_local = true;
+        let c = categorize_early(&eps, &input(true, false), itp);
+        assert_eq!(c.cluster, vec![2]);
+        // The terminating fallback gate (off by default) serves Local policy from a
+        // terminating local endpoint.
+        let mut gated = rules(23);
+        gated.terminating_fallback = true;
+        let c = categorize_early(&eps[..2], &input(true, true), gated);
+        assert_eq!(c.local, vec![1]);
+        assert_eq!(c.reachable, vec![0, 1]);
+    }
+
+    #[test]
+    fn releases_without_the_fallback_serve_no_terminating_endpoint() {
+        let eps = vec![ep("10.0.0.1", false, true, true, true)];
+        let off = CategorizeRules {
+            topology_hints: true,
+            terminating_fallback: false,
+        };
+        let c = categorize_with(&eps, &input(true, true), off);
+        assert!(c.cluster.is_empty() && c.local.is_empty() && !c.has_any);
+        assert!(categorize(&eps, &input(true, true)).has_any);
     }
 
     #[test]

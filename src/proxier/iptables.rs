@@ -12,13 +12,17 @@
 //! (namespace, name, port name, protocol), so the output is deterministic. Stale-chain deletion
 //! (`-X`) needs the node's current chains and is not part of a render.
 
+mod early;
+
 use super::endpoints::{
-    CategorizeInput, Categorized, Endpoint, EndpointDetail, categorize, endpoints_map_with,
+    CategorizeInput, CategorizeRules, Categorized, EarlyRules, Endpoint, EndpointDetail,
+    categorize_early, categorize_with, endpoints_map_with,
 };
 use super::hashing::{EndpointChain, port_proto_hash};
 use super::service_port::{
-    ServicePortInfo, ServicePortName, ignored_by_labels, service_label, service_ports,
+    ServicePortInfo, ServicePortName, ignored_by_labels, service_label, service_ports_of_release,
 };
+use super::version::KubeProxyVersion;
 use crate::state::config::{DetectLocalMode, ProxyConfig};
 use crate::state::ip::{Cidr, IpFamily};
 use crate::state::node::NodeFacts;
@@ -189,6 +193,13 @@ impl ServicePortPlan {
             .iter()
             .filter_map(|&i| self.endpoints.get(i as usize))
     }
+
+    /// `KUBE-XLB-…`: the `externalTrafficPolicy: Local` chain of releases before 1.24 (the
+    /// hash of the other per-service chains).
+    pub fn xlb_chain(&self) -> String {
+        let hash = self.chains.svc.trim_start_matches("KUBE-SVC-");
+        format!("KUBE-XLB-{hash}")
+    }
 }
 
 /// The decisions for all service ports of one family, plus node-wide facts.
@@ -341,6 +352,10 @@ struct PortPlanner<'f> {
     node_hints_enabled: bool,
     primary: IpAddr,
     masq: &'static str,
+    /// The release whose decisions these are.
+    version: KubeProxyVersion,
+    /// Serving terminating endpoints stand in for ready ones (`ProxyTerminatingEndpoints`).
+    terminating_fallback: bool,
 }
 
 /// Service ports with their endpoints, plus the node-wide part of the plan (`ports` empty).
@@ -357,6 +372,7 @@ fn prepare<'f>(
     detail: EndpointDetail,
 ) -> Prepared<'f> {
     let family = facts.family;
+    let version = facts.kube_proxy_version;
     let mut warnings = Vec::new();
     let mut services: Vec<(&str, &str, &k8s_openapi::api::core::v1::Service)> = state
         .services
@@ -382,7 +398,7 @@ fn prepare<'f>(
             continue;
         }
         prev = Some((ns, name));
-        let mut ports = service_ports(svc, family, &mut warnings);
+        let mut ports = service_ports_of_release(svc, family, version, config, &mut warnings);
         ports.sort_by(|a, b| a.name.cmp(&b.name));
         infos.append(&mut ports);
     }
@@ -428,11 +444,21 @@ fn prepare<'f>(
 
     let total_endpoints: usize = infos
         .iter()
-        .map(|i| eps_map.get(&i.name).map_or(0, Vec::len))
+        .filter_map(|i| eps_map.get(&i.name))
+        .map(|eps| {
+            if version.counts_only_ready_endpoints() {
+                eps.iter().filter(|e| e.ready).count()
+            } else {
+                eps.len()
+            }
+        })
         .sum();
     let npa = node_port_addresses(config, facts, &mut warnings);
-    let localhost_node_ports =
-        config.localhost_node_ports && family == IpFamily::V4 && npa.contains_ipv4_loopback;
+    // Before the option existed (1.26) NodePorts were always open on IPv4 localhost.
+    let localhost_node_ports = (config.localhost_node_ports
+        || !version.has_localhost_nodeports_option())
+        && family == IpFamily::V4
+        && npa.contains_ipv4_loopback;
     let local_detector = LocalDetector::new(config, facts);
     let node_port_ips = if npa.match_all {
         Vec::new()
@@ -455,7 +481,7 @@ fn prepare<'f>(
         })
         .collect();
     drop(eps_map);
-    let node_hints_enabled = config.feature_enabled("PreferSameTrafficDistribution");
+    let node_hints_enabled = version.uses_node_hints(config);
     let masq = if config.masquerade_all {
         "all"
     } else if local_detector.is_implemented() {
@@ -481,12 +507,17 @@ fn prepare<'f>(
         node_hints_enabled,
         primary,
         masq,
+        version,
+        terminating_fallback: version.falls_back_to_terminating(config),
     };
     (plan, work, planner)
 }
 
 impl PortPlanner<'_> {
     fn plan(&self, info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
+        if !self.version.uses_ext_chains() {
+            return self.plan_early(info, endpoints);
+        }
         let proto = info.name.protocol.lower();
         let mut plan = self.plan_without_endpoint_chains(info, endpoints);
         plan.endpoint_chains = plan
@@ -503,7 +534,7 @@ impl PortPlanner<'_> {
         endpoints: Vec<Endpoint>,
     ) -> ServicePortPlan {
         let proto = info.name.protocol.lower();
-        let categorized = categorize(
+        let categorized = categorize_with(
             &endpoints,
             &CategorizeInput {
                 uses_cluster: info.uses_cluster_endpoints(),
@@ -512,12 +543,19 @@ impl PortPlanner<'_> {
                 zone: self.zone,
                 node_hints_enabled: self.node_hints_enabled,
             },
+            CategorizeRules {
+                topology_hints: info.topology_hints_allowed,
+                terminating_fallback: self.terminating_fallback,
+            },
         );
         let chains = ChainNames::new(&info.name_string, proto);
         let has_endpoints = categorized.has_any;
         let uses_cluster_policy_chain =
             !categorized.cluster.is_empty() && info.uses_cluster_endpoints();
-        let uses_local_policy_chain = !categorized.local.is_empty() && info.uses_local_endpoints();
+        // 1.24 also declares the Local policy chain when it has no endpoint (it then drops).
+        let uses_local_policy_chain = info.uses_local_endpoints()
+            && (!categorized.local.is_empty()
+                || (!self.version.drops_in_filter_table() && categorized.has_any));
         let no_local = categorized.local.is_empty();
         let has_internal_endpoints = if info.internal_policy_local {
             has_endpoints && !no_local
@@ -551,6 +589,63 @@ impl PortPlanner<'_> {
             uses_fw_chain,
             allow_from_node,
             cluster_ip_masquerade: self.masq,
+        }
+    }
+
+    /// [`PortPlanner::plan`] for a release before 1.24: the `KUBE-SVC-…` chain serves every
+    /// destination, `KUBE-XLB-…` (in [`ChainNames`]' `svl` slot's place, see
+    /// [`ServicePortPlan::xlb_chain`]) the external ones of an `externalTrafficPolicy: Local`
+    /// service, and `internalTrafficPolicy: Local` narrows the endpoints instead of choosing a
+    /// chain (so it is cleared from `info` once applied).
+    fn plan_early(&self, mut info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
+        let proto = info.name.protocol.lower();
+        let endpoint_chains: Vec<EndpointChain> = endpoints
+            .iter()
+            .map(|e| EndpointChain::of(&info.name_string, proto, &e.endpoint))
+            .collect();
+        let categorized = categorize_early(
+            &endpoints,
+            &CategorizeInput {
+                uses_cluster: true,
+                uses_local: info.external_policy_local,
+                node_name: self.node_name,
+                zone: self.zone,
+                node_hints_enabled: false,
+            },
+            EarlyRules {
+                internal_local: info.internal_policy_local,
+                terminating_fallback: self.terminating_fallback,
+                minor: self.version.minor(),
+            },
+        );
+        info.internal_policy_local = false;
+        if !self.version.opens_health_check_ports() {
+            // 1.20 serves the health check without a filter rule for it.
+            info.health_check_node_port = 0;
+        }
+        let chains = ChainNames::new(&info.name_string, proto);
+        let has_endpoints = categorized.has_any;
+        let has_external_endpoints =
+            has_endpoints && (!info.external_policy_local || !categorized.local.is_empty());
+        let uses_fw_chain = has_endpoints && !info.load_balancer_vips.is_empty();
+        let allow_from_node = info
+            .load_balancer_source_ranges
+            .iter()
+            .any(|c| c.contains(&self.primary));
+        ServicePortPlan {
+            uses_cluster_policy_chain: has_endpoints,
+            uses_local_policy_chain: info.external_policy_local,
+            has_internal_endpoints: has_endpoints,
+            has_external_endpoints,
+            uses_external_chain: false,
+            uses_fw_chain,
+            allow_from_node,
+            cluster_ip_masquerade: self.masq,
+            info,
+            endpoints,
+            endpoint_chains,
+            categorized,
+            chains,
         }
     }
 }
@@ -940,6 +1035,8 @@ pub fn render_plan_chunks(
 struct Emitter {
     filter: RenderedTable,
     nat: RenderedTable,
+    /// The release whose rules are written.
+    version: KubeProxyVersion,
     family: IpFamily,
     is_v6: bool,
     mm: String,
@@ -976,6 +1073,7 @@ impl Emitter {
     /// Chain lines and the rules written before the services.
     fn new(plan: &ServicePlan, facts: &NodeFacts) -> Emitter {
         let is_v6 = plan.family == IpFamily::V6;
+        let version = facts.kube_proxy_version;
         let mark = facts.masquerade_mark.as_str();
         let mut filter = RenderedTable::new("filter");
         let mut nat = RenderedTable::new("nat");
@@ -987,7 +1085,14 @@ impl Emitter {
             "KUBE-NODEPORTS",
             "KUBE-PROXY-FIREWALL",
         ] {
-            filter.chain(c);
+            let written = match c {
+                "KUBE-NODEPORTS" => version.opens_health_check_ports(),
+                "KUBE-PROXY-FIREWALL" => version.drops_in_filter_table(),
+                _ => true,
+            };
+            if written {
+                filter.chain(c);
+            }
         }
         for c in [
             "KUBE-SERVICES",
@@ -1015,7 +1120,7 @@ impl Emitter {
         Line::start(&mut nat.rule_lines, "KUBE-MARK-MASQ")
             .ws(&["-j", "MARK", "--or-mark", mark])
             .end();
-        let kube_firewall = !is_v6 && plan.localhost_node_ports;
+        let kube_firewall = !is_v6 && plan.localhost_node_ports && version.writes_kube_firewall();
         if kube_firewall {
             filter.chain("KUBE-FIREWALL");
             Line::start(&mut filter.rule_lines, "KUBE-FIREWALL")
@@ -1045,9 +1150,11 @@ impl Emitter {
             large: plan.large_cluster_mode,
             nfacct_localhost: plan.localhost_node_ports
                 && !is_v6
-                && facts.nfacct_localhost_nodeports,
-            nfacct_ct_state_invalid: facts.nfacct_ct_state_invalid,
-            tcp_be_liberal: facts.tcp_be_liberal,
+                && facts.nfacct_localhost_nodeports
+                && version.counts_with_nfacct(),
+            nfacct_ct_state_invalid: facts.nfacct_ct_state_invalid && version.counts_with_nfacct(),
+            tcp_be_liberal: facts.tcp_be_liberal && version.drops_invalid_conditionally(),
+            version,
             kube_firewall,
             localhost_node_ports: plan.localhost_node_ports,
             match_all: plan.node_ports_match_all,
@@ -1060,6 +1167,10 @@ impl Emitter {
 
     /// The rules of one service port.
     fn port(&mut self, p: &ServicePortPlan) {
+        if !self.version.uses_ext_chains() {
+            self.early_port(p);
+            return;
+        }
         let info = &p.info;
         let spn = info.name_string.as_str();
         let proto = info.name.protocol.lower();
@@ -1092,9 +1203,14 @@ impl Emitter {
         } else {
             &p.chains.ext
         };
+        // 1.24 sends a destination on whenever the service has endpoints: an empty Local policy
+        // chain then drops (through kubelet's KUBE-MARK-DROP), not the filter table.
+        let drops = self.version.drops_in_filter_table();
+        let serves_internal = p.has_internal_endpoints || (!drops && has_endpoints);
+        let serves_external = p.has_external_endpoints || (!drops && has_endpoints);
 
         // 1. cluster IP
-        if p.has_internal_endpoints {
+        if serves_internal {
             Line::start(&mut self.nat.rule_lines, "KUBE-SERVICES")
                 .comment_q(&[spn, " cluster IP"])
                 .ws(&[
@@ -1137,7 +1253,7 @@ impl Emitter {
                     ])
                     .end();
             }
-            if !p.has_external_endpoints {
+            if !serves_external {
                 Line::start(&mut self.filter.rule_lines, "KUBE-EXTERNAL-SERVICES")
                     .comment_q(&[spn, ext_comment])
                     .ws(&[
@@ -1156,7 +1272,7 @@ impl Emitter {
                     ])
                     .end();
             }
-            if p.uses_fw_chain {
+            if p.uses_fw_chain && drops {
                 Line::start(&mut self.filter.rule_lines, "KUBE-PROXY-FIREWALL")
                     .comment_q(&[spn, " traffic not accepted by ", &p.chains.fw])
                     .ws(&[
@@ -1165,7 +1281,7 @@ impl Emitter {
                     .end();
             }
         }
-        if !p.has_external_endpoints {
+        if !serves_external {
             for l in &lb_ips {
                 Line::start(&mut self.filter.rule_lines, "KUBE-EXTERNAL-SERVICES")
                     .comment_q(&[spn, ext_comment])
@@ -1200,7 +1316,7 @@ impl Emitter {
                     .ws(&["-j", &p.chains.ext])
                     .end();
             }
-            if !p.has_external_endpoints {
+            if !serves_external {
                 Line::start(&mut self.filter.rule_lines, "KUBE-EXTERNAL-SERVICES")
                     .comment_q(&[spn, ext_comment])
                     .ws(&[
@@ -1230,7 +1346,7 @@ impl Emitter {
         }
 
         // Per-service chains.
-        if p.has_internal_endpoints {
+        if serves_internal {
             fn base<'b>(
                 buf: &'b mut TextBuf,
                 chain: &str,
@@ -1304,13 +1420,35 @@ impl Emitter {
                     .ws(&["-m", "addrtype", "--src-type", "LOCAL", "-j", &p.chains.svc])
                     .end();
             }
-            if p.has_external_endpoints {
+            if serves_external {
                 Line::start(&mut self.nat.rule_lines, ext)
                     .ws(&["-j", p.external_policy_chain()])
                     .end();
             }
         }
-        if p.uses_fw_chain {
+        if p.uses_fw_chain && !drops {
+            // 1.24 writes the firewall rules once per load-balancer IP, each set ending in a
+            // drop mark.
+            let fw = p.chains.fw.as_str();
+            self.nat.chain(fw);
+            for l in &lb_ips {
+                let allowed = info
+                    .load_balancer_source_ranges
+                    .iter()
+                    .map(|c| c.to_string());
+                let from_node = p.allow_from_node.then(|| l.clone());
+                for source in allowed.chain(from_node) {
+                    Line::start(&mut self.nat.rule_lines, fw)
+                        .comment_q(&[spn, " loadbalancer IP"])
+                        .ws(&["-s", &source, "-j", &p.chains.ext])
+                        .end();
+                }
+                Line::start(&mut self.nat.rule_lines, fw)
+                    .comment_q(&[spn, " loadbalancer IP"])
+                    .ws(&["-j", "KUBE-MARK-DROP"])
+                    .end();
+            }
+        } else if p.uses_fw_chain {
             let fw = p.chains.fw.as_str();
             self.nat.chain(fw);
             for c in &info.load_balancer_source_ranges {
@@ -1328,13 +1466,15 @@ impl Emitter {
                         .end();
                 }
             }
-            Line::start(&mut self.nat.rule_lines, fw)
-                .comment_q(&[
-                    "other traffic to ",
-                    spn,
-                    " will be dropped by KUBE-PROXY-FIREWALL",
-                ])
-                .end();
+            if self.version.writes_kube_firewall() {
+                Line::start(&mut self.nat.rule_lines, fw)
+                    .comment_q(&[
+                        "other traffic to ",
+                        spn,
+                        " will be dropped by KUBE-PROXY-FIREWALL",
+                    ])
+                    .end();
+            }
         }
         if p.uses_cluster_policy_chain {
             self.nat.chain(&p.chains.svc);
@@ -1357,7 +1497,22 @@ impl Emitter {
                 self.large,
                 &mut self.probabilities,
             );
+            if p.categorized.local.is_empty() {
+                // Only 1.24 writes a Local policy chain without endpoints.
+                Line::start(&mut self.nat.rule_lines, &p.chains.svl)
+                    .comment_q(&[spn, " has no local endpoints"])
+                    .ws(&["-j", "KUBE-MARK-DROP"])
+                    .end();
+            }
         }
+        self.endpoint_chains(p);
+    }
+
+    /// The `KUBE-SEP-…` chain of every endpoint the service's rules can reach.
+    fn endpoint_chains(&mut self, p: &ServicePortPlan) {
+        let info = &p.info;
+        let spn = info.name_string.as_str();
+        let proto = info.name.protocol.lower();
         for &i in &p.categorized.reachable {
             let (Some(ep), Some(sep)) = (
                 p.endpoints.get(i as usize),
@@ -1368,6 +1523,9 @@ impl Emitter {
             self.nat.chain(sep);
             self.scratch.clear();
             crate::state::ip::push_ip(&mut self.scratch, &ep.ip);
+            if !self.version.bare_addresses() {
+                self.scratch.push_str(host_prefix(&ep.ip));
+            }
             let mut l = Line::start(&mut self.nat.rule_lines, sep);
             if !self.large {
                 l = l.comment(spn);
@@ -1401,8 +1559,10 @@ impl Emitter {
             let l = Line::start(&mut self.nat.rule_lines, "KUBE-SERVICES")
                 .comment_q(&[NODEPORTS_TAIL_COMMENT])
                 .ws(&["-m", "addrtype", "--dst-type", "LOCAL"]);
-            let l = if self.is_v6 {
+            let l = if self.is_v6 && self.version.has_localhost_nodeports_option() {
                 l.ws(&["!", "-d", "::1/128"])
+            } else if self.is_v6 {
+                l
             } else if !self.localhost_node_ports {
                 l.ws(&["!", "-d", "127.0.0.0/8"])
             } else {
@@ -1411,7 +1571,10 @@ impl Emitter {
             l.ws(&["-j", "KUBE-NODEPORTS"]).end();
         } else {
             for ip in &self.node_port_ips {
-                if ip.is_loopback() && (self.is_v6 || !self.localhost_node_ports) {
+                if ip.is_loopback()
+                    && (self.is_v6 || !self.localhost_node_ports)
+                    && self.version.has_localhost_nodeports_option()
+                {
                     continue;
                 }
                 let ip = ip.to_string();
@@ -1446,21 +1609,31 @@ impl Emitter {
             .comment_q(&["kubernetes forwarding rules"])
             .ws(&["-m", "mark", "--mark", &self.mm, "-j", "ACCEPT"])
             .end();
-        Line::start(&mut self.filter.rule_lines, "KUBE-FORWARD")
-            .comment_q(&["kubernetes forwarding conntrack rule"])
-            .ws(&[
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "RELATED,ESTABLISHED",
-                "-j",
-                "ACCEPT",
-            ])
-            .end();
+        let conntrack_comments: &[&str] = if self.version.one_forward_conntrack_rule() {
+            &["kubernetes forwarding conntrack rule"]
+        } else {
+            &[
+                "kubernetes forwarding conntrack pod source rule",
+                "kubernetes forwarding conntrack pod destination rule",
+            ]
+        };
+        for comment in conntrack_comments {
+            Line::start(&mut self.filter.rule_lines, "KUBE-FORWARD")
+                .comment_q(&[comment])
+                .ws(&[
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "RELATED,ESTABLISHED",
+                    "-j",
+                    "ACCEPT",
+                ])
+                .end();
+        }
 
         let mut tables = vec![self.filter, self.nat];
         if opts.with_base_jumps {
-            add_base_jumps(&mut tables, self.kube_firewall);
+            add_base_jumps(&mut tables, self.kube_firewall, self.version);
         }
         Rendered {
             family: self.family,
@@ -1483,6 +1656,23 @@ fn probability(cache: &mut Vec<String>, n: usize) -> &str {
     cache.get(n).map(String::as_str).unwrap_or("")
 }
 
+/// `/32` or `/128`: the host prefix releases before 1.23 wrote after addresses.
+fn host_prefix(ip: &IpAddr) -> &'static str {
+    if ip.is_ipv6() { "/128" } else { "/32" }
+}
+
+/// How a release comments the rules that jump from a service chain to its endpoint chains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BalancingComments {
+    /// `"<svc> -> <ip:port>"`, left out in large-cluster mode (1.24 and later).
+    Arrow,
+    /// `<svc>`, left out in large-cluster mode (before 1.24; 1.23's `KUBE-XLB-…`).
+    Name,
+    /// `<svc>` on affinity rules and `"Balancing rule N for <svc>"` on the others, always
+    /// (`KUBE-XLB-…` before 1.23).
+    Numbered,
+}
+
 fn write_service_to_endpoint_rules(
     out: &mut TextBuf,
     p: &ServicePortPlan,
@@ -1491,9 +1681,30 @@ fn write_service_to_endpoint_rules(
     large: bool,
     probabilities: &mut Vec<String>,
 ) {
+    write_balancing_rules(
+        out,
+        p,
+        chain,
+        (eps, eps),
+        (BalancingComments::Arrow, large),
+        probabilities,
+    );
+}
+
+/// The rules of `chain` that pick an endpoint: affinity rules for `sticky` (the endpoints the
+/// affinity lists cover), then one probability rule per endpoint of `eps`.
+fn write_balancing_rules(
+    out: &mut TextBuf,
+    p: &ServicePortPlan,
+    chain: &str,
+    (sticky_eps, eps): (&[u32], &[u32]),
+    (comments, large): (BalancingComments, bool),
+    probabilities: &mut Vec<String>,
+) {
     let spn = p.info.name_string.as_str();
+    let commented = comments == BalancingComments::Numbered || !large;
     if let Some(sticky) = p.info.session_affinity_seconds {
-        for &i in eps {
+        for &i in sticky_eps {
             let (Some(ep), Some(sep)) = (
                 p.endpoints.get(i as usize),
                 p.endpoint_chains.get(i as usize),
@@ -1501,8 +1712,11 @@ fn write_service_to_endpoint_rules(
                 continue;
             };
             let mut l = Line::start(out, chain);
-            if !large {
-                l = l.comment_q(&[spn, " -> ", &ep.endpoint]);
+            if commented {
+                l = match comments {
+                    BalancingComments::Arrow => l.comment_q(&[spn, " -> ", &ep.endpoint]),
+                    BalancingComments::Name | BalancingComments::Numbered => l.comment(spn),
+                };
             }
             l.ws(&["-m", "recent", "--name", sep, "--rcheck", "--seconds"])
                 .num(sticky)
@@ -1519,8 +1733,15 @@ fn write_service_to_endpoint_rules(
             continue;
         };
         let mut l = Line::start(out, chain);
-        if !large {
-            l = l.comment_q(&[spn, " -> ", &ep.endpoint]);
+        if commented {
+            l = match comments {
+                BalancingComments::Arrow => l.comment_q(&[spn, " -> ", &ep.endpoint]),
+                BalancingComments::Name => l.comment(spn),
+                BalancingComments::Numbered => {
+                    let rule = k.to_string();
+                    l.comment_q(&["Balancing rule ", &rule, " for ", spn])
+                }
+            };
         }
         if k + 1 < n {
             l = l.ws(&[
@@ -1636,7 +1857,22 @@ const BUILTIN_CHAINS: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn add_base_jumps(tables: &mut Vec<RenderedTable>, kube_firewall_declared: bool) {
+/// The release from which kube-proxy ensures a base jump to `target`.
+fn base_jump_since(target: &str) -> KubeProxyVersion {
+    let minor = match target {
+        "KUBE-NODEPORTS" => 21,
+        "KUBE-PROXY-FIREWALL" => 25,
+        "KUBE-FIREWALL" => 27,
+        _ => return KubeProxyVersion::OLDEST,
+    };
+    KubeProxyVersion::of_minor(minor).unwrap_or(KubeProxyVersion::OLDEST)
+}
+
+fn add_base_jumps(
+    tables: &mut Vec<RenderedTable>,
+    kube_firewall_declared: bool,
+    version: KubeProxyVersion,
+) {
     tables.push(RenderedTable::new("mangle"));
     for t in tables.iter_mut() {
         let mut chains = String::new();
@@ -1649,11 +1885,15 @@ fn add_base_jumps(tables: &mut Vec<RenderedTable>, kube_firewall_declared: bool)
             }
         }
         chains.push_str(":KUBE-PROXY-CANARY - [0:0]\n");
-        if t.name == "filter" && !kube_firewall_declared {
+        if t.name == "filter" && !kube_firewall_declared && version.writes_kube_firewall() {
             chains.push_str(":KUBE-FIREWALL - [0:0]\n");
         }
+        if t.name == "nat" && !version.drops_in_filter_table() {
+            // Ensured (empty) by kube-proxy for its drop jumps; kubelet fills it.
+            chains.push_str(":KUBE-MARK-DROP - [0:0]\n");
+        }
         for (table, chain, extra, comment, target) in BASE_JUMPS {
-            if *table != t.name {
+            if *table != t.name || version < base_jump_since(target) {
                 continue;
             }
             let mut l = Line::start(&mut rules, chain);

@@ -8,3 +8,4 @@ pub mod hashing;
 pub mod iptables;
 pub mod nftables;
 pub mod service_port;
+pub mod version;

@@ -1,7 +1,9 @@
 //! Service → service ports, per IP family (kube-proxy `serviceport.go` `newBaseServiceInfo` and
 //! `servicechangetracker.go`). Mode-independent: the iptables and IPVS proxiers both use it.
 
+use super::version::{KubeProxyVersion, TopologyHints};
 use crate::state::Warning;
+use crate::state::config::ProxyConfig;
 use crate::state::ip::{Cidr, IpFamily, parse_ip_sloppy};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -122,6 +124,10 @@ pub struct ServicePortInfo {
     pub internal_policy_local: bool,
     /// `spec.healthCheckNodePort` when type LoadBalancer and eTP=Local (0 = none).
     pub health_check_node_port: i32,
+    /// Whether EndpointSlice topology hints may narrow its endpoints (releases 1.24–1.30 ask
+    /// the Service's topology annotation, see [`service_ports_of_release`]).
+    #[serde(skip)]
+    pub topology_hints_allowed: bool,
 }
 
 impl ServicePortInfo {
@@ -182,6 +188,63 @@ fn cluster_ip_by_family(svc: &Service, family: IpFamily) -> &str {
 pub fn service_ports(
     svc: &Service,
     family: IpFamily,
+    warnings: &mut Vec<Warning>,
+) -> Vec<ServicePortInfo> {
+    service_ports_honouring(svc, family, true, warnings)
+}
+
+/// [`service_ports`] as kube-proxy `version` builds them: before 1.30 load-balancer ingress IPs
+/// with `ipMode: Proxy` get rules too, before 1.22 `internalTrafficPolicy` is ignored, and
+/// 1.24–1.30 use topology hints only when the Service's annotation asks for them
+/// (`service.kubernetes.io/topology-aware-hints`, from 1.27 also `…/topology-mode`).
+pub fn service_ports_of_release(
+    svc: &Service,
+    family: IpFamily,
+    version: KubeProxyVersion,
+    config: &ProxyConfig,
+    warnings: &mut Vec<Warning>,
+) -> Vec<ServicePortInfo> {
+    let mut ports = service_ports_honouring(svc, family, version.honours_ip_mode(config), warnings);
+    let annotation = |key: &str| {
+        svc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let hints = match version.topology_hints(config) {
+        TopologyHints::Always => true,
+        TopologyHints::Ignored => false,
+        TopologyHints::WhenAnnotatedAuto => {
+            matches!(
+                annotation(ANNOTATION_TOPOLOGY_AWARE_HINTS),
+                Some("Auto" | "auto")
+            )
+        }
+        TopologyHints::WhenAnnotated => {
+            let value = annotation(ANNOTATION_TOPOLOGY_MODE)
+                .or_else(|| annotation(ANNOTATION_TOPOLOGY_AWARE_HINTS))
+                .unwrap_or("");
+            !matches!(value, "" | "disabled" | "Disabled")
+        }
+    };
+    let itp = version.honours_internal_traffic_policy(config);
+    for p in &mut ports {
+        p.topology_hints_allowed = hints;
+        p.internal_policy_local &= itp;
+    }
+    ports
+}
+
+/// The Service annotation that asked for topology-aware hints before 1.27.
+pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+/// The Service annotation that asks for topology-aware routing from 1.27.
+pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+
+fn service_ports_honouring(
+    svc: &Service,
+    family: IpFamily,
+    honour_ip_mode: bool,
     warnings: &mut Vec<Warning>,
 ) -> Vec<ServicePortInfo> {
     let label = || service_label(svc);
@@ -248,7 +311,7 @@ pub fn service_ports(
         .unwrap_or(&[]);
     for ing in ingress {
         let ip = ing.ip.as_deref().unwrap_or("");
-        if ip.is_empty() || ing.ip_mode.as_deref().is_some_and(|m| m != "VIP") {
+        if ip.is_empty() || (honour_ip_mode && ing.ip_mode.as_deref().is_some_and(|m| m != "VIP")) {
             continue;
         }
         match parse_ip_sloppy(ip) {
@@ -318,6 +381,7 @@ pub fn service_ports(
             external_policy_local,
             internal_policy_local,
             health_check_node_port,
+            topology_hints_allowed: true,
         };
         // A repeated (name, protocol) replaces the earlier port, as in kube-proxy's map.
         if let Some(prev) = out.iter_mut().find(|o| o.name == info.name) {
@@ -334,4 +398,59 @@ pub fn service_ports(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(minor: u32) -> KubeProxyVersion {
+        KubeProxyVersion::of_minor(minor).expect("known release")
+    }
+
+    fn service(annotations: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": "svc", "annotations": annotations},
+            "spec": {
+                "type": "LoadBalancer", "clusterIP": "10.96.0.10",
+                "internalTrafficPolicy": "Local",
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+            },
+            "status": {"loadBalancer": {"ingress": [
+                {"ip": "192.0.2.1"}, {"ip": "192.0.2.2", "ipMode": "Proxy"},
+            ]}},
+        }))
+        .expect("a Service")
+    }
+
+    fn one_port(svc: &Service, minor: u32) -> ServicePortInfo {
+        let config = ProxyConfig::default();
+        let mut warnings = Vec::new();
+        let ports =
+            service_ports_of_release(svc, IpFamily::V4, release(minor), &config, &mut warnings);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        ports.into_iter().next().expect("one port")
+    }
+
+    #[test]
+    fn releases_read_the_service_as_they_did() {
+        let plain = service(serde_json::json!({}));
+        // ipMode: Proxy ingress IPs get rules before 1.30.
+        assert_eq!(one_port(&plain, 29).load_balancer_vips.len(), 2);
+        assert_eq!(one_port(&plain, 30).load_balancer_vips.len(), 1);
+        assert_eq!(one_port(&plain, 35), {
+            let mut w = Vec::new();
+            service_ports(&plain, IpFamily::V4, &mut w).remove(0)
+        });
+        // internalTrafficPolicy from 1.22.
+        assert!(!one_port(&plain, 21).internal_policy_local);
+        assert!(one_port(&plain, 22).internal_policy_local);
+        // Topology hints: never before 1.24, then only when annotated, always from 1.31.
+        let auto = service(serde_json::json!({ANNOTATION_TOPOLOGY_AWARE_HINTS: "Auto"}));
+        let mode = service(serde_json::json!({ANNOTATION_TOPOLOGY_MODE: "Auto"}));
+        let hints = |svc: &Service, minor| one_port(svc, minor).topology_hints_allowed;
+        assert!(!hints(&auto, 23) && hints(&auto, 24) && hints(&auto, 27));
+        assert!(!hints(&mode, 26) && hints(&mode, 27));
+        assert!(!hints(&plain, 30) && hints(&plain, 31));
+    }
 }

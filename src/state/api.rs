@@ -152,6 +152,41 @@ pub async fn list_pods_on_node(
     .await
 }
 
+/// The image of a kube-proxy pod's kube-proxy container (the one named `kube-proxy`, else the
+/// first).
+pub fn kube_proxy_image(pod: &Pod) -> Option<String> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice())?;
+    containers
+        .iter()
+        .find(|c| c.name == "kube-proxy")
+        .or_else(|| containers.first())
+        .and_then(|c| c.image.clone())
+}
+
+/// The image of the kube-proxy pod on `node` (pods of `namespace` matching `label_selector`, a
+/// Running one first), `None` when no such pod runs there (k3s and RKE2 run kube-proxy inside
+/// their own process).
+pub async fn kube_proxy_image_on_node(
+    conn: &Connection,
+    namespace: &str,
+    label_selector: &str,
+    node: &str,
+) -> Result<Option<String>, ApiError> {
+    let pods = list_pods_on_node(conn, namespace, label_selector, node).await?;
+    Ok(pick_proxy_pod(&pods).and_then(kube_proxy_image))
+}
+
+/// The pod to read among a node's kube-proxy pods: a Running one, else the first.
+pub fn pick_proxy_pod(pods: &[Pod]) -> Option<&Pod> {
+    let running = |p: &&Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|ph| ph == "Running")
+    };
+    pods.iter().find(running).or_else(|| pods.first())
+}
+
 /// Fetches the `config.conf` text of kube-proxy's ConfigMap `namespace/name`.
 pub async fn fetch_proxy_config(
     conn: &Connection,

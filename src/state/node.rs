@@ -5,6 +5,7 @@
 use super::config::ProxyConfig;
 use super::ip::{Cidr, IpFamily, parse_ip_sloppy};
 use super::{ClusterState, Warning};
+use crate::proxier::version::KubeProxyVersion;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -35,12 +36,17 @@ pub struct NodeFacts {
     pub nfacct_ct_state_invalid: bool,
     /// Whether the `localhost_nps_accepted_pkts` nfacct counter exists.
     pub nfacct_localhost_nodeports: bool,
+    /// Whether the two above are known (`--nfacct`), not kube-proxy's defaults: only then is a
+    /// rule's nfacct match compared.
+    pub nfacct_known: bool,
     /// Whether `nf_conntrack_tcp_be_liberal` is set (no INVALID drop rule then).
     pub tcp_be_liberal: bool,
     /// The masquerade mark text used in rules (`0x00004000` by default).
     pub masquerade_mark: String,
     /// `bindAddress` when it is a specific address (it overrides the primary node IP).
     pub bind_address: Option<IpAddr>,
+    /// The kube-proxy release whose rules are rendered (the newest unless told).
+    pub kube_proxy_version: KubeProxyVersion,
 }
 
 impl NodeFacts {
@@ -55,9 +61,11 @@ impl NodeFacts {
             random_fully: true,
             nfacct_ct_state_invalid: true,
             nfacct_localhost_nodeports: true,
+            nfacct_known: false,
             tcp_be_liberal: false,
             masquerade_mark: ProxyConfig::default().masquerade_mark(),
             bind_address: None,
+            kube_proxy_version: KubeProxyVersion::NEWEST,
         }
     }
 
@@ -116,6 +124,8 @@ pub struct NodeInputs {
     /// The node is deliberately not one of the state's Nodes (its facts come from
     /// [`NodeInputs::node_ips`]): no "not found" error.
     pub not_in_state: bool,
+    /// The kube-proxy release whose rules to expect; `None` means the newest.
+    pub kube_proxy_version: Option<KubeProxyVersion>,
 }
 
 impl Default for NodeInputs {
@@ -130,6 +140,7 @@ impl Default for NodeInputs {
             tcp_be_liberal: false,
             masquerade_mark: None,
             not_in_state: false,
+            kube_proxy_version: None,
         }
     }
 }
@@ -259,11 +270,15 @@ pub fn build(
     facts.bind_address =
         parse_ip_sloppy(config.bind_address.trim()).filter(|ip| !ip.is_unspecified());
     facts.random_fully = args.random_fully;
+    if let Some(v) = args.kube_proxy_version {
+        facts.kube_proxy_version = v;
+    }
     facts.tcp_be_liberal = args.tcp_be_liberal || config.tcp_be_liberal;
     facts.masquerade_mark = match &args.masquerade_mark {
         Some(m) => m.clone(),
         None => config.masquerade_mark(),
     };
+    facts.nfacct_known = args.nfacct.is_some();
     if let Some(counters) = &args.nfacct {
         facts.nfacct_ct_state_invalid = false;
         facts.nfacct_localhost_nodeports = false;

@@ -914,6 +914,9 @@ fn masquerade_rule<'a>(
         )
     ) || matches!(kind, Some(ChainKind::Ext | ChainKind::Fw))
         || chain == "KUBE-NODEPORTS"
+        // kube-proxy 1.22–1.23 masquerade NodePort traffic in the service chain: a node port,
+        // no address.
+        || (kind == Some(ChainKind::Svc) && f.destination.is_none() && f.dport.is_some())
     {
         (MasqueradeReason::ExternalDestination, None)
     } else if matches!(kind, Some(ChainKind::Svc | ChainKind::Svl)) || chain == "KUBE-SERVICES" {

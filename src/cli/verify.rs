@@ -52,6 +52,9 @@ pub struct VerifyArgs {
     /// IPVS dumps (`--ipvsadm` selects IPVS-mode verification).
     #[command(flatten)]
     pub ipvs: super::ipvs::IpvsArgs,
+    /// The node's conntrack table (findings KP6xx).
+    #[command(flatten)]
+    pub conntrack: super::conntrack::ConntrackArgs,
 }
 
 /// Runs `verify`.
@@ -167,6 +170,13 @@ pub fn report_from_inputs(
     for w in warnings {
         tracing::warn!("{w}");
     }
+    let conntrack = super::conntrack::verify_findings(
+        &args.conntrack,
+        snap.conntrack.as_deref(),
+        &snap.collector,
+        args.dumps.lenient,
+        (&state, &config, &facts),
+    )?;
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
         let proxy_inputs = super::common::ProxyInputs {
@@ -188,7 +198,8 @@ pub fn report_from_inputs(
             &proxy_inputs,
             &dumps,
             args.facts.masquerade_mark.clone(),
-        );
+        )
+        .map(|r| super::conntrack::with_findings(r, conntrack));
     }
     // Labels: the file names offline, the command and collector otherwise.
     let label = |path: &Option<PathBuf>, command: &str| match path {
@@ -266,7 +277,8 @@ pub fn report_from_inputs(
             ParseOptions::strict()
         },
     };
-    Ok(crate::compare::verify(&input)?)
+    let report = crate::compare::verify(&input)?;
+    Ok(super::conntrack::with_findings(report, conntrack))
 }
 
 /// Whether the dump text names a chain only kube-proxy's IPVS mode writes: without one,

@@ -16,6 +16,8 @@
 #                     is turned on half-way, so some flows have a start time and some none)
 #   proc.txt          cat /proc/net/nf_conntrack    (when the kernel has it)
 #   topology.txt      the addresses and services behind the flows, for the tests' expectations
+# (state.json beside them is not written here: it holds, by hand, the API objects of the services
+# the rules stand for, which the conntrack checks compare the flows with.)
 # Counters (packets= bytes=) are on: net.netfilter.nf_conntrack_acct=1 in the node namespace.
 # Root only. The namespaces are connected to nothing but each other and are deleted on exit.
 set -euo pipefail

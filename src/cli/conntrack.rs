@@ -121,3 +121,19 @@ pub fn with_findings(report: Report, findings: Vec<Finding>) -> Report {
     all.extend(findings);
     Report::new(node, mode, summary.service_ports, all)
 }
+
+/// `trace svc/NAME --conntrack FILE`: the live flows per endpoint on the path view. Only an
+/// explicit file is read (a collected listing is not: trace's output stays what it was without
+/// the flag).
+pub fn annotate_path(
+    args: &ConntrackArgs,
+    lenient: bool,
+    view: &mut crate::trace::path::PathView,
+) -> anyhow::Result<()> {
+    let Some(text) = args.text(None, "")? else {
+        return Ok(());
+    };
+    let listing = parse_listing(&text, lenient)?;
+    crate::trace::conntrack::annotate(view, &listing.flows);
+    Ok(())
+}

@@ -137,3 +137,118 @@ pub fn annotate_path(
     crate::trace::conntrack::annotate(view, &listing.flows);
     Ok(())
 }
+
+/// The conntrack step of `repair` on this host or offline: the listing (`--conntrack FILE`, else
+/// with `--local` the host's own table), its stale UDP/SCTP groups as a deletion plan, and with
+/// `--apply` (when the rules repair was not refused) the deletions run and listed again. `None`
+/// when there is no listing (offline without `--conntrack`, or no `conntrack` tool on the host:
+/// then a warning says so).
+pub fn repair_step(
+    args: &super::repair::RepairArgs,
+    inputs: &super::common::ProxyInputs,
+    refused: &[String],
+) -> anyhow::Result<Option<crate::apply::conntrack::ConntrackRepair>> {
+    use crate::apply::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
+    let host = LocalConntrack {
+        netns: args.netns.clone(),
+    };
+    let text = match args.conntrack.text(None, "")? {
+        Some(t) => t,
+        None if args.local && args.iptables_save.is_none() => match ct::list(&host) {
+            Ok(text) => ConntrackText {
+                text,
+                label: format!(
+                    "conntrack {} on {}",
+                    ct::LIST_ARGS.join(" "),
+                    host.location()
+                ),
+            },
+            Err(e) => {
+                tracing::warn!("stale conntrack entries not checked: {e}");
+                return Ok(None);
+            }
+        },
+        None => return Ok(None),
+    };
+    let listing = parse_listing(&text, false)?;
+    let check = check_listing(&listing, &inputs.state, &inputs.config, &inputs.facts);
+    let mut plan = ConntrackRepair::plan(text.label.clone(), &check);
+    if args.apply && args.local && refused.is_empty() && !plan.is_empty() {
+        ct::apply(&host, &mut plan, &check)?;
+    }
+    Ok(Some(plan))
+}
+
+/// Adds the conntrack step to a repair's plan document: a section after the text plan, or a
+/// `conntrack` object in the JSON one.
+pub(super) fn add_to_doc(
+    doc: super::repair::PlanDoc,
+    step: Option<&crate::apply::conntrack::ConntrackRepair>,
+    painter: crate::output::color::Painter,
+) -> anyhow::Result<super::repair::PlanDoc> {
+    use super::repair::PlanDoc;
+    use crate::output::color::Role;
+    use std::fmt::Write as _;
+    let Some(step) = step else {
+        return Ok(doc);
+    };
+    Ok(match doc {
+        PlanDoc::Json(mut m) => {
+            m.insert("conntrack".into(), serde_json::to_value(step)?);
+            PlanDoc::Json(m)
+        }
+        PlanDoc::Text(mut s) => {
+            let n = step.deletions.len();
+            let _ = writeln!(
+                s,
+                "conntrack: {} to delete (of {} flows listed in {})",
+                match n {
+                    0 => "no stale flow group".to_string(),
+                    1 => "1 stale flow group".to_string(),
+                    n => format!("{n} stale flow groups"),
+                },
+                step.flows,
+                step.source
+            );
+            for d in &step.deletions {
+                let _ = writeln!(
+                    s,
+                    "  {} {}{} → {} ({} flow{})",
+                    painter.paint(Role::Error, d.id),
+                    d.service
+                        .as_deref()
+                        .map(|x| format!("{x} "))
+                        .unwrap_or_default(),
+                    d.destination,
+                    d.reply_source,
+                    d.flows,
+                    if d.flows == 1 { "" } else { "s" }
+                );
+                let _ = writeln!(s, "      {}", d.command);
+                if let (Some(del), Some(left)) = (d.deleted, d.remaining) {
+                    let line = format!("deleted {del}; listed again: {left} left");
+                    let role = if left == 0 { Role::Ok } else { Role::Error };
+                    let _ = writeln!(s, "      {}", painter.paint(role, &line));
+                    if left > 0 {
+                        let _ = writeln!(
+                            s,
+                            "      {}",
+                            painter.paint(
+                                Role::Error,
+                                "new flows still go there: the rules still DNAT to it (repair the rules, then run this again)"
+                            )
+                        );
+                    }
+                }
+            }
+            if step.tcp_left > 0 {
+                let _ = writeln!(
+                    s,
+                    "  {} stale TCP group(s) left alone: TCP connections end on their own",
+                    step.tcp_left
+                );
+            }
+            PlanDoc::Text(s)
+        }
+    })
+}

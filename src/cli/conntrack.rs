@@ -138,23 +138,23 @@ pub fn annotate_path(
     Ok(())
 }
 
-/// The conntrack step of `repair` on this host or offline: the listing (`--conntrack FILE`, else
-/// with `--local` the host's own table), its stale UDP/SCTP groups as a deletion plan, and with
-/// `--apply` (when the rules repair was not refused) the deletions run and listed again. `None`
-/// when there is no listing (offline without `--conntrack`, or no `conntrack` tool on the host:
-/// then a warning says so).
+/// The conntrack step of `repair --local` or of the offline plan: the listing (`--conntrack
+/// FILE`, else with `--local` this host's own table) planned and, with `--apply` on this host,
+/// run (see [`plan_and_apply`]). `None` when there is no listing (offline without
+/// `--conntrack`, or no `conntrack` tool on the host: then a warning says so).
 pub fn repair_step(
     args: &super::repair::RepairArgs,
     inputs: &super::common::ProxyInputs,
     refused: &[String],
 ) -> anyhow::Result<Option<crate::apply::conntrack::ConntrackRepair>> {
-    use crate::apply::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
+    use crate::apply::conntrack::{self as ct, ConntrackHost, LocalConntrack};
     let host = LocalConntrack {
         netns: args.netns.clone(),
     };
+    let on_host = args.local && args.iptables_save.is_none();
     let text = match args.conntrack.text(None, "")? {
         Some(t) => t,
-        None if args.local && args.iptables_save.is_none() => match ct::list(&host) {
+        None if on_host => match ct::list(&host) {
             Ok(text) => ConntrackText {
                 text,
                 label: format!(
@@ -170,13 +170,49 @@ pub fn repair_step(
         },
         None => return Ok(None),
     };
-    let listing = parse_listing(&text, false)?;
+    plan_and_apply(args, inputs, &text, on_host.then_some(&host), refused).map(Some)
+}
+
+/// The conntrack step of `repair NODE`: the listing the collector fetched (or `--conntrack
+/// FILE`), the deletions run in the collector's pod with `--apply`. `None` without a listing.
+pub fn remote_repair_step(
+    args: &super::repair::RepairArgs,
+    inputs: &super::common::ProxyInputs,
+    snapshot: &crate::collect::NodeSnapshot,
+    host: &impl crate::apply::conntrack::ConntrackHost,
+    refused: &[String],
+) -> anyhow::Result<Option<crate::apply::conntrack::ConntrackRepair>> {
+    match args
+        .conntrack
+        .text(snapshot.conntrack.as_deref(), &snapshot.collector)?
+    {
+        Some(text) => plan_and_apply(args, inputs, &text, Some(host), refused).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Checks `text` against the services, plans the deletion of its stale UDP/SCTP groups, and
+/// runs them on `host` with `--apply` when the rules repair was not refused (after it: the new
+/// flows must find the right rules).
+fn plan_and_apply(
+    args: &super::repair::RepairArgs,
+    inputs: &super::common::ProxyInputs,
+    text: &ConntrackText,
+    host: Option<&impl crate::apply::conntrack::ConntrackHost>,
+    refused: &[String],
+) -> anyhow::Result<crate::apply::conntrack::ConntrackRepair> {
+    use crate::apply::conntrack::{self as ct, ConntrackRepair};
+    let listing = parse_listing(text, false)?;
     let check = check_listing(&listing, &inputs.state, &inputs.config, &inputs.facts);
     let mut plan = ConntrackRepair::plan(text.label.clone(), &check);
-    if args.apply && args.local && refused.is_empty() && !plan.is_empty() {
-        ct::apply(&host, &mut plan, &check)?;
+    if let Some(host) = host
+        && args.apply
+        && refused.is_empty()
+        && !plan.is_empty()
+    {
+        ct::apply(host, &mut plan, &check)?;
     }
-    Ok(Some(plan))
+    Ok(plan)
 }
 
 /// Adds the conntrack step to a repair's plan document: a section after the text plan, or a

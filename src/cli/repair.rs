@@ -195,7 +195,7 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     // Stale conntrack entries are cleared after the rules are right, as kube-proxy does after
     // each sync.
     let conntrack = super::conntrack::repair_step(&args, &inputs, &refused)?;
-    report_outcome_with(&args, &report, &refused, painter, conntrack.as_ref())
+    report_outcome(&args, &report, &refused, painter, conntrack.as_ref())
 }
 
 /// This host's iptables of one family, as `--backend`, `--netns` and `--wait` say.
@@ -285,19 +285,9 @@ pub(super) fn input_facts<'a>(
 }
 
 /// Prints the plan and what happened, and returns the exit outcome: 0 nothing to do or
-/// applied, 1 dry run with drift, 2 refused.
+/// applied, 1 dry run with drift, 2 refused. With the conntrack step of the repair, when there
+/// was one: its deletions count as something to do, and flows still left after them as drift.
 pub(super) fn report_outcome(
-    args: &RepairArgs,
-    report: &RepairReport,
-    refused: &[String],
-    painter: Painter,
-) -> anyhow::Result<Outcome> {
-    report_outcome_with(args, report, refused, painter, None)
-}
-
-/// [`report_outcome`] with the conntrack step of the repair, when there was one: its deletions
-/// count as something to do, and flows still left after them as drift.
-pub(super) fn report_outcome_with(
     args: &RepairArgs,
     report: &RepairReport,
     refused: &[String],

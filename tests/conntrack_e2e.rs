@@ -9,15 +9,21 @@
 //! to the endpoint the rules pick now, `repair --local --apply` deletes exactly the stale entries
 //! (every other entry of the table survives) and the next datagram reaches the remaining endpoint.
 //! TCP: the same removal gives an info finding only, and repair leaves the connections alone.
+//! Through the API (`repair NODE`, a fake apiserver whose kube-proxy pod execs into the node
+//! namespace): the collector's listing is planned and the exact deletion runs in the pod.
 
-use crate::support::netns::{Backend, Netns, Pod, Topology, addr, require_root_and_tools};
+use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
+use crate::support::netns::{
+    Backend, Netns, Pod, Topology, addr, require_root_and_tools, tool_path,
+};
 use crate::support::repair::{expect_exit, text};
 use kproxy::parsers::conntrack::{Flow, ParseOptions, parse};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const NODE_IP: &str = "192.168.77.2";
@@ -219,13 +225,31 @@ fn tools() -> Vec<&'static str> {
     t
 }
 
-#[test]
-fn stale_udp_flow_is_found_and_cleared_exactly() {
-    if !require_root_and_tools(&tools()) {
-        return;
-    }
+/// A UDP client pinned to an endpoint the API no longer has: the node's rules are the render of
+/// the state without it, the client's entry still DNATs to it.
+struct Blackhole {
+    topo: Topology,
+    dir: tempfile::TempDir,
+    /// The client socket under test (source port 40001).
+    sock: UdpSocket,
+    /// Sockets of other clients and a flow straight to a pod, kept open.
+    _others: Vec<UdpSocket>,
+    /// The removed endpoint's pod.
+    stale: String,
+    /// The remaining endpoint's pod.
+    keep: &'static str,
+    /// The state without the removed endpoint.
+    after: PathBuf,
+    /// The node's `iptables-save` after the re-render.
+    save: PathBuf,
+}
+
+/// Builds the [`Blackhole`]: rules for both endpoints, the client's bounded loop (one endpoint),
+/// other clients, the endpoint removed and the rules re-rendered and restored, and the client
+/// observed still reaching the removed endpoint while a new client reaches the other one.
+fn udp_blackhole(prefix: &str) -> Blackhole {
     let dir = tempfile::tempdir().expect("tempdir");
-    let topo = topology("ct-udp");
+    let topo = topology(prefix);
     let node = topo.node();
     let both = write_state(
         dir.path(),
@@ -248,7 +272,7 @@ fn stale_udp_flow_is_found_and_cleared_exactly() {
     );
     // Other clients (other source ports) and a flow straight to a pod: entries that must survive
     // unless they, too, go to the endpoint that is removed.
-    let others: Vec<UdpSocket> = (40002..40010)
+    let mut others: Vec<UdpSocket> = (40002..40010)
         .map(|p| client_socket(topo.client(), p))
         .collect();
     for s in &others {
@@ -261,6 +285,7 @@ fn stale_udp_flow_is_found_and_cleared_exactly() {
         ask(&direct, SocketAddr::new(keep_ip.parse().unwrap(), 5353)).as_deref(),
         Some(keep)
     );
+    others.push(direct);
 
     // The endpoint goes away: the API no longer has it, and the rules are re-rendered.
     let stale_ip = pod_ip(&stale);
@@ -285,18 +310,52 @@ fn stale_udp_flow_is_found_and_cleared_exactly() {
     // A new client already goes to the endpoint the rules pick now.
     let fresh = client_socket(topo.client(), 40200);
     assert_eq!(ask(&fresh, dns).as_deref(), Some(keep));
+    others.push(fresh);
+    Blackhole {
+        topo,
+        dir,
+        sock,
+        _others: others,
+        stale,
+        keep,
+        after,
+        save,
+    }
+}
 
-    // verify reports the stale flow, and nothing else is wrong.
-    let (before_text, before_path) = listing(node, dir.path(), "before.txt");
-    let before = flows(&before_text);
-    let stale_flows: Vec<&Flow<'_>> = before
+/// The flows of a listing that go through the cluster IP to `reply_ip`.
+fn through_dns_to<'a>(flows: &'a [Flow<'a>], reply_ip: &str) -> Vec<&'a Flow<'a>> {
+    flows
         .iter()
         .filter(|f| {
             f.protocol == 17
                 && f.original.dst.to_string() == "10.96.50.10"
-                && f.reply.src.to_string() == stale_ip
+                && f.reply.src.to_string() == reply_ip
         })
-        .collect();
+        .collect()
+}
+
+/// The exact deletion of the stale entries of a [`Blackhole`].
+fn delete_command(stale_ip: &str) -> String {
+    format!(
+        "conntrack -D -f ipv4 -p udp --orig-dst 10.96.50.10 --orig-port-dst 53 --reply-src {stale_ip} --reply-port-src 5353"
+    )
+}
+
+#[test]
+fn stale_udp_flow_is_found_and_cleared_exactly() {
+    if !require_root_and_tools(&tools()) {
+        return;
+    }
+    let b = udp_blackhole("ct-udp");
+    let (node, dir, sock, dns) = (b.topo.node(), &b.dir, &b.sock, addr(DNS));
+    let (after, save, stale, keep) = (&b.after, &b.save, &b.stale, b.keep);
+    let (stale_ip, keep_ip) = (pod_ip(stale), pod_ip(keep));
+
+    // verify reports the stale flow, and nothing else is wrong.
+    let (before_text, before_path) = listing(node, dir.path(), "before.txt");
+    let before = flows(&before_text);
+    let stale_flows = through_dns_to(&before, stale_ip);
     assert!(
         !stale_flows.is_empty()
             && stale_flows
@@ -336,9 +395,7 @@ fn stale_udp_flow_is_found_and_cleared_exactly() {
             .contains(&format!("reply source {stale_ip}:5353")),
         "{f}"
     );
-    let command = format!(
-        "conntrack -D -f ipv4 -p udp --orig-dst 10.96.50.10 --orig-port-dst 53 --reply-src {stale_ip} --reply-port-src 5353"
-    );
+    let command = delete_command(stale_ip);
     assert!(f["hint"].as_str().unwrap().ends_with(&command), "{f}");
 
     // The same through a bundle: `collect --collector local` run on the node (in its namespace)
@@ -567,4 +624,127 @@ fn stale_tcp_connections_are_info_and_left_alone() {
         .collect();
     let before_keys: BTreeSet<String> = before.iter().map(key).collect();
     assert_eq!(after_keys, before_keys, "TCP entries are left alone");
+}
+
+/// The exec handler of a fake kube-proxy pod on the node: iptables (the image's plain tools
+/// are the nft backend), `conntrack` and `cat /proc/net/nf_conntrack` run for real in `ns`, with
+/// the stdin received; anything else is missing from the "image".
+fn pod_exec(ns: String) -> impl Fn(&ExecRequest) -> ExecReply + Send + Sync + 'static {
+    move |req: &ExecRequest| {
+        let argv: Vec<&str> = req.command.iter().map(String::as_str).collect();
+        let program = match argv.first().copied() {
+            Some("iptables-save") => "iptables-nft-save",
+            Some("ip6tables-save") => "ip6tables-nft-save",
+            Some("iptables-restore") => "iptables-nft-restore",
+            Some("ip6tables-restore") => "ip6tables-nft-restore",
+            Some(p @ ("iptables-nft-save" | "ip6tables-nft-save" | "conntrack")) => p,
+            Some("cat") if argv == ["cat", "/proc/net/nf_conntrack"] => "cat",
+            _ => return ExecReply::Missing,
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns, program])
+            .args(argv.get(1..).unwrap_or_default())
+            .env("PATH", tool_path())
+            .env("LC_ALL", "C")
+            .stdin(if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn ip netns exec");
+        if let (Some(mut pipe), Some(input)) = (child.stdin.take(), req.stdin.as_deref()) {
+            let _ = pipe.write_all(input);
+        }
+        let out = child.wait_with_output().expect("wait");
+        ExecReply::Output {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            exit_code: out.status.code().unwrap_or(-1),
+        }
+    }
+}
+
+#[test]
+fn stale_udp_flow_is_cleared_through_the_api() {
+    if !require_root_and_tools(&tools()) {
+        return;
+    }
+    let b = udp_blackhole("ct-remote");
+    let node = b.topo.node();
+    let stale_ip = pod_ip(&b.stale);
+    let api = FakeApiServer::start();
+    api.add_list_file(&b.after);
+    api.add_proxy_pod("node-1");
+    api.on_exec(pod_exec(node.name().to_string()));
+    let kubeconfig = api.write_kubeconfig(b.dir.path());
+    let before_text = listing(node, b.dir.path(), "before.txt").0;
+    let before = flows(&before_text);
+    let stale_flows = through_dns_to(&before, stale_ip);
+    assert!(!stale_flows.is_empty());
+    let repair = |apply: bool| {
+        let mut args = vec![
+            "repair",
+            "node-1",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--exec-timeout",
+            "60s",
+            "--backup-dir",
+            b.dir.path().to_str().unwrap(),
+            "--node-ip",
+            NODE_IP,
+        ];
+        if apply {
+            args.push("--apply");
+        }
+        kproxy(&args)
+    };
+    // The plan: the collector's listing, checked against the API's state; nothing deleted.
+    let dry = repair(false);
+    expect_exit(&dry, 1, "remote repair dry run");
+    let command = delete_command(stale_ip);
+    assert!(
+        String::from_utf8_lossy(&dry.stdout).contains(&command),
+        "{}",
+        text(&dry)
+    );
+    assert!(
+        !api.execs()
+            .iter()
+            .any(|e| e.command.get(1).map(String::as_str) == Some("-D"))
+    );
+    // --apply: the exact deletion runs in the pod, then the same filter is listed again.
+    let applied = repair(true);
+    expect_exit(&applied, 0, "remote repair --apply");
+    assert!(
+        String::from_utf8_lossy(&applied.stdout).contains(&format!(
+            "deleted {}; listed again: 0 left",
+            stale_flows.len()
+        )),
+        "{}",
+        text(&applied)
+    );
+    let deletions: Vec<String> = api
+        .execs()
+        .iter()
+        .filter(|e| e.command.get(1).map(String::as_str) == Some("-D"))
+        .map(|e| e.command.join(" "))
+        .collect();
+    assert_eq!(deletions, vec![command]);
+    let stale_keys: BTreeSet<String> = stale_flows.iter().map(|f| key(f)).collect();
+    let expected: BTreeSet<String> = before
+        .iter()
+        .map(key)
+        .filter(|k| !stale_keys.contains(k))
+        .collect();
+    let after_text = listing(node, b.dir.path(), "after.txt").0;
+    let got: BTreeSet<String> = flows(&after_text).iter().map(key).collect();
+    assert_eq!(got, expected, "exactly the stale entries are gone");
+    let next = ask_many(&b.sock, addr(DNS), 3);
+    assert!(
+        next.iter().all(|s| s.as_deref() == Some(b.keep)),
+        "{next:?}"
+    );
 }

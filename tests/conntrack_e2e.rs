@@ -514,7 +514,7 @@ fn stale_udp_flow_is_found_and_cleared_exactly() {
     assert_eq!(got, expected, "exactly the stale entries are gone");
 
     // The next datagram makes a new entry through the current rules: the remaining endpoint.
-    let next = ask_many(&sock, dns, 3);
+    let next = ask_many(sock, dns, 3);
     assert!(next.iter().all(|s| s.as_deref() == Some(keep)), "{next:?}");
 }
 

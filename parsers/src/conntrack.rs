@@ -31,10 +31,10 @@
 use std::net::IpAddr;
 
 use memchr::memchr;
-use nom::bytes::complete::{tag, take_till, take_till1, take_while1};
-use nom::character::complete::{char, digit1, space0};
+use nom::bytes::complete::{tag, take_till, take_while1};
+use nom::character::complete::{char, digit1};
 use nom::combinator::{map_res, opt};
-use nom::sequence::{delimited, terminated};
+use nom::sequence::delimited;
 use nom::{IResult, Parser};
 use serde::Serialize;
 
@@ -301,18 +301,6 @@ fn bracket(i: &[u8]) -> IResult<&[u8], &[u8]> {
     delimited(char('['), take_till(|b| b == b']'), char(']')).parse(i)
 }
 
-/// `key=value`: a key of letters, digits, `-` and `_`, then a value up to the next blank.
-fn pair(i: &[u8]) -> IResult<&[u8], (&[u8], &[u8])> {
-    let (i, key) = terminated(take_while1(is_key_byte), char('=')).parse(i)?;
-    let (i, value) = take_till(is_blank).parse(i)?;
-    Ok((i, (key, value)))
-}
-
-/// Any other word: up to the next blank.
-fn bare(i: &[u8]) -> IResult<&[u8], &[u8]> {
-    take_till1(is_blank).parse(i)
-}
-
 /// Splits a line into words and classifies each.
 struct Words<'a> {
     line: &'a str,
@@ -331,24 +319,45 @@ impl<'a> Words<'a> {
         &self.line[start..start + part.len()]
     }
 
-    /// The next word, without consuming it.
+    /// The next word, without consuming it: a bracketed item, or a run of non-blanks that is a
+    /// `key=value` when it has a `=` after a key. Words are short (a dozen bytes): one plain
+    /// pass finds both the end and the `=`, cheaper than a vectorised search started per word.
     fn peek(&self) -> Option<(Word<'a>, Item<'a>)> {
         let bytes = self.line.as_bytes();
-        let (rest, _) = space0::<&[u8], nom::error::Error<&[u8]>>(&bytes[self.pos..]).ok()?;
-        if rest.is_empty() {
-            return None;
+        let at = self.pos + bytes.get(self.pos..)?.iter().position(|b| !is_blank(*b))?;
+        let rest = &bytes[at..];
+        if rest.first() == Some(&b'[')
+            && let Ok((after, inner)) = bracket(rest)
+        {
+            let text = &self.line[at..bytes.len() - after.len()];
+            return Some((Word { text, at }, Item::Bracket(self.text(inner))));
         }
-        let at = bytes.len() - rest.len();
-        let (after, item) = if let Ok((after, inner)) = bracket(rest) {
-            (after, Item::Bracket(self.text(inner)))
-        } else if let Ok((after, (k, v))) = pair(rest) {
-            (after, Item::Pair(self.text(k), self.text(v)))
-        } else {
-            let (after, w) = bare(rest).ok()?;
-            (after, Item::Bare(self.text(w)))
+        let mut end = rest.len();
+        let mut eq = None;
+        for (i, b) in rest.iter().enumerate() {
+            match b {
+                b' ' | b'\t' => {
+                    end = i;
+                    break;
+                }
+                b'=' if eq.is_none() => eq = Some(i),
+                _ => {}
+            }
+        }
+        let word = &rest[..end];
+        let item = match eq {
+            Some(eq) if eq > 0 && word[..eq].iter().all(|b| is_key_byte(*b)) => {
+                Item::Pair(self.text(&word[..eq]), self.text(&word[eq + 1..]))
+            }
+            _ => Item::Bare(self.text(word)),
         };
-        let text = &self.line[at..bytes.len() - after.len()];
-        Some((Word { text, at }, item))
+        Some((
+            Word {
+                text: self.text(word),
+                at,
+            },
+            item,
+        ))
     }
 
     fn next(&mut self) -> Option<(Word<'a>, Item<'a>)> {
@@ -358,11 +367,19 @@ impl<'a> Words<'a> {
     }
 }
 
-fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+/// A decimal number of `T` (digits only: no sign, no blanks).
+fn number<T: TryFrom<u64>>(s: &str) -> Option<T> {
+    if s.is_empty() || s.len() > 20 {
         return None;
     }
-    s.parse().ok()
+    let mut v: u64 = 0;
+    for b in s.bytes() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    T::try_from(v).ok()
 }
 
 /// `0x…` (GRE keys) or decimal.
@@ -373,8 +390,41 @@ fn hex_or_decimal(s: &str) -> Option<u32> {
     }
 }
 
+/// An address: dotted-quad IPv4 read here (the common case, four times per flow), anything
+/// else by the standard parser (which also decides every IPv4 text this one declines).
 fn address(s: &str) -> Option<IpAddr> {
-    s.parse().ok()
+    match ipv4(s.as_bytes()) {
+        Some(v4) => Some(IpAddr::V4(v4)),
+        None => s.parse().ok(),
+    }
+}
+
+/// `a.b.c.d`, each part 0-255 without leading zeros.
+fn ipv4(b: &[u8]) -> Option<std::net::Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut i = 0;
+    for (n, octet) in octets.iter_mut().enumerate() {
+        let start = i;
+        let mut v: u32 = 0;
+        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v * 10 + u32::from(d - b'0');
+            i += 1;
+            if i - start > 3 {
+                return None;
+            }
+        }
+        if i == start || (i - start > 1 && b[start] == b'0') {
+            return None;
+        }
+        *octet = u8::try_from(v).ok()?;
+        if n < 3 {
+            if b.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+    }
+    (i == b.len()).then(|| std::net::Ipv4Addr::from(octets))
 }
 
 /// A tuple being read.
@@ -712,7 +762,7 @@ fn is_l3(name: &str, num: u8) -> bool {
     matches!((name, num), ("ipv4", 2) | ("ipv6", 10))
 }
 
-fn numeric<'a, T: std::str::FromStr>(
+fn numeric<'a, T: TryFrom<u64>>(
     w: Word<'a>,
     value: &str,
     expected: &'static str,

@@ -69,6 +69,9 @@ seed ipset $(
     } 2>/dev/null | sort
 )
 
+# conntrack: every captured listing form.
+seed conntrack $(find "$repo/testdata/conntrack" -type f -name '*.txt' ! -name 'topology.txt' | sort)
+
 for d in "$corpus"/*/; do
     printf '%-14s %6d files\n' "$(basename "$d")" "$(find "$d" -type f | wc -l)"
 done

@@ -209,6 +209,11 @@ fn collect_exec_writes_a_bundle_that_reads_back() {
                 "-Ln".to_string(),
                 "--exact".to_string()
             ],
+            // The conntrack table: the tool, then the kernel's file (both missing here).
+            ["conntrack", "-L", "-o", "extended"]
+                .map(String::from)
+                .to_vec(),
+            ["cat", "/proc/net/nf_conntrack"].map(String::from).to_vec(),
         ]
     );
     assert!(

@@ -79,14 +79,18 @@ fn expected_shape(reads_stdin: bool, rest: &[&str], has_stdin: bool) -> bool {
 }
 
 /// The pod: runs the expected iptables argv shapes inside `ns` (with the stdin received),
-/// answers ipset/ipvsadm as missing, and refuses (recording it) everything else.
+/// answers ipset/ipvsadm/conntrack as missing, and refuses (recording it) everything else.
 fn node_exec(
     ns: String,
     refused: Arc<Mutex<Vec<Vec<String>>>>,
 ) -> impl Fn(&ExecRequest) -> ExecReply {
     move |req: &ExecRequest| {
         let argv: Vec<&str> = req.command.iter().map(String::as_str).collect();
-        if argv == ["ipset", "save"] || argv == ["ipvsadm", "-Ln", "--exact"] {
+        if argv == ["ipset", "save"]
+            || argv == ["ipvsadm", "-Ln", "--exact"]
+            || argv.first() == Some(&"conntrack")
+            || argv == ["cat", "/proc/net/nf_conntrack"]
+        {
             return ExecReply::Missing;
         }
         let image = argv.first().and_then(|a| image_program(a));

@@ -3,6 +3,7 @@
 mod support;
 
 mod cluster_e2e;
+mod conntrack_e2e;
 mod graph;
 mod hostile;
 mod ipvs;

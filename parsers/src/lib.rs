@@ -1,10 +1,12 @@
 //! nom parsers for the text that kube-proxy nodes print: `iptables-save`/`iptables-restore` input/
 //! `iptables -S`, `ipvsadm` listings and save form, and `ipset` save/list output.
+//! Also `conntrack -L` listings and `/proc/net/nf_conntrack`.
 //!
 //! This crate knows grammar and nothing of Kubernetes. Parsers are zero-copy over `&str`; errors carry
 //! `line:col`, what was expected and what was found, and never expose nom types.
 #![deny(missing_docs)]
 
+pub mod conntrack;
 pub mod error;
 pub mod ipset;
 pub mod iptables;

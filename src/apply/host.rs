@@ -176,13 +176,34 @@ impl RulesHost for IptablesHost {
 
 /// Runs `program args…` on this host — inside the network namespace `netns` when given
 /// (`ip netns exec NAME …`) — with `stdin` piped to it when given, and returns its stdout.
-/// The one way the repair code runs a tool on this host (iptables, ipvsadm, ipset, ip, nfacct).
+/// The one way the repair code runs a tool on this host (iptables, ipvsadm, ipset, ip, nfacct,
+/// conntrack).
 pub fn run_local(
     netns: Option<&str>,
     program: &str,
     args: &[&str],
     stdin: Option<&str>,
 ) -> Result<String, HostError> {
+    let out = run_local_output(netns, program, args, stdin)?;
+    if out.exit_code != 0 {
+        return Err(HostError::Failed {
+            program: program.to_string(),
+            code: out.exit_code,
+            stderr: out.stderr.trim().to_string(),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// [`run_local`] for tools whose exit status and stderr carry the answer (`conntrack -D` exits
+/// 1 when nothing matched and prints its count on stderr): the exit code (-1 when killed by a
+/// signal), stdout and stderr, whatever the exit status.
+pub fn run_local_output(
+    netns: Option<&str>,
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<crate::collect::CommandOutput, HostError> {
     let mut cmd = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -209,14 +230,11 @@ pub fn run_local(
         let _ = pipe.write_all(input.as_bytes());
     }
     let out = child.wait_with_output().map_err(spawn_err)?;
-    if !out.status.success() {
-        return Err(HostError::Failed {
-            program: program.to_string(),
-            code: out.status.code().unwrap_or(-1),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::collect::CommandOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! never removes a rule from a built-in chain.
 
 pub mod backup;
+pub mod conntrack;
 pub mod guard;
 pub mod host;
 pub mod ipvs;

@@ -83,6 +83,36 @@ impl<R: CommandRunner> RulesHost for RemoteHost<'_, R> {
     }
 }
 
+impl<R: CommandRunner> crate::apply::conntrack::ConntrackHost for RemoteHost<'_, R> {
+    fn location(&self) -> String {
+        self.runner.location()
+    }
+
+    /// Runs `conntrack args…` in the pod; its exit status and outputs, whatever the status (a
+    /// missing binary, a timeout or a transport failure is [`HostError::Remote`]).
+    fn conntrack(&self, args: &[&str]) -> Result<CommandOutput, HostError> {
+        let mut argv = vec!["conntrack"];
+        argv.extend_from_slice(args);
+        let result = self
+            .runtime
+            .block_on(async { self.runner.run(&argv, self.timeout).await });
+        let remote = |detail: String| HostError::Remote {
+            program: "conntrack".into(),
+            location: self.runner.location(),
+            detail,
+        };
+        match result {
+            Ok(out) if out.exit_code == 127 => Err(remote(not_installed())),
+            Ok(out) => Ok(out),
+            Err(RunError::Missing { .. }) => Err(remote(not_installed())),
+            Err(RunError::Timeout(t)) => Err(remote(format!(
+                "did not finish within {t:?} (raise --exec-timeout)"
+            ))),
+            Err(RunError::Fatal(e)) => Err(remote(e.to_string())),
+        }
+    }
+}
+
 fn not_installed() -> String {
     "not installed in the pod's image (use --collector debug-pod --image IMAGE with an image that has it)"
         .to_string()

@@ -3,6 +3,7 @@
 pub mod collect;
 pub mod common;
 pub mod completion;
+pub mod conntrack;
 pub mod graph;
 pub mod ipvs;
 pub mod live;

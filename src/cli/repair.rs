@@ -93,6 +93,10 @@ pub struct RepairArgs {
     /// kube-proxy ConfigMap, command timeout).
     #[command(flatten)]
     pub live: super::live::LiveArgs,
+    /// The node's conntrack table (default with --local: this host's `conntrack -L`): its stale
+    /// UDP/SCTP flows are deleted after the rules, by exact `conntrack -D` filters.
+    #[command(flatten)]
+    pub conntrack: super::conntrack::ConntrackArgs,
 }
 
 impl RepairArgs {
@@ -172,20 +176,22 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .context("parsing the render")?;
         let p = plan(&expected, &current, args.full);
         let refused = refusals(&guard, &current);
+        let conntrack = super::conntrack::repair_step(&args, &inputs, &refused)?;
         let ending = Ending {
             refused: &refused,
-            nothing_to_do: p.is_empty(),
+            nothing_to_do: p.is_empty() && conntrack.as_ref().is_none_or(|c| c.is_empty()),
             clean: None,
             offline: true,
             backup: None,
             applied: String::new(),
             figures: serde_json::json!({ "restore_bytes": p.restore_input().len() }),
         };
-        return finish(
-            &args,
+        let doc = super::conntrack::add_to_doc(
             plan_doc(&args, &p, &refused, painter, &release)?,
-            &ending,
-        );
+            conntrack.as_ref(),
+            painter,
+        )?;
+        return finish(&args, doc, &ending);
     }
 
     let (report, refused) = guarded_repair(
@@ -196,7 +202,17 @@ fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         &inputs.facts.node_name,
         args.local_backup_dir(),
     )?;
-    report_outcome(&args, &report, &refused, painter, &release)
+    // Stale conntrack entries are cleared after the rules are right, as kube-proxy does after
+    // each sync.
+    let conntrack = super::conntrack::repair_step(&args, &inputs, &refused)?;
+    report_outcome(
+        &args,
+        &report,
+        &refused,
+        painter,
+        &release,
+        conntrack.as_ref(),
+    )
 }
 
 /// The kube-proxy release whose rules `repair` writes: `--kube-proxy-version`, else the
@@ -308,37 +324,48 @@ pub(super) fn input_facts<'a>(
 }
 
 /// Prints the plan and what happened, and returns the exit outcome: 0 nothing to do or
-/// applied, 1 dry run with drift, 2 refused.
+/// applied, 1 dry run with drift, 2 refused. With the conntrack step of the repair, when there
+/// was one: its deletions count as something to do, and flows still left after them as drift.
 pub(super) fn report_outcome(
     args: &RepairArgs,
     report: &RepairReport,
     refused: &[String],
     painter: Painter,
     release: &ReleaseChoice,
+    conntrack: Option<&crate::apply::conntrack::ConntrackRepair>,
 ) -> anyhow::Result<Outcome> {
     let ending = Ending {
         refused,
-        nothing_to_do: report.plan.is_empty(),
+        nothing_to_do: report.plan.is_empty() && conntrack.is_none_or(|c| c.is_empty()),
         clean: Some("nothing to do: the node's kube-proxy rules already match"),
         offline: false,
         backup: report.backup.as_deref(),
-        applied: format!(
-            "applied and verified: {} bytes of restore input; restore {:.1} ms, read-back and verify {:.1} ms",
-            report.restore_bytes,
-            report.restore_time.as_secs_f64() * 1000.0,
-            report.verify_time.as_secs_f64() * 1000.0
-        ),
+        applied: if report.plan.is_empty() {
+            "rules: nothing to change".to_string()
+        } else {
+            format!(
+                "applied and verified: {} bytes of restore input; restore {:.1} ms, read-back and verify {:.1} ms",
+                report.restore_bytes,
+                report.restore_time.as_secs_f64() * 1000.0,
+                report.verify_time.as_secs_f64() * 1000.0
+            )
+        },
         figures: serde_json::json!({
             "restore_bytes": report.restore_bytes,
             "restore_ms": millis(report.restore_time),
             "verify_ms": millis(report.verify_time),
         }),
     };
-    finish(
-        args,
+    let doc = super::conntrack::add_to_doc(
         plan_doc(args, &report.plan, refused, painter, release)?,
-        &ending,
-    )
+        conntrack,
+        painter,
+    )?;
+    let outcome = finish(args, doc, &ending)?;
+    Ok(match conntrack {
+        Some(c) if c.remaining() > 0 && outcome == Outcome::Clean => Outcome::Drift,
+        _ => outcome,
+    })
 }
 
 /// A duration in milliseconds, for JSON output.

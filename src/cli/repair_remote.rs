@@ -181,7 +181,16 @@ fn repair_through<R: CommandRunner>(
         backup_dir(args.backup_dir.as_deref()),
     )
     .with_context(|| format!("repairing node {node} through {label}"))?;
-    report_outcome(args, &report, &refused, Painter::for_stdout(), &release)
+    // Stale conntrack entries after the rules, in the same pod.
+    let conntrack = super::conntrack::remote_repair_step(args, &inputs, &snap, &host, &refused)?;
+    report_outcome(
+        args,
+        &report,
+        &refused,
+        Painter::for_stdout(),
+        &release,
+        conntrack.as_ref(),
+    )
 }
 
 /// The proxier's inputs for `node`, as verify's live path builds them: the configuration from

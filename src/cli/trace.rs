@@ -110,6 +110,9 @@ pub struct TraceArgs {
     /// IPVS nodes: with `--ipvsadm FILE`, trace the IPVS virtual server (`--vs`, or --packet's destination).
     #[command(flatten)]
     pub ipvs: super::ipvs::IpvsTraceArgs,
+    /// Path view: the node's conntrack table, for the live flows per endpoint.
+    #[command(flatten)]
+    pub conntrack: super::conntrack::ConntrackArgs,
 }
 
 /// Runs `trace`.
@@ -350,8 +353,9 @@ fn run_path(
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
     let graph = graph::from_dump(dump, &opts);
-    let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
+    let mut view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
+    super::conntrack::annotate_path(&args.conntrack, args.dump.lenient, &mut view)?;
     let out = view.render(format, Painter::for_stdout(), global.no_headers)?;
     let mut stdout = anstream::stdout();
     stdout.write_all(out.as_bytes()).context("writing output")?;

@@ -54,6 +54,9 @@ pub struct VerifyArgs {
     /// IPVS dumps (`--ipvsadm` selects IPVS-mode verification).
     #[command(flatten)]
     pub ipvs: super::ipvs::IpvsArgs,
+    /// The node's conntrack table (findings KP6xx).
+    #[command(flatten)]
+    pub conntrack: super::conntrack::ConntrackArgs,
 }
 
 /// Runs `verify`.
@@ -209,6 +212,13 @@ fn report_with_notes(
     for w in warnings {
         super::common::warn(w);
     }
+    let conntrack = super::conntrack::verify_findings(
+        &args.conntrack,
+        snap.conntrack.as_deref(),
+        &snap.collector,
+        args.dumps.lenient,
+        (&state, &config, &facts),
+    )?;
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
         let proxy_inputs = super::common::ProxyInputs {
@@ -230,7 +240,8 @@ fn report_with_notes(
             &proxy_inputs,
             &dumps,
             args.facts.masquerade_mark.clone(),
-        );
+        )
+        .map(|r| super::conntrack::with_findings(r, conntrack));
     }
     // Labels: the file names offline, the command and collector otherwise.
     let label = |path: &Option<PathBuf>, command: &str| match path {
@@ -326,7 +337,8 @@ fn report_with_notes(
         },
         None => ReleaseCheck::default(),
     };
-    Ok(crate::compare::verify_release(&input, &check)?)
+    let report = crate::compare::verify_release(&input, &check)?;
+    Ok(super::conntrack::with_findings(report, conntrack))
 }
 
 /// Whether the dump text names a chain only kube-proxy's IPVS mode writes: without one,

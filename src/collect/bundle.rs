@@ -9,7 +9,7 @@
 //! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…,"kube_proxy_image":…}` (the last when the collector saw the kube-proxy pod) |
 //! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`) |
 //! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
-//! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt` | the dumps that were collected |
+//! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt`, `conntrack.txt` | the dumps that were collected |
 //!
 //! The format is plain so that a bundle can be unpacked and fed to the offline flags by hand.
 

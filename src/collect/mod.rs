@@ -36,6 +36,8 @@ pub struct NodeSnapshot {
     pub ipset_save: Option<String>,
     /// `ipvsadm -Ln --exact` output.
     pub ipvsadm: Option<String>,
+    /// `conntrack -L -o extended` output, or `/proc/net/nf_conntrack` when the tool is missing.
+    pub conntrack: Option<String>,
     /// Which collector produced it, e.g. `exec (kube-system/kube-proxy-x7k2p)`, `files`, `bundle`.
     pub collector: String,
     /// The image of the node's kube-proxy container, when the collector saw its pod (it tells
@@ -60,17 +62,20 @@ pub enum DumpKind {
     IpsetSave,
     /// `ipvsadm -Ln --exact`.
     Ipvsadm,
+    /// `conntrack -L -o extended` (or `cat /proc/net/nf_conntrack`).
+    Conntrack,
 }
 
 impl DumpKind {
     /// All kinds, in collection order.
-    pub const ALL: [DumpKind; 6] = [
+    pub const ALL: [DumpKind; 7] = [
         DumpKind::IptablesSave,
         DumpKind::Ip6tablesSave,
         DumpKind::IptablesLegacySave,
         DumpKind::IptablesNftSave,
         DumpKind::IpsetSave,
         DumpKind::Ipvsadm,
+        DumpKind::Conntrack,
     ];
 
     /// The file name used in bundles.
@@ -82,6 +87,7 @@ impl DumpKind {
             DumpKind::IptablesNftSave => "iptables-nft-save.txt",
             DumpKind::IpsetSave => "ipset-save.txt",
             DumpKind::Ipvsadm => "ipvsadm.txt",
+            DumpKind::Conntrack => "conntrack.txt",
         }
     }
 
@@ -94,6 +100,7 @@ impl DumpKind {
             DumpKind::IptablesNftSave => &mut s.iptables_nft_save,
             DumpKind::IpsetSave => &mut s.ipset_save,
             DumpKind::Ipvsadm => &mut s.ipvsadm,
+            DumpKind::Conntrack => &mut s.conntrack,
         }
     }
 
@@ -106,6 +113,7 @@ impl DumpKind {
             DumpKind::IptablesNftSave => s.iptables_nft_save.as_deref(),
             DumpKind::IpsetSave => s.ipset_save.as_deref(),
             DumpKind::Ipvsadm => s.ipvsadm.as_deref(),
+            DumpKind::Conntrack => s.conntrack.as_deref(),
         }
     }
 }
@@ -163,6 +171,18 @@ pub const DUMP_COMMANDS: &[DumpCommand] = &[
         kind: DumpKind::Ipvsadm,
         argv: &["ipvsadm", "-Ln", "--exact"],
         need: Need::Warn,
+    },
+    // The connection-tracking table (flows that still go to gone endpoints, findings KP6xx):
+    // the tool's extended listing, or the kernel's own when the image has no `conntrack`.
+    DumpCommand {
+        kind: DumpKind::Conntrack,
+        argv: &["conntrack", "-L", "-o", "extended"],
+        need: Need::IfPresent,
+    },
+    DumpCommand {
+        kind: DumpKind::Conntrack,
+        argv: &["cat", "/proc/net/nf_conntrack"],
+        need: Need::IfPresent,
     },
 ];
 
@@ -350,6 +370,10 @@ pub async fn collect_with<R: CommandRunner>(
         ..NodeSnapshot::default()
     };
     for cmd in DUMP_COMMANDS {
+        if cmd.kind.get(&snap).is_some() {
+            // An earlier command already filled this slot (the conntrack fallback).
+            continue;
+        }
         let line = cmd.argv.join(" ");
         let program = cmd.argv.first().copied().unwrap_or_default();
         let problem: CollectError = match runner.run(cmd.argv, timeout).await {
@@ -448,6 +472,13 @@ pub fn check_shape(kind: DumpKind, text: &str) -> Result<(), (&'static str, usiz
         DumpKind::Ipvsadm => match lines.into_iter().next() {
             Some((_, l)) if l.starts_with("IP Virtual Server version") => Ok(()),
             Some((n, l)) => Err(("`ipvsadm -Ln` output", n, shorten(l, 80))),
+            None => Ok(()),
+        },
+        // The first line must be a flow (or conntrack's summary line): the parser decides.
+        DumpKind::Conntrack => match lines.into_iter().next() {
+            Some((n, l)) => kproxy_parsers::conntrack::parse(l, Default::default())
+                .map(|_| ())
+                .map_err(|_| ("a conntrack listing", n, shorten(l, 80))),
             None => Ok(()),
         },
     }

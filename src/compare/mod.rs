@@ -6,6 +6,7 @@
 //! has not explained. [`catalogue`] lists every check.
 
 pub mod catalogue;
+pub mod conntrack;
 pub mod expected;
 pub mod finding;
 pub mod graph_level;

@@ -232,6 +232,10 @@ pub struct EndpointPath {
     pub pod: Option<PodRef>,
     /// What is wrong with it, if anything.
     pub divergence: Option<Divergence>,
+    /// Flows of the node's conntrack table through this entry that reply from this endpoint
+    /// (with `--conntrack`; see [`crate::trace::conntrack`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_flows: Option<usize>,
 }
 
 /// One way through the chains, for the traffic matching `when`.
@@ -309,6 +313,10 @@ pub struct EntryPath {
     pub masquerade: Vec<MasqStep>,
     /// Filter verdicts for this entry.
     pub verdicts: Vec<VerdictStep>,
+    /// Flows of the node's conntrack table through this entry that reply from somewhere no
+    /// branch picks (with `--conntrack`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_flows: Vec<crate::trace::conntrack::OtherFlows>,
 }
 
 /// Session affinity of a port.
@@ -768,6 +776,7 @@ fn compare_branch(b: &mut Branch, pp: &ServicePortPlan) {
                 counters: None,
                 hairpin_masquerade: false,
                 pod: Some(PodRef::from_plan(pe)),
+                live_flows: None,
                 divergence: Some(Divergence {
                     kind: DivergenceKind::MissingEndpoint,
                     message: format!(
@@ -889,6 +898,7 @@ fn entry_path(
         branches,
         masquerade,
         verdicts,
+        other_flows: Vec::new(),
     }
 }
 
@@ -929,6 +939,7 @@ fn walk(
                     hairpin_masquerade: ep.hairpin_masquerade,
                     pod: None,
                     divergence: None,
+                    live_flows: None,
                 })
             })
             .collect();
@@ -1154,7 +1165,14 @@ impl PathView {
                             entry.clone(),
                             path.clone(),
                             ep.destination.clone().unwrap_or_else(|| ep.chain.clone()),
-                            percent(ep.share),
+                            match ep.live_flows {
+                                Some(n) => format!(
+                                    "{} ({})",
+                                    percent(ep.share),
+                                    crate::trace::conntrack::flows_text(n)
+                                ),
+                                None => percent(ep.share),
+                            },
                             pod.and_then(|p| p.name.clone())
                                 .unwrap_or_else(|| "-".into()),
                             pod.and_then(|p| p.node.clone())
@@ -1182,6 +1200,20 @@ impl PathView {
                             String::new(),
                         ]);
                     }
+                }
+                for o in &e.other_flows {
+                    t.row([
+                        pname.clone(),
+                        entry.clone(),
+                        "conntrack".into(),
+                        o.reply_source.clone(),
+                        format!("0% ({})", crate::trace::conntrack::flows_text(o.flows)),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        o.describe(),
+                    ]);
                 }
                 for v in &e.verdicts {
                     t.row([
@@ -1451,6 +1483,11 @@ fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
         }
         node.push(bn);
     }
+    for o in &e.other_flows {
+        node.push(TreeNode::new(
+            p.paint(Role::Error, &format!("✗ {}", o.describe())),
+        ));
+    }
     node
 }
 
@@ -1483,6 +1520,9 @@ fn endpoint_line(ep: &EndpointPath, p: Painter) -> String {
     }
     if let Some(c) = ep.counters {
         s.push_str(&p.paint(Role::Dim, &format!("  [{} pkts]", c.packets)));
+    }
+    if let Some(n) = ep.live_flows {
+        s.push_str(&format!("  {}", crate::trace::conntrack::flows_text(n)));
     }
     if let Some(d) = &ep.divergence {
         s.push_str(&format!(

@@ -3,6 +3,7 @@
 mod support;
 
 mod cluster_e2e;
+mod completion;
 mod graph;
 mod hostile;
 mod ipvs;

@@ -7,6 +7,7 @@ mod completion;
 mod graph;
 mod hostile;
 mod ipvs;
+mod kubeconfig;
 mod live;
 mod netns_harness;
 mod nftables_render;

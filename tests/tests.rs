@@ -6,6 +6,7 @@ mod cluster_e2e;
 mod completion;
 mod graph;
 mod hostile;
+mod hygiene;
 mod ipvs;
 mod kubeconfig;
 mod live;

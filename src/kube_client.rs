@@ -10,6 +10,9 @@
 //! bounds connect, read and write of every request. API failures are turned into
 //! [`ApiError`], which names the verb and resource that failed so that a 403 says which
 //! RBAC rule is missing.
+//!
+//! Proxies (`proxy-url`, `HTTPS_PROXY`, `NO_PROXY`), exec credential plugins and the `oidc`
+//! auth-provider are kube's, enabled by its features in Cargo.toml (docs/live.md).
 
 use crate::cli::common::GlobalArgs;
 use kube::config::{KubeConfigOptions, Kubeconfig};

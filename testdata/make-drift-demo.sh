@@ -4,7 +4,7 @@
 # namespace) with real incidents applied by real iptables commands, then saved with
 # `iptables-nft-save -c`. The README's quick start verifies this dump.
 #
-# Incidents (see ../shared/docs/real-world-failures.md):
+# Incidents (classes of docs/incidents.md):
 #   F06 partial sync missed an EndpointSlice change: shop/web:http lost its third endpoint
 #       (10.244.2.10) — the rule is deleted and the remaining shares are wrong (1/3, then 1/1);
 #   stale endpoint: shop/cart:http still sends traffic to a deleted pod 10.244.1.99:8080;

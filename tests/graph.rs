@@ -15,9 +15,9 @@ fn real_world_dir() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        eprintln!(
-            "notice: {} absent; skipping real-world graph tests",
-            d.display()
+        crate::support::skip(
+            "graph",
+            &format!("{} absent; skipping real-world graph tests", d.display()),
         );
         None
     }

@@ -1,7 +1,7 @@
 //! IPVS mode: parsers on every shared sample, `render --mode ipvs` against the conformance cases,
 //! verify round trips and seeded drifts, and the real-kernel dumps in `testdata/ipvs/`.
 
-use crate::support::ipvs::{missing_vm_tools, shared_ipvs, testdata_ipvs};
+use crate::support::ipvs::{case_inputs, missing_vm_tools, shared_ipvs, testdata_ipvs};
 use kproxy::proxier::ipvs::{self, ExpectedIpvs, IpvsNode, IpvsOptions};
 use kproxy::state::ip::IpFamily;
 use kproxy::state::{self, ClusterState};
@@ -520,10 +520,9 @@ fn render_real(case_dir: &Path, root: &Path) -> ExpectedIpvs {
     } else {
         IpFamily::V4
     };
-    let shared_case = root.join(case_dir.file_name().expect("case name"));
-    let st = state::load::from_files(&[shared_case.join("state.json")]).expect("state");
-    let (cfg, _) = state::config::parse(&read(&shared_case.join("config.yaml")), "config.yaml")
-        .expect("config");
+    let (state_path, config_path) = case_inputs(case_dir, root);
+    let st = state::load::from_files(&[state_path]).expect("state");
+    let (cfg, _) = state::config::parse(&read(&config_path), "config.yaml").expect("config");
     ipvs::render(
         &st,
         &cfg,
@@ -635,7 +634,7 @@ fn ipvs_real_kernel_dumps_checked_in() {
 fn ipvs_real_kernel_live_vm() {
     let Some(root) = shared_ipvs() else { return };
     if let Some(why) = missing_vm_tools(&["python3"]) {
-        println!("skipping the IPVS VM test: {why}");
+        crate::support::skip("ipvs", &format!("the IPVS VM test: {why}"));
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

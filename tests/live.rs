@@ -33,7 +33,7 @@ fn testdata(name: &str) -> PathBuf {
 fn have_shared() -> bool {
     let ok = shared_case().is_dir();
     if !ok {
-        println!("skipped: {} is absent", shared_case().display());
+        crate::support::skip("live", &format!("{} is absent", shared_case().display()));
     }
     ok
 }
@@ -658,7 +658,7 @@ fn static_completion_scripts() {
 /// `kubectl_complete-kproxy`, for PATH.
 fn plugin_dir(c: &Cluster) -> Option<PathBuf> {
     if !Path::new("/usr/bin/kubectl").exists() && which("kubectl").is_none() {
-        println!("kubectl not installed: skipping");
+        crate::support::skip("live", "kubectl not installed: skipping");
         return None;
     }
     let bin = assert_cmd::cargo::cargo_bin("kubectl-kproxy");
@@ -1093,7 +1093,7 @@ fn ctrl_c_deletes_the_debug_pod() {
 #[test]
 fn all_nodes_progress_bar_only_on_a_terminal() {
     if which("script").is_none() {
-        println!("util-linux `script` not installed: skipping");
+        crate::support::skip("live", "util-linux `script` not installed: skipping");
         return;
     }
     if !have_shared() {
@@ -1242,7 +1242,7 @@ fn ipvs_node_is_verified_live() {
     let case = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/conformance/ipvs/load-balancer-source-ranges");
     if !case.is_dir() {
-        println!("skipped: {} is absent", case.display());
+        crate::support::skip("live", &format!("{} is absent", case.display()));
         return;
     }
     let dumps =

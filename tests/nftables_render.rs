@@ -23,9 +23,9 @@ fn shared() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        println!(
-            "notice: {} absent; nftables conformance skipped",
-            p.display()
+        crate::support::skip(
+            "nftables_render",
+            &format!("{} absent; nftables conformance skipped", p.display()),
         );
         None
     }

@@ -1,14 +1,38 @@
-//! Release packaging: `krew-manifest.yaml` against krew's validation rules
-//! (kubernetes-sigs/krew `internal/index/validation/validate.go` and the plugin-manifest docs,
-//! summarised in `../shared/docs/ecosystem-notes.md` §2a), `LICENSE`, and `scripts/package.sh`.
+//! Release packaging: the krew manifest rendered from its template `.krew.yaml` by
+//! `scripts/krew-manifest.sh`, checked against krew's documented manifest rules (the
+//! plugin-manifest page of krew's docs and the structural checks of krew's
+//! `internal/index/validation/validate.go`, restated here) plus our own style rules; the release
+//! archive of `scripts/package.sh`, unpacked as krew installs it and run; `cargo binstall`
+//! metadata and the release workflow agreeing with the manifest; `LICENSE`.
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn version_tag() -> String {
+    format!("v{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The four platforms the release builds: (os, arch, Rust target).
+const PLATFORMS: [(&str, &str, &str); 4] = [
+    ("linux", "amd64", "x86_64-unknown-linux-gnu"),
+    ("linux", "arm64", "aarch64-unknown-linux-gnu"),
+    ("darwin", "amd64", "x86_64-apple-darwin"),
+    ("darwin", "arm64", "aarch64-apple-darwin"),
+];
+
+fn archive_name(os: &str, arch: &str) -> String {
+    format!("kubectl-kproxy_{}_{os}_{arch}.tar.gz", version_tag())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    data_encoding::HEXLOWER.encode(sha2::Sha256::digest(bytes).as_slice())
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,8 +93,9 @@ struct FileOp {
     to: Option<String>,
 }
 
-/// Every krew rule a manifest breaks (empty = valid).
-fn krew_violations(text: &str) -> Vec<String> {
+/// Every way `text` breaks krew's documented manifest rules for a plugin whose manifest file is
+/// `<file_name>.yaml` (empty = none).
+fn krew_rule_violations(text: &str, file_name: &str) -> Vec<String> {
     let plugin: Plugin = match serde_saphyr::from_str(text) {
         Ok(p) => p,
         Err(e) => return vec![format!("not a krew Plugin manifest: {e}")],
@@ -87,6 +112,9 @@ fn krew_violations(text: &str) -> Vec<String> {
     if is_windows_reserved(name) {
         v.push(format!("name {name:?} is a Windows reserved name"));
     }
+    if name != file_name {
+        v.push(format!("name {name:?} is not the file name {file_name:?}"));
+    }
     if plugin.api_version != "krew.googlecontainertools.github.com/v1alpha2" {
         v.push(format!("apiVersion {:?}", plugin.api_version));
     }
@@ -100,21 +128,13 @@ fn krew_violations(text: &str) -> Vec<String> {
     if short.contains(['\r', '\n']) {
         v.push("shortDescription has a line break".into());
     }
-    if short.chars().count() > 50 {
-        v.push(format!(
-            "shortDescription is {} characters (krew asks for <= 50)",
-            short.chars().count()
-        ));
-    }
-    for (field, text) in [
-        ("description", &plugin.spec.description),
-        ("caveats", &plugin.spec.caveats),
-    ] {
-        for line in text.iter().flat_map(|t| t.lines()) {
-            if line.chars().count() > 80 {
-                v.push(format!("{field} line longer than 80 columns: {line:?}"));
-            }
-        }
+    if plugin
+        .spec
+        .description
+        .as_deref()
+        .is_none_or(|d| d.trim().is_empty())
+    {
+        v.push("description is missing".into());
     }
     if !is_semver_with_v(&plugin.spec.version) {
         v.push(format!(
@@ -141,6 +161,16 @@ fn krew_violations(text: &str) -> Vec<String> {
         let keys = selector_keys(p.selector.as_ref());
         if keys.is_empty() {
             v.push(format!("platform {i}: nil or empty selector"));
+        }
+        if let Some(s) = &p.selector {
+            if s.match_labels.as_ref().is_some_and(|m| m.is_empty()) {
+                v.push(format!("platform {i}: matchLabels specified but empty"));
+            }
+            if s.match_expressions.as_ref().is_some_and(|m| m.is_empty()) {
+                v.push(format!(
+                    "platform {i}: matchExpressions specified but empty"
+                ));
+            }
         }
         for r in p
             .selector
@@ -177,6 +207,41 @@ fn krew_violations(text: &str) -> Vec<String> {
                 }
             }
         }
+    }
+    v
+}
+
+/// Our own rules on top of krew's: a short description that fits `kubectl krew search`
+/// (at most 50 characters), description and caveats lines of at most 80 columns, an https
+/// homepage.
+fn style_violations(text: &str) -> Vec<String> {
+    let Ok(plugin) = serde_saphyr::from_str::<Plugin>(text) else {
+        return vec!["not a Plugin manifest".into()];
+    };
+    let mut v = Vec::new();
+    let short = plugin.spec.short_description.chars().count();
+    if short > 50 {
+        v.push(format!(
+            "shortDescription is {short} characters (at most 50)"
+        ));
+    }
+    for (field, text) in [
+        ("description", &plugin.spec.description),
+        ("caveats", &plugin.spec.caveats),
+    ] {
+        for line in text.iter().flat_map(|t| t.lines()) {
+            if line.chars().count() > 80 {
+                v.push(format!("{field} line longer than 80 columns: {line:?}"));
+            }
+        }
+    }
+    if !plugin
+        .spec
+        .homepage
+        .as_deref()
+        .is_some_and(|h| h.starts_with("https://"))
+    {
+        v.push("homepage is not an https URL".into());
     }
     v
 }
@@ -225,66 +290,99 @@ fn is_semver_with_v(version: &str) -> bool {
         && build.is_none_or(|b| b.split('.').all(ident))
 }
 
-fn manifest_text() -> String {
-    let path = repo().join("krew-manifest.yaml");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+/// Runs `scripts/krew-manifest.sh` with `args`.
+fn krew_manifest_script(args: &[&str]) -> Output {
+    Command::new("bash")
+        .arg(repo().join("scripts/krew-manifest.sh"))
+        .args(args)
+        .output()
+        .expect("run krew-manifest.sh")
 }
 
-#[test]
-fn krew_manifest_passes_krew_validation() {
-    let violations = krew_violations(&manifest_text());
+/// A `sha256sum`-style checksum file for the four archives (made-up sums unless given).
+fn checksums(dir: &Path, given: &[(String, String)]) -> PathBuf {
+    let mut text = String::new();
+    for (os, arch, _) in PLATFORMS {
+        let name = archive_name(os, arch);
+        let sum = given
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| sha256_hex(name.as_bytes()));
+        text.push_str(&format!("{sum}  dist/{name}\n"));
+    }
+    let path = dir.join("SHA256SUMS");
+    std::fs::write(&path, text).expect("write checksums");
+    path
+}
+
+/// The manifest for this version rendered from `.krew.yaml` with the checksums in `sums`.
+fn rendered(sums: &Path) -> String {
+    let out = krew_manifest_script(&[
+        "--tag",
+        &version_tag(),
+        "--checksums",
+        sums.to_str().expect("utf-8 path"),
+    ]);
     assert!(
-        violations.is_empty(),
-        "krew-manifest.yaml:\n{}",
-        violations.join("\n")
+        out.status.success(),
+        "krew-manifest.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn platform_labels(p: &Platform) -> (String, String) {
+    let labels = p
+        .selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    (
+        labels.get("os").cloned().unwrap_or_default(),
+        labels.get("arch").cloned().unwrap_or_default(),
+    )
 }
 
 #[test]
-fn krew_manifest_matches_the_project() {
-    let plugin: Plugin = serde_saphyr::from_str(&manifest_text()).expect("manifest parses");
-    assert_eq!(plugin.metadata.name, "kproxy");
+fn krew_template_renders_a_manifest_that_follows_krews_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sums = checksums(dir.path(), &[]);
+    let text = rendered(&sums);
+    assert!(
+        !text.contains("{{"),
+        "left-over template expression:\n{text}"
+    );
+    let broken = krew_rule_violations(&text, "kproxy");
+    assert!(broken.is_empty(), "krew's rules:\n{}", broken.join("\n"));
+    let style = style_violations(&text);
+    assert!(style.is_empty(), "style:\n{}", style.join("\n"));
+
+    let plugin: Plugin = serde_saphyr::from_str(&text).expect("manifest parses");
     assert_eq!(
         plugin.spec.version,
-        format!("v{}", env!("CARGO_PKG_VERSION")),
+        version_tag(),
         "manifest version vs Cargo.toml"
     );
-    assert!(
-        plugin
-            .spec
-            .homepage
-            .as_deref()
-            .is_some_and(|h| h.starts_with("https://"))
-    );
-    let caveats = plugin.spec.caveats.unwrap_or_default();
-    assert!(
-        caveats.contains("RBAC") && caveats.contains("exec"),
-        "caveats must name the privileges"
-    );
-
+    let repository = env!("CARGO_PKG_REPOSITORY");
+    assert_eq!(plugin.spec.homepage.as_deref(), Some(repository));
     let mut seen = BTreeSet::new();
     for p in &plugin.spec.platforms {
-        let labels = p
-            .selector
-            .as_ref()
-            .and_then(|s| s.match_labels.clone())
-            .unwrap_or_default();
-        let (os, arch) = (
-            labels.get("os").cloned().unwrap_or_default(),
-            labels.get("arch").cloned().unwrap_or_default(),
-        );
+        let (os, arch) = platform_labels(p);
         assert!(
             seen.insert((os.clone(), arch.clone())),
-            "duplicate platform {os}/{arch}"
+            "duplicate {os}/{arch}"
         );
-        let archive = format!("kubectl-kproxy_{}_{os}_{arch}.tar.gz", plugin.spec.version);
-        assert!(
-            p.uri.starts_with("https://")
-                && p.uri
-                    .ends_with(&format!("/{}/{archive}", plugin.spec.version)),
-            "{os}/{arch}: uri {} should end with /{}/{archive} (what scripts/package.sh builds)",
+        let name = archive_name(&os, &arch);
+        assert_eq!(
             p.uri,
-            plugin.spec.version
+            format!("{repository}/releases/download/{}/{name}", version_tag()),
+            "{os}/{arch}: the uri must be the archive scripts/package.sh builds"
+        );
+        assert_eq!(
+            p.sha256,
+            sha256_hex(name.as_bytes()),
+            "{os}/{arch}: checksum"
         );
         assert_eq!(p.bin, "kubectl-kproxy");
         let from: Vec<&str> = p
@@ -293,59 +391,293 @@ fn krew_manifest_matches_the_project() {
             .flatten()
             .filter_map(|f| f.from.as_deref())
             .collect();
-        assert!(
-            from.contains(&"kubectl-kproxy") && from.contains(&"LICENSE"),
-            "{os}/{arch} files: {from:?}"
-        );
+        assert_eq!(from, ["kubectl-kproxy", "LICENSE"], "{os}/{arch} files");
     }
-    let want: BTreeSet<(String, String)> = ["linux", "darwin"]
+    let want: BTreeSet<(String, String)> = PLATFORMS
         .iter()
-        .flat_map(|os| ["amd64", "arm64"].map(|arch| ((*os).to_owned(), arch.to_owned())))
+        .map(|(os, arch, _)| (os.to_string(), arch.to_string()))
         .collect();
     assert_eq!(seen, want);
 }
 
-/// The validator itself must reject what krew rejects.
+/// The renderer refuses what would publish a wrong manifest, and prints nothing then.
 #[test]
-fn krew_validator_rejects_bad_manifests() {
-    let good = manifest_text();
-    assert!(krew_violations(&good).is_empty());
+fn krew_manifest_script_refuses_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sums = checksums(dir.path(), &[]);
+    let sums = sums.to_str().expect("utf-8");
+    let refused = |args: &[&str], why: &str| {
+        let out = krew_manifest_script(args);
+        assert_eq!(out.status.code(), Some(2), "{why}: {out:?}");
+        assert!(out.stdout.is_empty(), "{why}: printed a manifest");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.starts_with("krew-manifest.sh: "), "{why}: {stderr}");
+        stderr
+    };
+    let e = refused(&["--tag", "v9.9.9", "--checksums", sums], "tag");
+    assert!(e.contains("not the version in Cargo.toml"), "{e}");
+    refused(&["--tag", &version_tag()], "no checksums");
+
+    let partial = dir.path().join("partial");
+    let full = std::fs::read_to_string(sums).expect("sums");
+    std::fs::write(
+        &partial,
+        full.lines().take(3).collect::<Vec<_>>().join("\n"),
+    )
+    .expect("w");
+    let e = refused(
+        &[
+            "--tag",
+            &version_tag(),
+            "--checksums",
+            partial.to_str().expect("utf-8"),
+        ],
+        "missing checksum",
+    );
+    assert!(e.contains(&archive_name("darwin", "arm64")), "{e}");
+
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, full.replacen(&full[..4], "XYZ!", 1)).expect("w");
+    let e = refused(
+        &[
+            "--tag",
+            &version_tag(),
+            "--checksums",
+            bad.to_str().expect("utf-8"),
+        ],
+        "malformed checksum",
+    );
+    assert!(e.contains("not a sha256 line"), "{e}");
+
+    let template = dir.path().join("template.yaml");
+    let text = std::fs::read_to_string(repo().join(".krew.yaml")).expect(".krew.yaml");
+    std::fs::write(&template, text.replace("{{ .TagName }}", "{{ .Tag }}")).expect("w");
+    let e = refused(
+        &[
+            "--tag",
+            &version_tag(),
+            "--checksums",
+            sums,
+            "--template",
+            template.to_str().expect("utf-8"),
+        ],
+        "unknown expression",
+    );
+    assert!(e.contains("template expression left"), "{e}");
+}
+
+/// The caveats list the RBAC that deploy/rbac.yaml grants, and every flag they or the
+/// description name is a real flag of the plugin.
+#[test]
+fn krew_caveats_name_the_rbac_and_real_flags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin: Plugin =
+        serde_saphyr::from_str(&rendered(&checksums(dir.path(), &[]))).expect("manifest");
+    let caveats = plugin.spec.caveats.clone().unwrap_or_default();
+
+    let rbac_text = std::fs::read_to_string(repo().join("deploy/rbac.yaml")).expect("rbac.yaml");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rbac_text).expect("rbac.yaml");
+    let mut resources = BTreeSet::new();
+    for rule in docs.iter().filter_map(|d| d["rules"].as_array()).flatten() {
+        for r in rule["resources"].as_array().into_iter().flatten() {
+            let r = r.as_str().expect("resource").to_string();
+            match rule["resourceNames"].as_array() {
+                Some(names) => {
+                    for n in names {
+                        resources.insert(format!("{r}:{}", n.as_str().expect("name")));
+                    }
+                }
+                None => {
+                    resources.insert(r);
+                }
+            }
+        }
+    }
+    let want: BTreeSet<String> = [
+        "configmaps:kube-proxy",
+        "endpointslices",
+        "namespaces",
+        "nodes",
+        "pods",
+        "pods/exec",
+        "services",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        resources, want,
+        "deploy/rbac.yaml changed: update the caveats"
+    );
+    for r in &resources {
+        let needle = match r.as_str() {
+            "configmaps:kube-proxy" => "ConfigMap kube-system/kube-proxy",
+            other => other,
+        };
+        assert!(
+            caveats.contains(needle),
+            "the caveats do not name {needle}:\n{caveats}"
+        );
+    }
+
+    use clap::CommandFactory;
+    let cli = kproxy::cli::Cli::command();
+    let mut flags: BTreeSet<String> = BTreeSet::new();
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        flags.extend(
+            cmd.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string)),
+        );
+    }
+    let text = format!("{caveats}\n{}", plugin.spec.description.unwrap_or_default());
+    let named = regex::Regex::new(r"--([a-z][a-z0-9-]*)").expect("regex");
+    let mut checked = 0;
+    for m in named.captures_iter(&text) {
+        assert!(
+            flags.contains(&m[1]),
+            "the manifest names --{}, which does not exist",
+            &m[1]
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "the caveats should name --apply and --collector"
+    );
+}
+
+/// The validator itself must reject what krew's rules reject.
+#[test]
+fn krew_rule_checker_rejects_bad_manifests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rendered(&checksums(dir.path(), &[]));
+    assert!(krew_rule_violations(&good, "kproxy").is_empty());
+    assert_eq!(krew_rule_violations(&good, "other").len(), 1);
+    let sum = sha256_hex(archive_name("linux", "amd64").as_bytes());
+    let version = format!("version: {}", version_tag());
     let cases = [
-        ("version: v0.1.0", "version: 0.1.0"),
-        ("version: v0.1.0", "version: v0.01.0"),
+        (version.as_str(), "version: 0.1.0"),
+        (version.as_str(), "version: v0.01.0"),
         ("name: kproxy", "name: kproxy/x"),
         ("name: kproxy", "name: LPT1"),
-        (
-            "shortDescription: Debug and repair kube-proxy rules on a node",
-            "shortDescription: Debug and repair kube-proxy rules on a node, very long",
-        ),
         ("kind: Plugin", "kind: Plugins"),
         (
-            "\"0000000000000000000000000000000000000000000000000000000000000000\"",
-            "\"00000000000000000000000000000000000000000000000000000000000000AA\"",
+            sum.as_str(),
+            "00000000000000000000000000000000000000000000000000000000000000AA",
         ),
         (
             "          arch: amd64",
             "          arch: amd64\n          distro: debian",
         ),
         (
-            "    Shows what kube-proxy",
-            "    Shows what kube-proxy installed on a node and whether it is right, in one very long line:",
+            "        matchLabels:\n          os: linux\n          arch: amd64",
+            "        matchLabels: {}",
+        ),
+        ("      bin: kubectl-kproxy", "      bin: \"\""),
+        (
+            "  shortDescription: Debug",
+            "  shortDescription: |\n    Debug\n    and",
         ),
     ];
     for (from, to) in cases {
         assert!(good.contains(from), "test case anchor {from:?} missing");
         let bad = good.replacen(from, to, 1);
         assert!(
-            !krew_violations(&bad).is_empty(),
+            !krew_rule_violations(&bad, "kproxy").is_empty(),
             "accepted a manifest with {to:?}"
         );
     }
+    let long = good.replacen(
+        "shortDescription: Debug and repair kube-proxy rules on a node",
+        "shortDescription: Debug and repair kube-proxy rules on a node, very long",
+        1,
+    );
+    assert_eq!(style_violations(&long).len(), 1);
     let no_platforms = "apiVersion: krew.googlecontainertools.github.com/v1alpha2\nkind: Plugin\n\
-                        metadata:\n  name: x\nspec:\n  version: v1.0.0\n  shortDescription: x\n  platforms: []\n";
-    assert_eq!(krew_violations(no_platforms), ["no platforms"]);
+                        metadata:\n  name: x\nspec:\n  version: v1.0.0\n  shortDescription: x\n  \
+                        description: x\n  platforms: []\n";
+    assert_eq!(krew_rule_violations(no_platforms, "x"), ["no platforms"]);
     assert!(is_semver_with_v("v1.2.3-rc.1+build.5"));
     assert!(!is_semver_with_v("v1.2"));
+}
+
+/// `cargo binstall` fetches the same archives krew does, and the release workflow builds the
+/// same four targets.
+#[test]
+fn binstall_metadata_and_release_workflow_match_the_archives() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let package = meta["packages"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "kubectl-kproxy"))
+        .expect("the package");
+    let binstall = &package["metadata"]["binstall"];
+    assert_eq!(binstall["pkg-fmt"], "tgz");
+    assert_eq!(binstall["bin-dir"], "{ bin }{ binary-ext }");
+    let overrides = binstall["overrides"].as_object().expect("overrides");
+    assert_eq!(overrides.len(), PLATFORMS.len());
+    for (os, arch, triple) in PLATFORMS {
+        let url = overrides[triple]["pkg-url"].as_str().expect("pkg-url");
+        let url = url
+            .replace("{ repo }", env!("CARGO_PKG_REPOSITORY"))
+            .replace("{ name }", env!("CARGO_PKG_NAME"))
+            .replace("{ version }", env!("CARGO_PKG_VERSION"));
+        assert_eq!(
+            url,
+            format!(
+                "{}/releases/download/{}/{}",
+                env!("CARGO_PKG_REPOSITORY"),
+                version_tag(),
+                archive_name(os, arch)
+            )
+        );
+    }
+
+    let workflow = std::fs::read_to_string(repo().join(".github/workflows/release.yml"))
+        .expect("release workflow");
+    let doc: serde_json::Value = serde_saphyr::from_str(&workflow).expect("workflow YAML");
+    let matrix: BTreeSet<(String, String, String)> =
+        doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+            .as_array()
+            .expect("build matrix")
+            .iter()
+            .map(|m| {
+                let s = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+                (s("os"), s("arch"), s("target"))
+            })
+            .collect();
+    let want: BTreeSet<(String, String, String)> = PLATFORMS
+        .iter()
+        .map(|(o, a, t)| (o.to_string(), a.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(matrix, want);
+    for (os, arch, triple) in PLATFORMS {
+        assert!(
+            workflow.contains(&format!("{os}:{arch}:{triple}")),
+            "the publish job does not pack {os}/{arch}"
+        );
+    }
+    for step in [
+        "scripts/package.sh",
+        "scripts/krew-manifest.sh --tag \"$TAG\" --checksums dist/SHA256SUMS",
+        "sha256sum",
+    ] {
+        assert!(workflow.contains(step), "the workflow does not run {step}");
+    }
 }
 
 #[test]
@@ -359,103 +691,140 @@ fn license_is_apache_2() {
     assert!(env!("CARGO_PKG_LICENSE") == "Apache-2.0");
 }
 
-/// `scripts/package.sh` packs a binary and LICENSE at the archive root, reproducibly, prints
-/// the archive's sha256 and writes it into a manifest.
+/// Runs `scripts/package.sh` for linux/amd64 on `bin`, into `out`; returns (archive, printed sha).
+fn package(bin: &Path, out: &Path) -> (PathBuf, String) {
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/package.sh"))
+        .args(["--target", "x86_64-unknown-linux-gnu", "--bin"])
+        .arg(bin)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run package.sh");
+    assert!(
+        o.status.success(),
+        "package.sh: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let stdout = String::from_utf8(o.stdout).expect("utf-8");
+    let archive = out.join(archive_name("linux", "amd64"));
+    assert_eq!(
+        stdout.lines().next(),
+        Some(archive.to_str().expect("utf-8"))
+    );
+    let sha = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sha256 "))
+        .expect("printed sha256")
+        .to_string();
+    (archive, sha)
+}
+
+/// The linux/amd64 archive built from this build's binary (stripped, as the release profile
+/// ships it), checksummed into the manifest, unpacked with the manifest's `files` the way krew
+/// installs it, and run. Also: archives are reproducible and hold exactly the binary (mode
+/// 0755) and LICENSE.
 #[test]
-fn package_script_builds_the_krew_archive() {
-    for tool in [
-        "bash",
-        "tar",
-        "gzip",
-        "sha256sum",
-        "awk",
-        "install",
-        "rustc",
-    ] {
-        if crate::support::netns::find_tool(tool).is_none() {
-            println!("skipped: {tool} not installed");
-            return;
-        }
+fn release_archive_installs_from_the_manifest_and_runs() {
+    for tool in ["bash", "tar", "gzip", "sha256sum", "install"] {
+        assert!(
+            crate::support::netns::find_tool(tool).is_some(),
+            "{tool} is needed to build release archives"
+        );
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = dir.path().join("kproxy.yaml");
-    std::fs::write(&manifest, manifest_text()).expect("copy manifest");
-    // A stand-in binary: the debug build is ~200 MB and gzip -9 of it twice takes a minute.
-    let bin = dir.path().join("kubectl-kproxy");
-    std::fs::write(&bin, "#!/bin/sh\necho kubectl-kproxy\n").expect("stand-in binary");
-    let run = |out: &Path| {
-        let o = Command::new("bash")
-            .arg(repo().join("scripts/package.sh"))
-            .args(["--target", "x86_64-unknown-linux-gnu", "--out"])
-            .arg(out)
-            .arg("--manifest")
-            .arg(&manifest)
-            .env("KPROXY_PACKAGE_BIN", &bin)
-            .output()
-            .expect("run package.sh");
-        assert!(
-            o.status.success(),
-            "package.sh: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).expect("utf-8")
-    };
-    let out1 = run(&dir.path().join("a"));
-    let out2 = run(&dir.path().join("b"));
-    let archive = dir.path().join(format!(
-        "a/kubectl-kproxy_v{}_linux_amd64.tar.gz",
-        env!("CARGO_PKG_VERSION")
-    ));
-    let bytes = std::fs::read(&archive).expect("archive");
-    use sha2::Digest;
-    let sha = data_encoding::HEXLOWER.encode(sha2::Sha256::digest(&bytes).as_slice());
-    let printed = |out: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix("sha256 "))
-            .map(str::to_owned)
-    };
-    assert_eq!(printed(&out1).as_deref(), Some(sha.as_str()), "{out1}");
-    assert_eq!(
-        printed(&out2),
-        printed(&out1),
-        "archives must be reproducible"
-    );
 
+    // Reproducible: a small stand-in binary packed twice gives the same bytes.
+    let stand_in = dir.path().join("stand-in");
+    std::fs::write(&stand_in, "#!/bin/sh\necho kubectl-kproxy\n").expect("stand-in");
+    let (a, sha_a) = package(&stand_in, &dir.path().join("a"));
+    let (_, sha_b) = package(&stand_in, &dir.path().join("b"));
+    assert_eq!(sha_a, sha_b, "archives must be reproducible");
+    assert_eq!(sha_a, sha256_hex(&std::fs::read(&a).expect("archive")));
+
+    let bin = dir.path().join("kubectl-kproxy");
+    std::fs::copy(env!("CARGO_BIN_EXE_kubectl-kproxy"), &bin).expect("copy binary");
+    if crate::support::netns::find_tool("strip").is_some() {
+        let st = Command::new("strip").arg(&bin).status().expect("strip");
+        assert!(st.success());
+    }
+    let (archive, sha) = package(&bin, &dir.path().join("dist"));
+    println!(
+        "linux/amd64 archive of this build: {} bytes (binary {} bytes)",
+        std::fs::metadata(&archive).expect("archive").len(),
+        std::fs::metadata(&bin).expect("binary").len()
+    );
     let listing = Command::new("tar")
-        .arg("-tzf")
-        .arg(&archive)
-        .output()
-        .expect("tar -t");
-    let mut names: Vec<String> = String::from_utf8_lossy(&listing.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    names.sort();
-    let verbose = Command::new("tar")
         .arg("-tvzf")
         .arg(&archive)
         .output()
         .expect("tar -tv");
-    let verbose = String::from_utf8_lossy(&verbose.stdout).into_owned();
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let entries: Vec<&str> = listing.lines().collect();
+    assert_eq!(entries.len(), 2, "{listing}");
+    let entry = |name: &str| {
+        entries
+            .iter()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .copied()
+            .unwrap_or_else(|| panic!("{name} missing: {listing}"))
+    };
+    assert!(entry("LICENSE").starts_with("-rw-r--r-- 0/0"), "{listing}");
     assert!(
-        verbose
-            .lines()
-            .any(|l| l.starts_with("-rwxr-xr-x") && l.ends_with(" kubectl-kproxy")),
-        "the binary must be executable in the archive: {verbose}"
+        entry("kubectl-kproxy").starts_with("-rwxr-xr-x 0/0"),
+        "{listing}"
     );
-    assert_eq!(names, ["LICENSE", "kubectl-kproxy"]);
 
-    let updated = std::fs::read_to_string(&manifest).expect("manifest");
+    let sums = checksums(dir.path(), &[(archive_name("linux", "amd64"), sha.clone())]);
+    let plugin: Plugin = serde_saphyr::from_str(&rendered(&sums)).expect("manifest");
+    let platform = plugin
+        .spec
+        .platforms
+        .iter()
+        .find(|p| platform_labels(p) == ("linux".into(), "amd64".into()))
+        .expect("linux/amd64 platform");
+    assert_eq!(platform.sha256, sha);
     assert!(
-        updated.contains(&format!("sha256: \"{sha}\"")),
-        "sha not written"
+        platform
+            .uri
+            .ends_with(&format!("/{}", archive_name("linux", "amd64")))
     );
+
+    // Install as krew does: extract, copy each `files` entry, run `bin`.
+    let extracted = dir.path().join("extracted");
+    let installed = dir.path().join("installed");
+    std::fs::create_dir_all(&extracted).expect("mkdir");
+    std::fs::create_dir_all(&installed).expect("mkdir");
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&extracted)
+        .status()
+        .expect("tar -x");
+    assert!(st.success());
+    for op in platform.files.iter().flatten() {
+        let (from, to) = (
+            op.from.as_deref().expect("from"),
+            op.to.as_deref().expect("to"),
+        );
+        assert!(!from.contains('*'), "no globs in our manifest");
+        let dest = if to == "." {
+            installed.join(from)
+        } else {
+            installed.join(to)
+        };
+        std::fs::copy(extracted.join(from), &dest).expect("copy file op");
+    }
+    let out = Command::new(installed.join(&platform.bin))
+        .arg("--version")
+        .output()
+        .expect("run the installed binary");
+    assert!(out.status.success());
     assert_eq!(
-        updated.matches(&sha).count(),
-        1,
-        "only the linux/amd64 entry changes"
+        String::from_utf8_lossy(&out.stdout),
+        format!("kubectl-kproxy {}\n", env!("CARGO_PKG_VERSION"))
     );
-    assert!(krew_violations(&updated).is_empty());
 }
 
 /// CI runs the very command README.md documents under "Tests".

@@ -16,9 +16,9 @@ fn packetflow_dir() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        println!(
-            "notice: {} absent; packet-flow conformance skipped",
-            p.display()
+        crate::support::skip(
+            "packetflow",
+            &format!("{} absent; packet-flow conformance skipped", p.display()),
         );
         None
     }
@@ -260,8 +260,9 @@ fn every_packet_on_our_own_render() {
         };
         let inputs = dir.join(inputs);
         let Some(flags) = harness_flags(&inputs.join("case.yaml")) else {
-            println!(
-                "notice: python3 or conformance.py unavailable; own-render packet-flow skipped"
+            crate::support::skip(
+                "packetflow",
+                "python3 or conformance.py unavailable; own-render packet-flow skipped",
             );
             return;
         };

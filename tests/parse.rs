@@ -15,7 +15,7 @@ fn shared() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        println!("notice: {} is absent; skipping", p.display());
+        crate::support::skip("parse", &format!("{} is absent; skipping", p.display()));
         None
     }
 }

@@ -19,7 +19,10 @@ fn shared() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        println!("notice: {} absent; render conformance skipped", p.display());
+        crate::support::skip(
+            "render",
+            &format!("{} absent; render conformance skipped", p.display()),
+        );
         None
     }
 }

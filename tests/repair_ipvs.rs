@@ -4,7 +4,7 @@
 //! install from nothing, seed drifts with real commands, dry run (nothing changes), a failing apply
 //! (rolled back to the byte), apply, verify, idempotence, foreign state untouched.
 
-use crate::support::ipvs::{missing_vm_tools, shared_ipvs, testdata_ipvs};
+use crate::support::ipvs::{case_inputs, missing_vm_tools, shared_ipvs, testdata_ipvs};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -114,8 +114,7 @@ fn repair_ipvs_offline_plans_on_real_dumps() {
             .lines()
             .map(str::to_string)
             .collect();
-        let state = shared.join(name).join("state.json");
-        let config = shared.join(name).join("config.yaml");
+        let (state, config) = case_inputs(&case, &shared);
         let (code, doc) = offline_plan(&state, &config, &args, &case);
         assert_eq!(
             (code, strings(&doc["commands"]).len()),
@@ -312,14 +311,14 @@ fn finding_ids(verify_json: &str) -> Vec<(String, String)> {
 fn repair_ipvs_live_vm() {
     let Some(shared) = shared_ipvs() else { return };
     if let Some(why) = missing_vm_tools(&[]) {
-        println!("skipping the IPVS repair VM test: {why}");
+        crate::support::skip("repair_ipvs", &format!("the IPVS repair VM test: {why}"));
         return;
     }
     let tool = shared.join("../../tools/ipvs-vm.sh");
     if !tool.is_file() {
-        println!(
-            "skipping the IPVS repair VM test: {} absent",
-            tool.display()
+        crate::support::skip(
+            "repair_ipvs",
+            &format!("the IPVS repair VM test: {} absent", tool.display()),
         );
         return;
     }

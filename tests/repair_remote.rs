@@ -144,7 +144,7 @@ struct Cluster {
 impl Cluster {
     fn new(ns: &Netns) -> Option<Cluster> {
         let Some(kubectl) = which("kubectl") else {
-            println!("skipped: kubectl is not installed");
+            crate::support::skip("repair_remote", "kubectl is not installed");
             return None;
         };
         let api = FakeApiServer::start();

@@ -381,14 +381,14 @@ fn resync_refuses_to_start_next_to_kube_proxy_unless_forced() {
         .into_iter()
         .find(|p| Path::new(p).exists());
     let Some(sleep) = sleep else {
-        eprintln!("skipping: no sleep binary to run as a fake kube-proxy");
+        crate::support::skip("resync", "no sleep binary to run as a fake kube-proxy");
         return;
     };
     std::fs::copy(sleep, &fake).expect("copy sleep");
     let Ok(mut kube_proxy) = Command::new(&fake).arg("60").spawn() else {
-        eprintln!(
-            "skipping: cannot run a copy of sleep from {}",
-            dir.path().display()
+        crate::support::skip(
+            "resync",
+            &format!("cannot run a copy of sleep from {}", dir.path().display()),
         );
         return;
     };

@@ -3,10 +3,13 @@
 mod support;
 
 mod cluster_e2e;
+mod completion;
 mod conntrack_e2e;
 mod graph;
 mod hostile;
+mod hygiene;
 mod ipvs;
+mod kubeconfig;
 mod listing;
 mod live;
 mod netns_harness;

@@ -493,7 +493,7 @@ fn golden_render_cases_verify_clean() {
     let dir = repo("../shared/conformance/iptables/render");
     let tools = repo("../shared/conformance/tools/conformance.py");
     if !dir.is_dir() || !tools.is_file() {
-        eprintln!("notice: {} absent; skipping", dir.display());
+        crate::support::skip("verify", &format!("{} absent; skipping", dir.display()));
         return;
     }
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -513,7 +513,7 @@ fn golden_render_cases_verify_clean() {
             .arg(&case_yaml)
             .output();
         let Ok(out) = out else {
-            eprintln!("notice: python3 missing; skipping golden cases");
+            crate::support::skip("verify", "python3 missing; skipping golden cases");
             return;
         };
         let mut flags: Vec<String> = String::from_utf8_lossy(&out.stdout)

@@ -31,23 +31,58 @@ pub struct CompletionArgs {
 
 /// Runs `completion`.
 pub fn run(args: CompletionArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    let mut cmd = super::Cli::command();
-    // Generated into memory: clap_complete panics when its writer fails (`| head`).
-    let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut cmd, "kubectl-kproxy", &mut script);
-    std::io::stdout().lock().write_all(&script)?;
+    std::io::stdout()
+        .lock()
+        .write_all(&static_script(args.shell))?;
     Ok(Outcome::Clean)
 }
 
-/// Arguments of the hidden `__complete` (Cobra protocol for kubectl plugin completion).
-#[derive(Debug, Args)]
+/// The binary name the static scripts complete.
+const BIN_NAME: &str = "kubectl-kproxy";
+
+/// The static completion script for `shell`, for the binary `kubectl-kproxy`.
+///
+/// clap_complete's bash generator spells the state of its word loop (`kubectl__kproxy…`) and
+/// the `case` labels it is matched against (`kubectl__subcmd__kproxy…`) differently when the
+/// binary name holds a `-` (clap-rs/clap#6421), so nothing after the first word would
+/// complete. The bash script is therefore generated for `kubectl_kproxy`, whose two spellings
+/// agree, and only its `complete -F` registration is pointed back at `kubectl-kproxy` (the
+/// loop matches the first word against `$1`, the name bash passes, never the generated name).
+pub fn static_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = super::Cli::command();
+    let generated_name = match shell {
+        clap_complete::Shell::Bash => BIN_NAME.replace('-', "_"),
+        _ => BIN_NAME.to_string(),
+    };
+    // Generated into memory: clap_complete panics when its writer fails (`| head`).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, generated_name.as_str(), &mut script);
+    if generated_name == BIN_NAME {
+        return script;
+    }
+    let text = String::from_utf8_lossy(&script);
+    let suffix = format!(" {generated_name}");
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let registration = line.trim_start().starts_with("complete -F ");
+        match line.strip_suffix(suffix.as_str()) {
+            Some(head) if registration => out.push_str(&format!("{head} {BIN_NAME}")),
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+/// The words of a `__complete` call (Cobra protocol for kubectl plugin completion).
+#[derive(Debug)]
 pub struct CobraCompleteArgs {
     /// The words after `kproxy`; the last is the word being completed.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub words: Vec<String>,
 }
 
-/// The hidden subcommand's name.
+/// The hidden command's name. It is not a clap subcommand, so that neither `--help` nor the
+/// static completion scripts offer it: `cli::main` routes it before clap parses anything.
 pub const COBRA_COMMAND: &str = "__complete";
 
 /// Entry point for `kubectl-kproxy __complete WORDS…`, called by `cli::main` before clap

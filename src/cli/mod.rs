@@ -50,9 +50,6 @@ pub enum Command {
     Collect(collect::CollectArgs),
     /// Print a shell completion script (bash, zsh, fish, …).
     Completion(completion::CompletionArgs),
-    /// kubectl plugin completion (Cobra protocol), run by `kubectl_complete-kproxy`.
-    #[command(name = "__complete", hide = true)]
-    CobraComplete(completion::CobraCompleteArgs),
 }
 
 /// True when invoked as `kubectl kproxy` (the basename of `argv[0]` starts with `kubectl-`).
@@ -130,6 +127,5 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Resync(a) => resync::run(a, g),
         Command::Collect(a) => collect::run(a, g),
         Command::Completion(a) => completion::run(a, g),
-        Command::CobraComplete(a) => completion::run_cobra(a, g),
     }
 }

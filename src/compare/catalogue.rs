@@ -1,5 +1,5 @@
 //! The findings catalogue: every check `verify` can report, with its stable ID, severity, title,
-//! the incident classes of `docs/real-world-failures.md` it covers, and the standard hint.
+//! the incident classes of `docs/incidents.md` it covers, and the standard hint.
 //!
 //! IDs are grouped: KP0xx node-wide and backend, KP1xx service entries, KP2xx endpoints and shares,
 //! KP3xx masquerade, affinity and firewall, KP4xx stale rules and structure, KP5xx IPVS (see
@@ -17,7 +17,7 @@ pub struct Check {
     pub severity: Severity,
     /// One-line title (what the check detects).
     pub title: &'static str,
-    /// Incident classes of `real-world-failures.md` it covers (`F01`…), comma-separated, or `""`.
+    /// Incident classes of `docs/incidents.md` it covers (`F01`…), comma-separated, or `""`.
     pub incidents: &'static str,
     /// What to do about it.
     pub hint: &'static str,

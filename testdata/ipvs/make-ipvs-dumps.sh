@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes real IPVS/ipset/iptables dumps for the IPVS verify tests (testdata/ipvs/<case>/).
 #
-# For each case of ../shared/conformance/ipvs: `kubectl-kproxy render --mode ipvs -o json` computes
+# For each case of ../shared/conformance/ipvs, and this directory's own example-cluster (inputs
+# made by make-example-inputs.sh): `kubectl-kproxy render --mode ipvs -o json` computes
 # kube-proxy's expected state; this script turns it into real commands (ip link/addr, ipset, ipvsadm,
 # iptables-restore), runs them inside a throw-away VM whose kernel has IPVS (../shared/tools/ipvs-vm.sh),
 # reads everything back (ipvsadm -Ln, -Ln --stats, -Sn, -Lnc, -L --timeout, ipset save, iptables-save,
@@ -14,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:-$here}; shift || true
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(constructed-kind-worker-example only-local-nodeports nodeport-ipv4-sctp-etp-local load-balancer-source-ranges nodeport-ipv6-sctp-multiple-node-ips)
+[ ${#cases[@]} -gt 0 ] || cases=(constructed-kind-worker-example only-local-nodeports nodeport-ipv4-sctp-etp-local load-balancer-source-ranges nodeport-ipv6-sctp-multiple-node-ips example-cluster)
 shared=${KPROXY_SHARED:-$repo/../shared}
 bin=${KPROXY_BIN:-$repo/target/debug/kubectl-kproxy}
 [ -x "$bin" ] || (cd "$repo" && cargo build --quiet)
@@ -113,11 +114,19 @@ reset() {
 }
 VM
 for c in "${cases[@]}"; do
-  d=$shared/conformance/ipvs/$c
-  fam=4; grep -q 'proxier_families: \[IPv6\]' "$d/case.yaml" && fam=6
-  node=$(sed -n '/^node:/,/^[a-z]/s/^  name: *\([^ #]*\).*/\1/p' "$d/case.yaml" | head -1)
+  if [ -f "$here/$c/config.yaml" ]; then
+    # A case of this repository (make-example-inputs.sh): its own inputs and render-args.txt.
+    d=$here/$c
+    mapfile -t own < "$d/render-args.txt"
+    args=(--state "$d/state.json" --config "$d/config.yaml" "${own[@]}")
+    fam=${own[3]}
+  else
+    d=$shared/conformance/ipvs/$c
+    fam=4; grep -q 'proxier_families: \[IPv6\]' "$d/case.yaml" && fam=6
+    node=$(sed -n '/^node:/,/^[a-z]/s/^  name: *\([^ #]*\).*/\1/p' "$d/case.yaml" | head -1)
+    args=(--state "$d/state.json" --config "$d/config.yaml" --node "${node:-test-node}" --ip-family "$fam")
+  fi
   cd_=$work/$c; mkdir -p "$cd_"
-  args=(--state "$d/state.json" --config "$d/config.yaml" --node "${node:-test-node}" --ip-family "$fam")
   "$bin" render --mode ipvs "${args[@]}" -o json > "$cd_/render.json" 2>/dev/null
   python3 - "$cd_" <<'PY'
 import json, sys
@@ -139,7 +148,7 @@ PY
   cp "$cd_/iptables" "$work/$c.iptables"; files+=("$work/$c.iptables")
   cp "$cd_/render.json" "$work/$c.render.json"
   mkdir -p "$out/$c"
-  printf '%s\n' "${args[@]:4}" > "$out/$c/render-args.txt"   # --node N --ip-family F (state/config: the shared case)
+  printf '%s\n' "${args[@]:4}" > "$out/$c/render-args.txt"   # --node N --ip-family F (state/config: the case's own or the shared case's)
   {
     echo "echo '### case $c'"
     echo "reset"
@@ -161,6 +170,7 @@ awk -v out="$out" '
 # shared file instead of a copy of it).
 for f in $(find "$out" -name ipvsadm-Ln.txt); do
   c=$(realpath --relative-to="$out" "$f" | cut -d/ -f1)
+  [ -f "$shared/conformance/ipvs/$c/expected.ipvsadm" ] || continue
   cmp -s "$f" "$shared/conformance/ipvs/$c/expected.ipvsadm" && rm -f "$f"
 done
 echo "dumps written under $out" >&2

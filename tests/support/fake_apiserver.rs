@@ -145,6 +145,8 @@ struct State {
     slow: Mutex<Option<(String, Duration)>>,
     inflight: AtomicUsize,
     max_inflight: AtomicUsize,
+    /// Bearer tokens accepted besides [`TOKEN`] (see [`FakeApiServer::accept_token`]).
+    tokens: Mutex<Vec<String>>,
 }
 
 /// `(kind, namespace, name)` of an object.
@@ -436,6 +438,11 @@ impl FakeApiServer {
         self.state.max_inflight.load(Ordering::SeqCst)
     }
 
+    /// Accepts `token` as a bearer token too (e.g. an OIDC id-token, which must be a JWT).
+    pub fn accept_token(&self, token: &str) {
+        self.state.tokens.lock().unwrap().push(token.to_string());
+    }
+
     /// Writes a kubeconfig pointing at this server into `dir`; contexts `fake` (current,
     /// namespace `default`) and `fake-bad-token` (a token the server answers 401 to).
     pub fn write_kubeconfig(&self, dir: &Path) -> PathBuf {
@@ -647,7 +654,14 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("")
         .to_string();
-    if auth != format!("Bearer {TOKEN}") {
+    let accepted = auth == format!("Bearer {TOKEN}")
+        || st
+            .tokens
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|t| auth == format!("Bearer {t}"));
+    if !accepted {
         return error_response(401, "", "");
     }
     let full = format!("{path}?{query}");

@@ -9,7 +9,7 @@ pub fn shared_ipvs() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        println!("notice: {} absent; skipping", p.display());
+        crate::support::skip("ipvs", &format!("{} absent; skipping", p.display()));
         None
     }
 }
@@ -17,6 +17,19 @@ pub fn shared_ipvs() -> Option<PathBuf> {
 /// `testdata/ipvs`: the real kernel dumps.
 pub fn testdata_ipvs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/ipvs")
+}
+
+/// The API state and kube-proxy configuration a `testdata/ipvs/<case>` was made from: the
+/// case's own `state.json`/`config.yaml` when it has them (the repository's example,
+/// `make-example-inputs.sh`), else the `../shared/conformance/ipvs` case of the same name.
+pub fn case_inputs(case_dir: &Path, shared_ipvs: &Path) -> (PathBuf, PathBuf) {
+    let own = case_dir.join("config.yaml");
+    let dir = if own.is_file() {
+        case_dir.to_path_buf()
+    } else {
+        shared_ipvs.join(case_dir.file_name().expect("case name"))
+    };
+    (dir.join("state.json"), dir.join("config.yaml"))
 }
 
 /// Why the IPVS VM cannot run here (a missing tool of its own, of `extra`, or no kernel image

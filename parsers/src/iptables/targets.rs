@@ -10,7 +10,7 @@
 //! An extension whose options do not fit its typed shape is kept as [`Target::Generic`]. Text that
 //! a mismatched iptables binary prints for rules it cannot decode — `DNAT [unsupported revision]`,
 //! an empty or repeated `--to-destination`, `0.0.0.0:0` / `:0` — becomes [`Target::Unreadable`]
-//! (real-world-failures F02): it is never an error, and never read as a real destination.
+//! (class F02 of docs/incidents.md): it is never an error, and never read as a real destination.
 
 use super::ast::{MarkOp, NatRange, PortRange, Target};
 use super::lexer::{Fail, Tok};

@@ -1,6 +1,6 @@
 //! Parsers for `ipvsadm` text: `-Ln` (default, `--stats`, `--rate`, `--exact`, `--thresholds`,
 //! `--persistent-conn`, `--tun-info`, single-service form), `-Lnc`, `-L --timeout`, `-L --daemon` and the
-//! command form `ipvsadm -Sn` / `ipvsadm-save -n`. Grammar: `docs/ipvsadm-formats.md` in the shared docs.
+//! command form `ipvsadm -Sn` / `ipvsadm-save -n`, as ipvsadm prints them.
 //!
 //! One capture may concatenate several outputs (e.g. `-Ln`, then `-Ln --stats`, then `-Lnc`); shell prompt
 //! lines around them are skipped and reported in [`IpvsDump::skipped`]. Any other unexpected line is an

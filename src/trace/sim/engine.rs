@@ -12,11 +12,10 @@
 //!   that were not given, ipset contents, source ports that were not given, unknown modules) is
 //!   *undecidable*: the rule is treated as not matching and the reason is reported.
 //! * [`MatchPolicy::KubeProxyTest`] reproduces the matcher of kube-proxy's unit-test tracer
-//!   (`ruleMatches` in `pkg/proxy/iptables/proxier_test.go`, see
-//!   `docs/kube-proxy-packet-tracer.md` §3): `mark`, `--ctstate` and `recent --rcheck` never
-//!   match (negated or not), interfaces, source ports, `statistic`, `multiport`, ipsets and
-//!   unknown modules are ignored, ports compare as decimal strings, and `addrtype` knows only
-//!   `LOCAL` (exact membership in the local address list).
+//!   (`ruleMatches` in `pkg/proxy/iptables/proxier_test.go`): `mark`, `--ctstate` and
+//!   `recent --rcheck` never match (negated or not), interfaces, source ports, `statistic`,
+//!   `multiport`, ipsets and unknown modules are ignored, ports compare as decimal strings, and
+//!   `addrtype` knows only `LOCAL` (exact membership in the local address list).
 //!
 //! The graph and verify engines can reuse [`matches()`] with a [`PacketView`] of their own.
 

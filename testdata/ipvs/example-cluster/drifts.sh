@@ -1,0 +1,8 @@
+drift rs-removed 'ipvsadm -d -t 10.96.0.1:443 -r 192.168.77.2:6443' 'ipvsadm -a -t 10.96.0.1:443 -r 192.168.77.2:6443 -m -w 1'
+drift rs-weight0 'ipvsadm -e -t 10.96.0.1:443 -r 192.168.77.2:6443 -m -w 0' 'ipvsadm -e -t 10.96.0.1:443 -r 192.168.77.2:6443 -m -w 1'
+drift ghost-weight0 'ipvsadm -a -t 10.96.0.1:443 -r 10.255.255.254:8080 -m -w 0' 'ipvsadm -d -t 10.96.0.1:443 -r 10.255.255.254:8080'
+drift scheduler 'ipvsadm -E -t 10.96.0.1:443 -s wrr' 'ipvsadm -E -t 10.96.0.1:443 -s rr'
+drift ipset-entry 'ipset del KUBE-CLUSTER-IP 10.96.0.1,tcp:443' 'ipset add KUBE-CLUSTER-IP 10.96.0.1,tcp:443'
+drift kube-ipvs0-addr 'ip addr del 10.96.0.1/32 dev kube-ipvs0' 'ip addr add 10.96.0.1/32 dev kube-ipvs0'
+drift iptables-rule 'iptables -t nat -D KUBE-MARK-MASQ 1' 'iptables-restore --noflush /data/example-cluster.iptables'
+drift stale-vs 'ipvsadm -A -t 10.99.99.99:80 -s rr' 'ipvsadm -D -t 10.99.99.99:80'

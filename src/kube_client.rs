@@ -14,7 +14,6 @@
 //! Proxies (`proxy-url`, `HTTPS_PROXY`, `NO_PROXY`), exec credential plugins and the `oidc`
 //! auth-provider are kube's, enabled by its features in Cargo.toml (docs/live.md).
 
-use crate::cli::common::GlobalArgs;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::PathBuf;
 use std::sync::Once;
@@ -129,8 +128,24 @@ pub fn parse_duration(text: &str) -> Result<Option<Duration>, ClientError> {
     Ok((!total.is_zero()).then_some(total))
 }
 
-/// Builds a client from the global flags (see the module docs for the resolution order).
-pub async fn connect(global: &GlobalArgs) -> Result<Connection, ClientError> {
+/// How to reach the API server, as kubectl's global flags say it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// `--kubeconfig` (a `:`-separated list is merged); `None`: `$KUBECONFIG`, `~/.kube/config`,
+    /// then the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`.
+    pub context: Option<String>,
+    /// `--cluster`.
+    pub cluster: Option<String>,
+    /// `--user`.
+    pub user: Option<String>,
+    /// `--request-timeout` as kubectl spells it (`0`, `30s`, `1m`; see [`parse_duration`]).
+    pub request_timeout: String,
+}
+
+/// Builds a client (see the module docs for the resolution order).
+pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> {
     install_crypto_provider();
     let timeout = parse_duration(&global.request_timeout)?;
     let options = KubeConfigOptions {

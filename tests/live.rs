@@ -581,7 +581,7 @@ fn watch_and_label_selectors_work_on_the_fake() {
     let global = global_for(&api.write_kubeconfig(dir.path()));
     let rt = live::runtime().expect("runtime");
     rt.block_on(async {
-        let conn = kproxy::kube_client::connect(&global)
+        let conn = kproxy::kube_client::connect(&global.client_options())
             .await
             .expect("connect");
         let nodes: Api<Node> = Api::all(conn.client.clone());

@@ -35,6 +35,19 @@ pub struct GlobalArgs {
     pub verbosity: u8,
 }
 
+impl GlobalArgs {
+    /// How to reach the API server, as the client takes it.
+    pub fn client_options(&self) -> crate::kube_client::ClientOptions {
+        crate::kube_client::ClientOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            cluster: self.cluster.clone(),
+            user: self.user.clone(),
+            request_timeout: self.request_timeout.clone(),
+        }
+    }
+}
+
 /// The node facts kube-proxy learns at start-up, as flags (shared by render, verify, trace, repair).
 #[derive(Debug, Clone, Default, Args)]
 pub struct NodeFactArgs {

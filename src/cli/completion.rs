@@ -343,7 +343,7 @@ fn live_list(g: &GlobalArgs, what: Lookup) -> Vec<String> {
         return Vec::new();
     };
     rt.block_on(async {
-        let Ok(conn) = crate::kube_client::connect(g).await else {
+        let Ok(conn) = crate::kube_client::connect(&g.client_options()).await else {
             return Vec::new();
         };
         let names = match what {

@@ -503,7 +503,7 @@ async fn load_shared(
     let need_api = state.state.is_empty()
         || matches!(collector, CollectorChoice::Exec | CollectorChoice::DebugPod);
     let conn = if need_api {
-        Some(kube_client::connect(global).await?)
+        Some(kube_client::connect(&global.client_options()).await?)
     } else {
         None
     };

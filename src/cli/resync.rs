@@ -109,7 +109,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                 _ = term.recv() => {}
             }
         };
-        let conn = kube_client::connect(global).await?;
+        let conn = kube_client::connect(&global.client_options()).await?;
         run_loop(conn.client, opts, shutdown).await
     })?;
     Ok(Outcome::Clean)

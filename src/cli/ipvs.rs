@@ -16,15 +16,16 @@ use std::path::PathBuf;
 
 /// IPVS-mode dump flags.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS dumps (offline)")]
 pub struct IpvsArgs {
     /// `ipvsadm -Ln` / `-Sn` / `-Ln --stats` / `-Lnc` output (repeatable; files may concatenate several).
     #[arg(long = "ipvsadm", value_name = "FILE")]
     pub ipvsadm: Vec<PathBuf>,
     /// `ipset save` or `ipset list` output.
-    #[arg(long = "ipset", value_name = "FILE")]
+    #[arg(hide_short_help = true, long = "ipset", value_name = "FILE")]
     pub ipset: Option<PathBuf>,
     /// `ip addr` / `ip -o addr` output covering `kube-ipvs0` (its addresses are compared).
-    #[arg(long = "ip-addr", value_name = "FILE")]
+    #[arg(hide_short_help = true, long = "ip-addr", value_name = "FILE")]
     pub ip_addr: Option<PathBuf>,
     /// Read pastes (the command's `--lenient`, set by the command).
     #[arg(skip)]
@@ -420,13 +421,20 @@ pub fn trace(
 
 /// `trace` flags for IPVS nodes.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS dumps (offline)")]
 pub struct IpvsTraceArgs {
+    /// The virtual server to trace: ADDR:PORT[/PROTO] (default: --packet's destination, else all).
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Options",
+        long = "vs",
+        value_name = "ADDR:PORT[/PROTO]"
+    )]
+    pub vs: Option<String>,
+
     /// IPVS dumps.
     #[command(flatten)]
     pub dumps: IpvsArgs,
-    /// The virtual server to trace: ADDR:PORT[/PROTO] (default: --packet's destination, else all).
-    #[arg(long = "vs", value_name = "ADDR:PORT[/PROTO]")]
-    pub vs: Option<String>,
 }
 
 /// Runs `trace` on IPVS dumps (`packet`: the `--packet` text, whose destination selects the VS).

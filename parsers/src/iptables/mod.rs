@@ -6,7 +6,7 @@
 pub mod ast;
 mod code;
 mod dump;
-mod lexer;
+pub(crate) mod lexer;
 mod matches;
 mod rule;
 mod targets;

@@ -7,6 +7,7 @@ mod graph;
 mod ipvs;
 mod live;
 mod netns_harness;
+mod nft_parse;
 mod packaging;
 mod packetflow;
 mod parse;

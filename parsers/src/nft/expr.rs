@@ -526,26 +526,11 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         n.family = Some(f);
     }
     if c.eat("to") {
-        let target = c.word("an address or `:PORT`")?;
-        let (addr, port) = split_nat_target(target)
-            .ok_or_else(|| c.fail_back("`ADDR[:PORT]`, `[ADDR6]:PORT` or `:PORT`"))?;
-        let addr_ok = addr.is_empty()
-            || matches!(kind, NatKind::Dnat | NatKind::Snat)
-                && matches!(
-                    classify(addr),
-                    Expr::Addr(_) | Expr::Prefix(..) | Expr::Range(..)
-                );
-        if !addr_ok {
-            return Err(c.fail_back("an address"));
-        }
-        if !addr.is_empty() {
-            n.addr = Some(classify(addr));
-        }
-        if let Some(p) = port {
-            match classify(p) {
-                e @ (Expr::Number(_) | Expr::Range(..)) => n.port = Some(e),
-                _ => return Err(c.fail_back("a port")),
-            }
+        if matches!(kind, NatKind::Dnat | NatKind::Snat) && c.peek_word().is_some_and(is_keyword) {
+            // `dnat ip to ip daddr map { … }`: the address is looked up.
+            n.addr = Some(expr(c, Mode::Value)?);
+        } else {
+            nat_target(c, &mut n)?;
         }
     }
     while let Some(w) = c.peek_word().filter(|w| is_nat_flag(w)) {
@@ -558,6 +543,29 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         }
     }
     Ok(Stmt::Nat(n))
+}
+
+/// `ADDR[:PORT]`, `[ADDR6]:PORT` or `:PORT` after `to`, into `n`.
+fn nat_target<'a>(c: &mut Cursor<'_, 'a>, n: &mut Nat<'a>) -> PResult<()> {
+    let target = c.word("an address or `:PORT`")?;
+    let (addr, port) = split_nat_target(target)
+        .ok_or_else(|| c.fail_back("`ADDR[:PORT]`, `[ADDR6]:PORT` or `:PORT`"))?;
+    if !addr.is_empty() {
+        let a = classify(addr);
+        if !matches!(n.kind, NatKind::Dnat | NatKind::Snat)
+            || !matches!(a, Expr::Addr(_) | Expr::Prefix(..) | Expr::Range(..))
+        {
+            return Err(c.fail_back("an address"));
+        }
+        n.addr = Some(a);
+    }
+    if let Some(p) = port {
+        match classify(p) {
+            e @ (Expr::Number(_) | Expr::Range(..)) => n.port = Some(e),
+            _ => return Err(c.fail_back("a port")),
+        }
+    }
+    Ok(())
 }
 
 /// Splits a NAT target into address text and port text: `10.0.0.1:80`, `[fd00::1]:80`,

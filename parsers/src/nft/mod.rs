@@ -39,7 +39,8 @@
 //!   `expires` and element counter values are cleared;
 //! * table and chain comments are dropped (`nft -j` 1.0.6 does not print them), and so is the
 //!   iptables-nft mark of a table;
-//! * a base chain without a policy gets `policy accept` (the kernel default nft lists);
+//! * a base chain without a policy gets `policy accept` (the kernel default nft lists); its
+//!   `device` is dropped (`nft -j` 1.0.6 does not print it);
 //! * the set flag `dynamic` and set `size` are dropped (JSON omits `dynamic`; the kernel adds
 //!   `size 65535` to dynamic sets); `typeof ip daddr` becomes `type ipv4_addr` where nft names
 //!   the type (JSON has no `typeof`);

@@ -125,10 +125,9 @@ fn normalize_chain(c: &mut Chain<'_>, family: Family) {
     c.handle = None;
     c.line = 0;
     c.comment = None;
-    if let Some(b) = &mut c.base
-        && b.policy.is_none()
-    {
-        b.policy = Some(Policy::Accept);
+    if let Some(b) = &mut c.base {
+        b.policy = b.policy.or(Some(Policy::Accept));
+        b.device = None;
     }
     for r in &mut c.rules {
         r.handle = None;

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 
 use super::ast::{BaseChain, Chain, Family, Policy, Set, SetType, Table};
 use super::expr::{Cursor, elements, typeof_expr};
-use super::lexer::Kind;
+use super::lexer::{Kind, Token};
 use super::values::priority;
 use crate::iptables::lexer::Fail;
 
@@ -188,4 +188,26 @@ pub(crate) fn set_attr<'a>(c: &mut Cursor<'_, 'a>, set: &mut Set<'a>) -> PResult
         }
     }
     c.end("end of the set attribute")
+}
+
+/// The body of a named object other than a chain, set or map (`counter`, `ct helper`, …), as
+/// one canonical line: its tokens separated by single blanks, line ends as ` ; `, comments
+/// dropped. Listings and command input of one object give the same text.
+pub(crate) fn object_body(toks: &[Token<'_>]) -> String {
+    let mut out = String::new();
+    let mut pending_semi = false;
+    for t in toks {
+        match t.kind {
+            Kind::Comment => {}
+            Kind::Newline | Kind::Semi => pending_semi = !out.is_empty(),
+            _ => {
+                if !out.is_empty() {
+                    out.push_str(if pending_semi { " ; " } else { " " });
+                }
+                pending_semi = false;
+                out.push_str(t.raw);
+            }
+        }
+    }
+    out
 }

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 
 use super::ast::{Family, Object, Rule};
 use super::build::Builder;
-use super::decl::{chain_attr, set_attr, table_attr};
+use super::decl::{chain_attr, object_body, set_attr, table_attr};
 use super::expr::{Cursor, elements, rule_body};
 use super::lexer::{Kind, Token};
 use crate::iptables::lexer::Fail;
@@ -334,9 +334,6 @@ fn element_cmd<'a>(
     let set = b.set_mut(t, si);
     match verb {
         "add" | "create" => {
-            if elems.iter().any(|e| e.value.is_some()) {
-                set.is_map = true;
-            }
             // Keys added twice are merged when the ruleset is finished (`Builder::finish`).
             set.elements.extend(elems);
         }
@@ -369,19 +366,19 @@ fn object_cmd<'a>(
     let table = c.text("a table name")?;
     let t = b.table_for_use(fam, table, line);
     let name = c.text("an object name")?;
-    let body = c.text_from(c.index());
-    let body = body
-        .strip_prefix('{')
-        .and_then(|b| b.strip_suffix('}'))
-        .unwrap_or(body)
-        .trim();
+    let rest = c.rest();
+    let body = match rest {
+        [open, inner @ .., close] if open.kind == Kind::Open && close.kind == Kind::Close => inner,
+        _ => rest,
+    };
+    let body = object_body(body);
     let objects = &mut b.table_mut(t).objects;
     objects.retain(|o| !(o.kind == kind && o.name == name));
     if matches!(verb, "add" | "create") {
         objects.push(Object {
             kind,
             name: Cow::Borrowed(name),
-            body: Cow::Borrowed(body),
+            body: Cow::Owned(body),
             line,
         });
     }

@@ -528,7 +528,11 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
     if c.eat("to") {
         if matches!(kind, NatKind::Dnat | NatKind::Snat) && c.peek_word().is_some_and(is_keyword) {
             // `dnat ip to ip daddr map { … }`: the address is looked up.
-            n.addr = Some(expr(c, Mode::Value)?);
+            let addr = expr(c, Mode::Value)?;
+            if matches!(addr, Expr::Symbol(_)) {
+                return Err(c.fail_back("an address expression"));
+            }
+            n.addr = Some(addr);
         } else {
             nat_target(c, &mut n)?;
         }

@@ -531,7 +531,6 @@ fn apply_object<'a>(b: &mut Builder<'a>, verb: &str, kind: &str, o: &JValue<'a>)
                 }
                 "flush" | "reset" => {}
                 _ => {
-                    set.is_map |= elems.iter().any(|e| e.value.is_some());
                     set.elements.extend(elems);
                 }
             }

@@ -10,7 +10,7 @@
 //! comment = "#" { any char except newline }                  ; "# handle 12", "# Warning: …"
 //! word    = 1*( any char except blank, newline, '{', '}', '(', ')', ';', ',', '"', '#', '|',
 //!               '&', '^' )
-//! blank   = " " | "\t" | "\r" | "\v" | "\f" | "\\" newline   ; a backslash continues the line
+//! blank   = " " | "\t" | "\r" | "\v" | "\f"
 //! ```
 //!
 //! Words keep `.`, `/`, `:`, `-`, `@`, `[`, `]` and `*` inside them, so chain names such as
@@ -139,66 +139,53 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    /// Byte offset of the next unread character.
-    pub(crate) fn pos(&self) -> usize {
-        self.pos
-    }
-
     /// The next token, `None` at the end of the input. An unterminated string is an error; the
     /// lexer then stands at the end of that line, so reading can go on with the next one.
     pub(crate) fn next_token(&mut self) -> Result<Option<Token<'a>>, Fail> {
-        loop {
-            let rest = &self.src[self.pos..];
-            let after = blanks(rest).map_or(rest, |(r, _)| r);
-            self.pos = self.src.len() - after.len();
-            if let Some(r) = after.strip_prefix("\\\n") {
-                // A continued line: the backslash and newline are blank.
-                self.pos = self.src.len() - r.len();
+        let rest = &self.src[self.pos..];
+        let after = blanks(rest).map_or(rest, |(r, _)| r);
+        self.pos = self.src.len() - after.len();
+        let start = self.pos;
+        let line = self.line;
+        let Some(c) = after.chars().next() else {
+            return Ok(None);
+        };
+        let (kind, len) = match c {
+            '\n' => {
                 self.line += 1;
-                continue;
+                (Kind::Newline, 1)
             }
-            let start = self.pos;
-            let line = self.line;
-            let Some(c) = after.chars().next() else {
-                return Ok(None);
-            };
-            let (kind, len) = match c {
-                '\n' => {
-                    self.line += 1;
-                    (Kind::Newline, 1)
+            '{' => (Kind::Open, 1),
+            '}' => (Kind::Close, 1),
+            '(' => (Kind::LParen, 1),
+            ')' => (Kind::RParen, 1),
+            ';' => (Kind::Semi, 1),
+            ',' => (Kind::Comma, 1),
+            '|' | '&' | '^' => (Kind::Word, 1),
+            '"' => {
+                let (r, body) = string_body(&after[1..]).unwrap_or(("", &after[1..]));
+                if !r.starts_with('"') {
+                    self.pos = start + 1 + body.len();
+                    return Err(Fail::new(start, "a closing `\"`", "end of line"));
                 }
-                '{' => (Kind::Open, 1),
-                '}' => (Kind::Close, 1),
-                '(' => (Kind::LParen, 1),
-                ')' => (Kind::RParen, 1),
-                ';' => (Kind::Semi, 1),
-                ',' => (Kind::Comma, 1),
-                '|' | '&' | '^' => (Kind::Word, 1),
-                '"' => {
-                    let (r, body) = string_body(&after[1..]).unwrap_or(("", &after[1..]));
-                    if !r.starts_with('"') {
-                        self.pos = start + 1 + body.len();
-                        return Err(Fail::new(start, "a closing `\"`", "end of line"));
-                    }
-                    (Kind::Str, body.len() + 2)
-                }
-                '#' => {
-                    let len = comment(after).map_or(after.len(), |(_, text)| text.len());
-                    (Kind::Comment, len)
-                }
-                _ => {
-                    let len = word(after).map_or(c.len_utf8(), |(_, w)| w.len());
-                    (Kind::Word, len)
-                }
-            };
-            self.pos = start + len;
-            return Ok(Some(Token {
-                kind,
-                raw: &self.src[start..start + len],
-                start,
-                line,
-            }));
-        }
+                (Kind::Str, body.len() + 2)
+            }
+            '#' => {
+                let len = comment(after).map_or(after.len(), |(_, text)| text.len());
+                (Kind::Comment, len)
+            }
+            _ => {
+                let len = word(after).map_or(c.len_utf8(), |(_, w)| w.len());
+                (Kind::Word, len)
+            }
+        };
+        self.pos = start + len;
+        Ok(Some(Token {
+            kind,
+            raw: &self.src[start..start + len],
+            start,
+            line,
+        }))
     }
 }
 

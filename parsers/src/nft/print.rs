@@ -55,12 +55,16 @@ fn quoted(f: &mut Formatter<'_>, s: &str) -> fmt::Result {
     write!(f, "\"{s}\"")
 }
 
-/// Writes a name (chain, set, device): bare when it is one word, else quoted.
-fn name(f: &mut Formatter<'_>, s: &str) -> fmt::Result {
-    if is_word(s) {
-        f.write_str(s)
-    } else {
-        quoted(f, s)
+/// A name (table, chain, set, object): bare when it is one word, else quoted.
+struct Name<'s>(&'s str);
+
+impl Display for Name<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        if is_word(self.0) {
+            f.write_str(self.0)
+        } else {
+            quoted(f, self.0)
+        }
     }
 }
 
@@ -71,14 +75,8 @@ impl Display for Verdict<'_> {
             Verdict::Drop => f.write_str("drop"),
             Verdict::Return => f.write_str("return"),
             Verdict::Continue => f.write_str("continue"),
-            Verdict::Jump(c) => {
-                f.write_str("jump ")?;
-                name(f, c)
-            }
-            Verdict::Goto(c) => {
-                f.write_str("goto ")?;
-                name(f, c)
-            }
+            Verdict::Jump(c) => write!(f, "jump {}", Name(c)),
+            Verdict::Goto(c) => write!(f, "goto {}", Name(c)),
         }
     }
 }
@@ -380,8 +378,7 @@ fn base_chain(f: &mut Formatter<'_>, b: &BaseChain<'_>) -> fmt::Result {
 
 /// One chain's `add chain` line (without newline).
 fn chain_line(f: &mut Formatter<'_>, family: Family, table: &str, c: &Chain<'_>) -> fmt::Result {
-    write!(f, "add chain {family} {table} ")?;
-    name(f, &c.name)?;
+    write!(f, "add chain {family} {} {}", Name(table), Name(&c.name))?;
     if c.base.is_none() && c.comment.is_none() {
         return Ok(());
     }
@@ -400,45 +397,51 @@ fn chain_line(f: &mut Formatter<'_>, family: Family, table: &str, c: &Chain<'_>)
 /// One set's `add set|map` line (without newline).
 fn set_line(f: &mut Formatter<'_>, family: Family, table: &str, s: &Set<'_>) -> fmt::Result {
     let kw = if s.is_map { "map" } else { "set" };
-    write!(f, "add {kw} {family} {table} ")?;
-    name(f, &s.name)?;
-    let ty = if matches!(s.key, SetType::Typeof(_)) {
-        "typeof"
-    } else {
-        "type"
-    };
-    write!(f, " {{ {ty} {}", s.key)?;
-    if let Some(d) = &s.data {
-        write!(f, " : {d}")?;
+    write!(f, "add {kw} {family} {} {}", Name(table), Name(&s.name))?;
+    let mut body = String::new();
+    let has_key = !matches!(&s.key, SetType::Named(names) if names.is_empty());
+    if has_key {
+        let ty = if matches!(s.key, SetType::Typeof(_)) {
+            "typeof"
+        } else {
+            "type"
+        };
+        write!(body, " {ty} {}", s.key)?;
+        if let Some(d) = &s.data {
+            write!(body, " : {d}")?;
+        }
+        body.push_str(" ;");
     }
-    f.write_str(" ;")?;
     if !s.flags.is_empty() {
-        write!(f, " flags {} ;", s.flags)?;
+        write!(body, " flags {} ;", s.flags)?;
     }
     if let Some(t) = s.timeout {
-        write!(f, " timeout {} ;", format_duration(t))?;
+        write!(body, " timeout {} ;", format_duration(t))?;
     }
     if let Some(t) = s.gc_interval {
-        write!(f, " gc-interval {} ;", format_duration(t))?;
+        write!(body, " gc-interval {} ;", format_duration(t))?;
     }
     if let Some(n) = s.size {
-        write!(f, " size {n} ;")?;
+        write!(body, " size {n} ;")?;
     }
     if let Some(p) = &s.policy {
-        write!(f, " policy {p} ;")?;
+        write!(body, " policy {p} ;")?;
     }
     if s.auto_merge {
-        f.write_str(" auto-merge ;")?;
+        body.push_str(" auto-merge ;");
     }
     if s.counter {
-        f.write_str(" counter ;")?;
+        body.push_str(" counter ;");
     }
     if let Some(c) = &s.comment {
-        f.write_str(" comment ")?;
-        quoted(f, c)?;
-        f.write_str(" ;")?;
+        write!(body, " comment \"{c}\" ;")?;
     }
-    f.write_str(" }")
+    if body.is_empty() {
+        // A set that input only used (`add element` without `add set`) has no declaration.
+        Ok(())
+    } else {
+        write!(f, " {{{body} }}")
+    }
 }
 
 impl Table<'_> {
@@ -455,8 +458,7 @@ impl Display for Commands<'_, '_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let t = self.0;
         let (fam, tn) = (t.family, &*t.name);
-        write!(f, "add table {fam} ")?;
-        name(f, tn)?;
+        write!(f, "add table {fam} {}", Name(tn))?;
         if t.comment.is_some() || !t.flags.is_empty() {
             f.write_str(" {")?;
             if let Some(c) = &t.comment {
@@ -484,20 +486,28 @@ impl Display for Commands<'_, '_> {
             f.write_char('\n')?;
         }
         for o in &t.objects {
-            writeln!(f, "add {} {fam} {tn} {} {{ {} }}", o.kind, o.name, o.body)?;
+            writeln!(
+                f,
+                "add {} {fam} {} {} {{ {} }}",
+                o.kind,
+                Name(tn),
+                Name(&o.name),
+                o.body
+            )?;
         }
         for c in &chains {
             for r in &c.rules {
-                write!(f, "add rule {fam} {tn} ")?;
-                name(f, &c.name)?;
-                writeln!(f, " {r}")?;
+                writeln!(f, "add rule {fam} {} {} {r}", Name(tn), Name(&c.name))?;
             }
         }
         for s in &sets {
             for e in &s.elements {
-                write!(f, "add element {fam} {tn} ")?;
-                name(f, &s.name)?;
-                writeln!(f, " {{ {e} }}")?;
+                writeln!(
+                    f,
+                    "add element {fam} {} {} {{ {e} }}",
+                    Name(tn),
+                    Name(&s.name)
+                )?;
             }
         }
         Ok(())

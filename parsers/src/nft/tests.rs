@@ -1018,6 +1018,59 @@ add element ip t s { 10.0.0.2 expires 3s , 10.0.0.1 }
     assert_eq!(a.tables, b.tables);
 }
 
+/// The property of the `nft` fuzz target: text that parses prints to command lines that parse
+/// to the same normalised tables, and printing is a fixed point.
+fn assert_round_trip(text: &str) {
+    let mut a = parse(text, &ParseOptions::strict()).expect("input parses");
+    let printed = a.to_string();
+    let mut b = parse(&printed, &ParseOptions::strict())
+        .unwrap_or_else(|e| panic!("printed text does not parse: {e}\n{printed}"));
+    assert_eq!(b.to_string(), printed, "printing is not a fixed point");
+    a.normalize();
+    b.normalize();
+    assert_eq!(a.tables, b.tables, "printed:\n{printed}");
+}
+
+#[test]
+fn fuzz_findings_round_trip() {
+    // A set only used by `add element` has no declaration to print (was `type  ;`).
+    assert_round_trip("add element ip t s { 10.0.0.1 }\n");
+    // Whether a set is a map comes from its declaration only (elements with data did flip it).
+    assert_round_trip("table ip t {\n set s {\n elements = { 1 : 2 }\n }\n}\n");
+    // Object bodies are one canonical line (a comment inside swallowed the closing brace).
+    assert_round_trip("table ip t {\n counter c {\n packets 0 byt #es 0\n }\n}\n");
+    let rs = parse(
+        "table ip t {\n counter c {\n packets 0 # x\n bytes 0\n }\n}\n",
+        &ParseOptions::strict(),
+    )
+    .expect("object");
+    assert_eq!(rs.tables[0].objects[0].body, "packets 0 ; bytes 0");
+    // Objects are `KIND NAME {` (stray words before the brace were taken as the kind).
+    parse(
+        "table ip t {\n counter a b {\n }\n}\n",
+        &ParseOptions::strict(),
+    )
+    .expect_err("two names");
+    // `dnat to` a constant that is no address is not modelled.
+    let r = parse_rule("dnat ip to ip d\u{fffd}ddr").expect("rule");
+    assert!(matches!(r.stmts[0], Stmt::Verbatim(_)), "{:?}", r.stmts);
+    // No statement starts with `handle N` (in command input that places the rule).
+    parse(
+        "table ip t {\n chain c {\n handle 26\n }\n}\n",
+        &ParseOptions::strict(),
+    )
+    .expect_err("a listing rule `handle 26`");
+    // Names that are no single word are quoted, also table names; a trailing backslash does not
+    // continue the line.
+    assert_round_trip(
+        "add table ip \": [\"\nadd chain ip \": [\" \\\nadd rule ip \": [\" \\ accept\n",
+    );
+    // A `# Warning: XT …` comment inside braces does not continue the rule past the line end.
+    assert_round_trip(
+        "table ip t {\n chain c {\n notrack { 1 # Warning: XT target DNAT not found\n }\n}\n chain d {\n accept\n }\n}\n",
+    );
+}
+
 // ------------------------------------------------------------------------------------------
 // Round trips (proptest)
 // ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use super::ParseOptions;
 use super::ast::{Family, InputForm, Object, Rule, Ruleset};
 use super::build::Builder;
-use super::decl::{chain_attr, set_attr, table_attr};
+use super::decl::{chain_attr, object_body, set_attr, table_attr};
 use super::dump::command;
 use super::expr::{Cursor, rule_body};
 use super::lexer::{Kind, Lexer, Token, locate};
@@ -286,7 +286,7 @@ impl<'a> TextParser<'a, '_> {
                     self.next()?;
                     if let Some(h) = handle_of(t.raw) {
                         handle = Some(h);
-                    } else if t.raw.starts_with("# Warning: XT") {
+                    } else if depth == 0 && t.raw.starts_with("# Warning: XT") {
                         continued = true;
                     }
                 }
@@ -441,6 +441,14 @@ impl<'a> TextParser<'a, '_> {
                 if chain_attr(&mut c, family, chain)? {
                     return Ok(());
                 }
+                // No statement starts so; in command input these words place a rule.
+                if let Some(t) = self
+                    .toks
+                    .first()
+                    .filter(|t| matches!(t.word(), Some("position" | "handle" | "index")))
+                {
+                    return Err(Fail::new(t.start, "a statement", t.raw));
+                }
                 let line = self.toks[0].line;
                 let (stmts, comment) = rule_body(&self.toks, self.src);
                 chain.rules.push(Rule {
@@ -501,36 +509,45 @@ impl<'a> TextParser<'a, '_> {
 
     /// `counter NAME { … }`, `ct helper NAME { … }`, … kept as written (the first keyword taken).
     fn object_block(&mut self, t: usize, kw: Token<'a>) -> PResult<()> {
-        let mut words = vec![kw];
-        loop {
-            match self.peek()? {
-                Some(tok) if tok.text().is_some() => {
-                    self.next()?;
-                    words.push(tok);
+        let mut kind = kw.raw.to_string();
+        if kw.raw == "ct" {
+            // `ct helper`, `ct timeout`, `ct expectation`.
+            match self.next()? {
+                Some(tok) if matches!(tok.raw, "helper" | "timeout" | "expectation") => {
+                    kind = format!("ct {}", tok.raw);
                 }
-                Some(tok) if tok.kind == Kind::Open => break,
-                Some(tok) => return Err(Fail::new(tok.start, "an object name and `{`", tok.raw)),
-                None => return Err(Fail::new(self.src.len(), "an object name and `{`", "")),
+                Some(tok) => {
+                    return Err(Fail::new(
+                        tok.start,
+                        "`helper`, `timeout` or `expectation`",
+                        tok.raw,
+                    ));
+                }
+                None => return Err(Fail::new(self.src.len(), "an object kind", "")),
             }
         }
-        let Some((name, kind)) = words.split_last().filter(|(_, k)| !k.is_empty()) else {
-            return Err(Fail::new(kw.start, "an object kind and name", kw.raw));
-        };
-        let kind_text = &self.src[kind[0].start..kind[kind.len() - 1].end()];
+        let (name, _) = self.name("an object name")?;
+        match self.peek()? {
+            Some(tok) if tok.kind == Kind::Open => {}
+            Some(tok) => return Err(Fail::new(tok.start, "`{`", tok.raw)),
+            None => return Err(Fail::new(self.src.len(), "`{`", "")),
+        }
         self.open_block()?;
         let depth = self.depth;
-        let body_start = self.peeked.map_or(self.lex.pos(), |t| t.start);
-        let mut body_end = body_start;
-        while self.depth >= depth {
-            match self.next()? {
-                Some(tok) => body_end = tok.start,
-                None => return self.unterminated(kind_text, kw.line),
+        let mut body = Vec::new();
+        loop {
+            let Some(tok) = self.next()? else {
+                return self.unterminated(&kind, kw.line);
+            };
+            if self.depth < depth {
+                break;
             }
+            body.push(tok);
         }
         self.b.table_mut(t).objects.push(Object {
-            kind: Cow::Borrowed(kind_text),
-            name: Cow::Borrowed(name.text().unwrap_or_default()),
-            body: Cow::Borrowed(self.src[body_start..body_end].trim()),
+            kind: Cow::Owned(kind),
+            name,
+            body: Cow::Owned(object_body(&body)),
             line: kw.line,
         });
         Ok(())

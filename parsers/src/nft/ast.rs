@@ -416,7 +416,7 @@ pub enum Stmt<'a> {
         name: Cow<'a, str>,
     },
     /// Anything else, kept as written: the rest of the rule's text from the first statement that
-    /// is not modelled, or a JSON statement object as compact JSON.
+    /// is not modelled, or a JSON statement object as written in the input.
     Verbatim(Cow<'a, str>),
 }
 

@@ -3,7 +3,9 @@
 //! `delete` removes), with name lookups that stay fast for 100,000 chains.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use super::ast::{Chain, Element, Expr, Family, Ruleset, Set, Table, Warning};
 use crate::iptables::NameHash;
@@ -20,6 +22,9 @@ pub(crate) struct Builder<'a> {
     chains: Vec<Index<'a>>,
     /// Per table: set/map name → index.
     sets: Vec<Index<'a>>,
+    /// The (table, chain) found last: command input names one chain on many lines in a row, and
+    /// comparing a name is cheaper than hashing it.
+    last_chain: Cell<Option<(usize, usize)>>,
 }
 
 impl<'a> Builder<'a> {
@@ -75,22 +80,37 @@ impl<'a> Builder<'a> {
 
     /// The index of chain `name` in table `t`.
     pub(crate) fn find_chain(&self, t: usize, name: &str) -> Option<usize> {
-        self.chains[t].get(name).copied()
+        if let Some((lt, lc)) = self.last_chain.get()
+            && lt == t
+            && self.rs.tables[t]
+                .chains
+                .get(lc)
+                .is_some_and(|c| c.name == name)
+        {
+            return Some(lc);
+        }
+        let found = self.chains[t].get(name).copied();
+        if let Some(c) = found {
+            self.last_chain.set(Some((t, c)));
+        }
+        found
     }
 
     /// The index of chain `name` in table `t`, created if absent.
     pub(crate) fn chain(&mut self, t: usize, name: Cow<'a, str>, line: u32) -> usize {
-        if let Some(i) = self.find_chain(t, &name) {
-            return i;
-        }
         let chains = &mut self.rs.tables[t].chains;
-        chains.push(Chain {
-            name: name.clone(),
-            line,
-            ..Chain::default()
-        });
-        let i = chains.len() - 1;
-        self.chains[t].insert(name, i);
+        let i = match self.chains[t].entry(name) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                chains.push(Chain {
+                    name: e.key().clone(),
+                    line,
+                    ..Chain::default()
+                });
+                *e.insert(chains.len() - 1)
+            }
+        };
+        self.last_chain.set(Some((t, i)));
         i
     }
 
@@ -149,6 +169,7 @@ impl<'a> Builder<'a> {
 
     /// Removes table `t`.
     pub(crate) fn delete_table(&mut self, t: usize) {
+        self.last_chain.set(None);
         self.rs.tables.remove(t);
         self.chains.remove(t);
         self.sets.remove(t);
@@ -156,6 +177,7 @@ impl<'a> Builder<'a> {
 
     /// Removes every table.
     pub(crate) fn clear(&mut self) {
+        self.last_chain.set(None);
         self.rs.tables.clear();
         self.chains.clear();
         self.sets.clear();
@@ -163,6 +185,7 @@ impl<'a> Builder<'a> {
 
     /// Removes chain `c` of table `t`.
     pub(crate) fn delete_chain(&mut self, t: usize, c: usize) {
+        self.last_chain.set(None);
         self.rs.tables[t].chains.remove(c);
         self.chains[t] = index(self.rs.tables[t].chains.iter().map(|c| &c.name));
     }

@@ -1,4 +1,4 @@
-//! `nft -j list ruleset|table …` JSON (libnftables-json(5), schema version 1), mapped into the
+//! `nft -j list ruleset|table …` JSON (libnftables-json(5), schema version 1), read into the
 //! same tree as the text forms.
 //!
 //! ```text
@@ -8,261 +8,78 @@
 //!          | { "add"|"create"|"insert"|"replace"|"delete"|"destroy"|"flush": { OBJECT: {…} } }
 //! ```
 //!
-//! Items are converted one at a time while the array is read, so memory holds one item's JSON
-//! tree beside the ruleset. Strings borrow from the input unless they hold escapes. A statement
-//! whose JSON is not modelled becomes [`Stmt::Verbatim`] holding its compact JSON; an expression
-//! inside it that is not modelled makes the whole statement verbatim. JSON syntax errors and
-//! objects without a required field are errors with the line and column serde_json reports.
+//! Each item is first taken as raw JSON text (borrowed from the input) and then deserialised
+//! straight into the tree — no intermediate JSON value is built — so an item that does not fit
+//! is reported (or, leniently, skipped) with its own line and column. A rule's statement that is
+//! not modelled, or holds an expression that is not, becomes [`Stmt::Verbatim`] holding the
+//! statement's JSON text as written. Strings borrow from the input unless they hold escapes.
+//! serde_json's recursion limit (128) bounds nesting.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 use super::ParseOptions;
 use super::ast::{
     BaseChain, BinOp, Counter, Element, Expr, Family, InputForm, Log, Nat, NatKind, Object, Policy,
-    RejectWith, RelOp, Rule, Ruleset, SetType, Stmt, Verdict,
+    RejectWith, RelOp, Rule, Ruleset, Set, SetType, Stmt, Verdict,
 };
 use super::build::Builder;
+use super::lexer::locate;
 use super::values::{classify, standard_priority};
 use crate::error::ParseError;
 use crate::iptables::SkippedLine;
 
-/// A JSON value whose strings borrow from the input when they hold no escapes.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum JValue<'a> {
-    /// `null`.
-    Null,
-    /// `true` / `false`.
-    Bool(bool),
-    /// A non-negative integer.
-    UInt(u64),
-    /// A negative integer.
-    Int(i64),
-    /// A number with a fraction or exponent.
-    Float(f64),
-    /// A string.
-    Str(Cow<'a, str>),
-    /// An array.
-    Array(Vec<JValue<'a>>),
-    /// An object, members in input order.
-    Object(Vec<(Cow<'a, str>, JValue<'a>)>),
-}
-
-impl<'de> de::Deserialize<'de> for JValue<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(JValueVisitor)
-    }
-}
-
-/// Builds [`JValue`]s.
-struct JValueVisitor;
-
-impl<'de> Visitor<'de> for JValueVisitor {
-    type Value = JValue<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(JValue::Null)
-    }
-
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(JValue::Null)
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(JValue::Bool(v))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(JValue::UInt(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(u64::try_from(v).map_or(JValue::Int(v), JValue::UInt))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(JValue::Float(v))
-    }
-
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(JValue::Str(Cow::Borrowed(v)))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(JValue::Str(Cow::Owned(v.to_string())))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-        Ok(JValue::Str(Cow::Owned(v)))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(v) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(JValue::Array(out))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0).min(16));
-        while let Some(k) = map.next_key::<Cow<'de, str>>()? {
-            out.push((k, map.next_value()?));
-        }
-        Ok(JValue::Object(out))
-    }
-}
-
-impl<'a> JValue<'a> {
-    /// The member `key` of an object.
-    fn get(&self, key: &str) -> Option<&JValue<'a>> {
-        match self {
-            JValue::Object(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    /// The only member of a one-member object.
-    fn single(&self) -> Option<(&str, &JValue<'a>)> {
-        match self {
-            JValue::Object(members) if members.len() == 1 => {
-                members.first().map(|(k, v)| (&**k, v))
-            }
-            _ => None,
-        }
-    }
-
-    /// The string, if this is one.
-    fn str(&self) -> Option<&Cow<'a, str>> {
-        match self {
-            JValue::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The non-negative integer, if this is one.
-    fn uint(&self) -> Option<u64> {
-        match self {
-            JValue::UInt(n) => Some(*n),
-            _ => None,
-        }
-    }
-
-    /// Compact JSON text of the value.
-    fn to_json(&self) -> String {
-        let mut out = String::new();
-        self.write_json(&mut out);
-        out
-    }
-
-    /// Appends compact JSON text of the value.
-    fn write_json(&self, out: &mut String) {
-        match self {
-            JValue::Null => out.push_str("null"),
-            JValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            JValue::UInt(n) => out.push_str(&n.to_string()),
-            JValue::Int(n) => out.push_str(&n.to_string()),
-            JValue::Float(n) => out.push_str(&n.to_string()),
-            JValue::Str(s) => write_json_str(s, out),
-            JValue::Array(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    v.write_json(out);
-                }
-                out.push(']');
-            }
-            JValue::Object(members) => {
-                out.push('{');
-                for (i, (k, v)) in members.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    write_json_str(k, out);
-                    out.push_str(": ");
-                    v.write_json(out);
-                }
-                out.push('}');
-            }
-        }
-    }
-}
-
-/// Appends `s` as a JSON string literal.
-fn write_json_str(s: &str, out: &mut String) {
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// The top-level object, its items as raw JSON (lenient reading: each item on its own).
+#[derive(Deserialize)]
+struct RawDoc<'a> {
+    /// The items, each as raw JSON.
+    #[serde(borrow)]
+    nftables: Vec<&'a RawValue>,
 }
 
 /// Parses a JSON document (`nft -j list …` output, or `nft -j -f` command input).
+///
+/// Strict reading deserialises the document in one pass, applying each item as it is read.
+/// Lenient reading (and only it) first splits the array into the items' texts, so an item that
+/// does not fit can be skipped and the others kept.
 pub(crate) fn parse_json<'a>(src: &'a str, opts: &ParseOptions) -> Result<Ruleset<'a>, ParseError> {
     let mut b = Builder::default();
-    let mut de = serde_json::Deserializer::from_str(src);
-    let seed = DocSeed {
-        b: &mut b,
-        lenient: opts.lenient,
-    };
-    let result = seed.deserialize(&mut de).and_then(|()| de.end());
-    if let Err(e) = result {
-        return Err(json_error(src, &e));
+    if opts.lenient {
+        let doc: RawDoc<'a> = read(src).map_err(|f| json_error(src, &f))?;
+        for raw in doc.nftables {
+            let text = raw.get();
+            if let Err(f) = apply_item(&mut b, text) {
+                let (line, _, line_text) = locate(src, offset_of(src, text));
+                b.rs.skipped.push(SkippedLine {
+                    line,
+                    text: line_text,
+                    reason: message(&f.err),
+                });
+            }
+        }
+    } else {
+        let mut de = serde_json::Deserializer::from_str(src);
+        let result = DocSeed { b: &mut b }
+            .deserialize(&mut de)
+            .and_then(|()| de.end());
+        if let Err(err) = result {
+            return Err(json_error(src, &JsonFail { err, part: src }));
+        }
     }
     let mut rs = b.finish();
     rs.form = InputForm::Json;
     Ok(rs)
 }
 
-/// A [`ParseError`] from a serde_json error.
-fn json_error(src: &str, e: &serde_json::Error) -> ParseError {
-    let line = u32::try_from(e.line()).unwrap_or(u32::MAX);
-    let col = u32::try_from(e.column()).unwrap_or(u32::MAX);
-    let line_text = src
-        .lines()
-        .nth(e.line().saturating_sub(1))
-        .unwrap_or_default();
-    let msg = e.to_string();
-    // serde_json appends " at line L column C"; the position is reported separately.
-    let msg = msg
-        .rfind(" at line ")
-        .map_or(msg.as_str(), |i| &msg[..i])
-        .to_string();
-    let short: String = line_text.chars().take(200).collect();
-    ParseError {
-        source_name: None,
-        line,
-        col,
-        expected: format!("nft JSON ({msg})"),
-        found: if e.is_eof() {
-            "end of input".to_string()
-        } else {
-            "something else".to_string()
-        },
-        line_text: short,
-    }
-}
-
-/// Reads the top-level object and its `nftables` array.
+/// Reads the top-level object and applies the items of its `nftables` array as they are read.
 struct DocSeed<'b, 'a> {
     b: &'b mut Builder<'a>,
-    lenient: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for DocSeed<'_, 'de> {
@@ -284,10 +101,7 @@ impl<'de> Visitor<'de> for DocSeed<'_, 'de> {
         let mut seen = false;
         while let Some(k) = map.next_key::<Cow<'de, str>>()? {
             if k == "nftables" {
-                map.next_value_seed(ItemsSeed {
-                    b: &mut *self.b,
-                    lenient: self.lenient,
-                })?;
+                map.next_value_seed(ItemsSeed { b: &mut *self.b })?;
                 seen = true;
             } else {
                 map.next_value::<IgnoredAny>()?;
@@ -304,7 +118,6 @@ impl<'de> Visitor<'de> for DocSeed<'_, 'de> {
 /// Reads the `nftables` array, applying each item as it is read.
 struct ItemsSeed<'b, 'a> {
     b: &'b mut Builder<'a>,
-    lenient: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for ItemsSeed<'_, 'de> {
@@ -323,376 +136,771 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(item) = seq.next_element::<JValue<'de>>()? {
-            if let Err(msg) = apply_item(self.b, &item) {
-                if !self.lenient {
-                    return Err(de::Error::custom(msg));
-                }
-                let text = item.to_json();
-                self.b.rs.skipped.push(SkippedLine {
-                    line: 0,
-                    text: "",
-                    reason: format!("{msg}: {}", text.chars().take(200).collect::<String>()),
-                });
-            }
+        while let Some(item) = seq.next_element::<Item<'de>>()? {
+            let (verb, item) = match item {
+                Item::Command(verb, inner) => (verb, *inner),
+                other => (Cow::Borrowed("add"), other),
+            };
+            apply_object(self.b, &verb, item).map_err(de::Error::custom)?;
         }
         Ok(())
     }
 }
 
-/// Result of converting one JSON item; the error says what was wrong.
-type JResult<T> = Result<T, String>;
-
-/// A required string member.
-fn req_str<'a>(obj: &JValue<'a>, key: &str, what: &str) -> JResult<Cow<'a, str>> {
-    obj.get(key)
-        .and_then(JValue::str)
-        .cloned()
-        .ok_or_else(|| format!("{what} without a string `{key}`"))
+/// A serde_json error and the slice of the input it was reading (its positions are relative to
+/// that slice).
+struct JsonFail<'a> {
+    err: serde_json::Error,
+    part: &'a str,
 }
 
-/// The `family` member.
-fn family_of(obj: &JValue<'_>, what: &str) -> JResult<Family> {
-    let f = req_str(obj, "family", what)?;
-    Family::from_keyword(&f).ok_or_else(|| format!("{what} with unknown family `{f}`"))
+/// Deserialises `part`, remembering the slice for the error position.
+fn read<'a, T: Deserialize<'a>>(part: &'a str) -> Result<T, JsonFail<'a>> {
+    serde_json::from_str(part).map_err(|err| JsonFail { err, part })
 }
 
-/// An optional string member.
-fn opt_str<'a>(obj: &JValue<'a>, key: &str) -> Option<Cow<'a, str>> {
-    obj.get(key).and_then(JValue::str).cloned()
+/// Byte offset of `part` (a slice of `src`) in `src`.
+fn offset_of(src: &str, part: &str) -> usize {
+    (part.as_ptr() as usize)
+        .saturating_sub(src.as_ptr() as usize)
+        .min(src.len())
 }
 
-/// A string or a list of strings (flags).
-fn str_list<'a>(v: Option<&JValue<'a>>) -> Vec<Cow<'a, str>> {
-    match v {
-        Some(JValue::Str(s)) => vec![s.clone()],
-        Some(JValue::Array(items)) => items.iter().filter_map(JValue::str).cloned().collect(),
-        _ => Vec::new(),
+/// serde_json's message without its " at line L column C" tail.
+fn message(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg,
     }
 }
 
-/// Applies one item of the `nftables` array.
-fn apply_item<'a>(b: &mut Builder<'a>, item: &JValue<'a>) -> JResult<()> {
-    let Some((kind, body)) = item.single() else {
-        return Err("an nftables item that is not a one-member object".to_string());
+/// A [`ParseError`] for an error serde_json reported while reading a slice of `src`.
+fn json_error(src: &str, f: &JsonFail<'_>) -> ParseError {
+    // serde_json counts lines and columns (1-based) within the slice it read.
+    let (part, e) = (f.part, &f.err);
+    let line_start = match e.line() {
+        0 | 1 => 0,
+        n => part
+            .match_indices('\n')
+            .nth(n - 2)
+            .map_or(part.len(), |(i, _)| i + 1),
     };
-    match kind {
-        "metainfo" => {
-            b.rs.nft_version = opt_str(body, "version");
-            Ok(())
+    let col_bytes = part[line_start..]
+        .char_indices()
+        .nth(e.column().saturating_sub(1))
+        .map_or(part.len() - line_start, |(i, _)| i);
+    let at = offset_of(src, part) + line_start + col_bytes;
+    let (line, col, text) = locate(src, at);
+    let found = if e.is_eof() {
+        "end of input".to_string()
+    } else {
+        let word: String = src[at..]
+            .chars()
+            .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | ':'))
+            .take(40)
+            .collect();
+        if word.is_empty() {
+            "end of the value".to_string()
+        } else {
+            format!("`{word}`")
         }
-        "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush" | "reset" => {
-            let Some((object, spec)) = body.single() else {
-                return Err(format!("`{kind}` without one object"));
-            };
-            apply_object(b, kind, object, spec)
-        }
-        _ => apply_object(b, "add", kind, body),
+    };
+    ParseError {
+        source_name: None,
+        line,
+        col,
+        expected: format!("nft JSON ({})", message(e)),
+        found,
+        line_text: text.chars().take(200).collect(),
     }
 }
 
-/// Applies `verb` to one object (`add` for listing items).
-fn apply_object<'a>(b: &mut Builder<'a>, verb: &str, kind: &str, o: &JValue<'a>) -> JResult<()> {
-    if kind == "ruleset" {
-        if verb == "flush" {
-            b.clear();
-        }
-        return Ok(());
-    }
-    let family = family_of(o, kind)?;
-    match kind {
-        "table" => {
-            let name = req_str(o, "name", "table")?;
-            match verb {
-                "delete" | "destroy" => {
-                    if let Some(t) = b.find_table(family, &name) {
-                        b.delete_table(t);
-                    }
-                }
-                "flush" => {
-                    if let Some(t) = b.find_table(family, &name) {
-                        let table = b.table_mut(t);
-                        table.chains.iter_mut().for_each(|c| c.rules.clear());
-                        table.sets.iter_mut().for_each(|s| s.elements.clear());
-                    }
-                }
-                _ => {
-                    let t = b.table(family, name, 0);
-                    let table = b.table_mut(t);
-                    table.handle = o.get("handle").and_then(JValue::uint).or(table.handle);
-                    table.comment = opt_str(o, "comment").or(table.comment.take());
-                    let flags = str_list(o.get("flags"));
-                    if !flags.is_empty() {
-                        table.flags = flags;
-                    }
-                }
+/// The key of a one-member object (its value is skipped): a set's `stmt` entries.
+struct KeyOnly<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for KeyOnly<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = KeyOnly<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object with one member")
             }
-            Ok(())
-        }
-        "chain" => {
-            let t = table_of(b, family, o, "chain")?;
-            let name = req_str(o, "name", "chain")?;
-            match verb {
-                "delete" | "destroy" => {
-                    if let Some(c) = b.find_chain(t, &name) {
-                        b.delete_chain(t, c);
-                    }
-                }
-                "flush" => {
-                    if let Some(c) = b.find_chain(t, &name) {
-                        b.chain_mut(t, c).rules.clear();
-                    }
-                }
-                _ => {
-                    let c = b.chain(t, name, 0);
-                    let chain = b.chain_mut(t, c);
-                    chain.handle = o.get("handle").and_then(JValue::uint).or(chain.handle);
-                    chain.comment = opt_str(o, "comment").or(chain.comment.take());
-                    if let Some(base) = base_chain(family, o)? {
-                        chain.base = Some(base);
-                    }
-                }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let Some((k, _)) = map.next_entry::<Cow<'de, str>, IgnoredAny>()? else {
+                    return Err(de::Error::custom("an empty object"));
+                };
+                end_of_object(&mut map)?;
+                Ok(KeyOnly(k))
             }
-            Ok(())
         }
-        "set" | "map" => {
-            let t = table_of(b, family, o, kind)?;
-            let name = req_str(o, "name", kind)?;
-            match verb {
-                "delete" | "destroy" => {
-                    if let Some(s) = b.find_set(t, &name) {
-                        b.delete_set(t, s);
-                    }
-                }
-                "flush" => {
-                    if let Some(s) = b.find_set(t, &name) {
-                        b.set_mut(t, s).elements.clear();
-                    }
-                }
-                _ => {
-                    let s = b.set(t, name, kind == "map", 0);
-                    fill_set(b.set_mut(t, s), kind == "map", o)?;
-                }
-            }
-            Ok(())
-        }
-        "rule" => {
-            let t = table_of(b, family, o, "rule")?;
-            let chain = req_str(o, "chain", "rule")?;
-            let c = match b.find_chain(t, &chain) {
-                Some(c) => c,
-                None => b.chain(t, chain, 0),
-            };
-            let handle = o.get("handle").and_then(JValue::uint);
-            let rules = &mut b.chain_mut(t, c).rules;
-            let at_handle = |h: u64| rules.iter().position(|r| r.handle == Some(h));
-            match verb {
-                "delete" | "destroy" => {
-                    if let Some(i) = handle.and_then(at_handle) {
-                        rules.remove(i);
-                    }
-                    return Ok(());
-                }
-                "flush" | "reset" => return Ok(()),
-                _ => {}
-            }
-            let Some(JValue::Array(exprs)) = o.get("expr") else {
-                return Err("rule without an `expr` array".to_string());
-            };
-            let rule = Rule {
-                stmts: exprs.iter().map(stmt).collect(),
-                comment: opt_str(o, "comment"),
-                handle,
-                line: 0,
-            };
-            let position = o.get("position").and_then(JValue::uint);
-            match (verb, position.or(handle).and_then(at_handle)) {
-                ("replace", Some(i)) => rules[i] = rule,
-                ("insert", Some(i)) => rules.insert(i, rule),
-                ("insert", None) => rules.insert(0, rule),
-                ("add" | "create", Some(i)) if position.is_some() => rules.insert(i + 1, rule),
-                _ => rules.push(rule),
-            }
-            Ok(())
-        }
-        "element" => {
-            let t = table_of(b, family, o, "element")?;
-            let name = req_str(o, "name", "element")?;
-            let s = match b.find_set(t, &name) {
-                Some(s) => s,
-                None => b.set(t, name, false, 0),
-            };
-            let elems = elements(o.get("elem"))?;
-            let set = b.set_mut(t, s);
-            match verb {
-                "delete" | "destroy" => {
-                    set.elements
-                        .retain(|e| !elems.iter().any(|gone| gone.key == e.key));
-                }
-                "flush" | "reset" => {}
-                _ => {
-                    set.elements.extend(elems);
-                }
-            }
-            Ok(())
-        }
-        _ => {
-            let t = table_of(b, family, o, kind)?;
-            let name = req_str(o, "name", kind)?;
-            let objects = &mut b.table_mut(t).objects;
-            objects.retain(|x| !(x.kind == kind && x.name == name));
-            if !matches!(verb, "delete" | "destroy") {
-                objects.push(Object {
-                    kind: Cow::Owned(kind.to_string()),
-                    name,
-                    body: Cow::Owned(o.to_json()),
-                    line: 0,
-                });
-            }
-            Ok(())
-        }
+        d.deserialize_map(V(PhantomData))
     }
 }
 
-/// The table an object names (created if the document did not list it first).
-fn table_of<'a>(b: &mut Builder<'a>, family: Family, o: &JValue<'a>, what: &str) -> JResult<usize> {
-    let name = req_str(o, "table", what)?;
-    Ok(match b.find_table(family, &name) {
-        Some(t) => t,
-        None => b.table(family, name, 0),
+/// `metainfo`.
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow)]
+    version: Option<Cow<'a, str>>,
+}
+
+/// One item of the `nftables` array, read by its key.
+enum Item<'a> {
+    /// `metainfo`: the nft version.
+    Meta(Option<Cow<'a, str>>),
+    /// `table`.
+    Table(JTable<'a>),
+    /// `chain`.
+    Chain(JChain<'a>),
+    /// `set` (false) or `map` (true).
+    Set(JSet<'a>, bool),
+    /// `rule`.
+    Rule(JRule<'a>),
+    /// `element`.
+    Elements(JElements<'a>),
+    /// `ruleset` (in `flush`).
+    Ruleset,
+    /// Another named object: its kind, name and JSON text.
+    Object(Cow<'a, str>, JObject<'a>, &'a str),
+    /// `{"add": {…}}` and the other commands.
+    Command(Cow<'a, str>, Box<Item<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Item<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Item<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an nftables object with one member")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let key = map
+                    .next_key::<Cow<'de, str>>()?
+                    .ok_or_else(|| de::Error::custom("an nftables object"))?;
+                let item = match &*key {
+                    "metainfo" => Item::Meta(map.next_value::<Meta<'a>>()?.version),
+                    "table" => Item::Table(map.next_value()?),
+                    "chain" => Item::Chain(map.next_value()?),
+                    "set" => Item::Set(map.next_value()?, false),
+                    "map" => Item::Set(map.next_value()?, true),
+                    "rule" => Item::Rule(map.next_value()?),
+                    "element" => Item::Elements(map.next_value()?),
+                    "ruleset" => {
+                        map.next_value::<IgnoredAny>()?;
+                        Item::Ruleset
+                    }
+                    "add" | "create" | "insert" | "replace" | "delete" | "destroy" | "flush"
+                    | "reset" => Item::Command(key, Box::new(map.next_value()?)),
+                    _ => {
+                        let raw: &'de RawValue = map.next_value()?;
+                        let j: JObject<'a> =
+                            serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+                        Item::Object(key, j, raw.get())
+                    }
+                };
+                end_of_object(&mut map)?;
+                Ok(item)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+/// Applies one item of the `nftables` array (`text` is its JSON).
+fn apply_item<'a>(b: &mut Builder<'a>, text: &'a str) -> Result<(), JsonFail<'a>> {
+    let item: Item<'a> = read(text)?;
+    let (verb, item) = match item {
+        Item::Command(verb, inner) => (verb, *inner),
+        other => (Cow::Borrowed("add"), other),
+    };
+    apply_object(b, &verb, item).map_err(|msg| JsonFail {
+        err: de::Error::custom(msg),
+        part: text,
     })
 }
 
-/// The hook attachment of a chain object, if it has one.
-fn base_chain<'a>(family: Family, o: &JValue<'a>) -> JResult<Option<BaseChain<'a>>> {
-    let (Some(kind), Some(hook)) = (opt_str(o, "type"), opt_str(o, "hook")) else {
-        return Ok(None);
-    };
-    let priority = match o.get("prio") {
-        Some(JValue::UInt(n)) => i32::try_from(*n).ok(),
-        Some(JValue::Int(n)) => i32::try_from(*n).ok(),
-        Some(JValue::Str(s)) => standard_priority(family, s),
-        _ => None,
-    }
-    .ok_or_else(|| "base chain without a numeric `prio`".to_string())?;
-    let policy = match opt_str(o, "policy").as_deref() {
-        Some("accept") => Some(Policy::Accept),
-        Some("drop") => Some(Policy::Drop),
-        _ => None,
-    };
-    Ok(Some(BaseChain {
-        kind,
-        hook,
-        priority,
-        device: opt_str(o, "dev"),
-        policy,
-    }))
-}
+/// A string or a list of strings (`"flags": "fully-random"` / `["constant", "interval"]`).
+#[derive(Default)]
+struct StrList<'a>(Vec<Cow<'a, str>>);
 
-/// A set's `type`/`map` member: a name, a list of names, or `{"typeof": expr}`.
-fn set_type<'a>(v: &JValue<'a>) -> JResult<SetType<'a>> {
-    match v {
-        JValue::Str(s) => Ok(SetType::Named(vec![s.clone()])),
-        JValue::Array(items) => Ok(SetType::Named(
-            items.iter().filter_map(JValue::str).cloned().collect(),
-        )),
-        _ => match v.get("typeof").and_then(|e| expr(e, 0)) {
-            Some(e) => Ok(SetType::Typeof(e)),
-            None => Err("a set type that is not a name, list or `typeof`".to_string()),
-        },
+impl<'de: 'a, 'a> Deserialize<'de> for StrList<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = StrList<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(StrList(vec![Cow::Borrowed(v)]))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StrList(vec![Cow::Owned(v.to_string())]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<Cow<'de, str>>()? {
+                    out.push(s);
+                }
+                Ok(StrList(out))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
     }
 }
 
-/// Seconds of a JSON time member.
-fn seconds(v: Option<&JValue<'_>>) -> Option<Duration> {
-    match v? {
-        JValue::UInt(n) => Some(Duration::from_secs(*n)),
-        JValue::Float(f) if *f >= 0.0 && f.is_finite() => Some(Duration::from_secs_f64(*f)),
-        _ => None,
+/// A family name.
+struct Fam(Family);
+
+impl<'de> Deserialize<'de> for Fam {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Cow::<'de, str>::deserialize(d)?;
+        Family::from_keyword(&s)
+            .map(Fam)
+            .ok_or_else(|| de::Error::custom(format!("unknown family `{s}`")))
     }
 }
 
-/// Fills a set from its JSON object.
-fn fill_set<'a>(set: &mut super::ast::Set<'a>, is_map: bool, o: &JValue<'a>) -> JResult<()> {
-    set.is_map |= is_map;
-    set.handle = o.get("handle").and_then(JValue::uint).or(set.handle);
-    if let Some(t) = o.get("type") {
-        set.key = set_type(t)?;
-    }
-    if let Some(d) = o.get("map") {
-        set.data = Some(set_type(d)?);
-    }
-    for f in str_list(o.get("flags")) {
-        match &*f {
-            "constant" => set.flags.constant = true,
-            "interval" => set.flags.interval = true,
-            "timeout" => set.flags.timeout = true,
-            "dynamic" => set.flags.dynamic = true,
-            _ => set.flags.other.push(f),
+/// A time in seconds (integer or fraction).
+struct Seconds(Duration);
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = f64::deserialize(d)?;
+        if (0.0..1e15).contains(&f) {
+            Ok(Seconds(Duration::from_secs_f64(f)))
+        } else {
+            Err(de::Error::custom("a time in seconds"))
         }
     }
-    set.timeout = seconds(o.get("timeout")).or(set.timeout);
-    set.gc_interval = seconds(o.get("gc-interval")).or(set.gc_interval);
-    set.size = o.get("size").and_then(JValue::uint).or(set.size);
-    set.policy = opt_str(o, "policy").or(set.policy.take());
-    set.comment = opt_str(o, "comment").or(set.comment.take());
-    if let Some(JValue::Array(stmts)) = o.get("stmt") {
-        set.counter |= stmts.iter().any(|s| s.get("counter").is_some());
+}
+
+/// `table`.
+#[derive(Deserialize)]
+struct JTable<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    handle: Option<u64>,
+    #[serde(borrow)]
+    comment: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    flags: StrList<'a>,
+}
+
+/// A chain priority: a number or a standard name.
+enum Prio<'a> {
+    Number(i64),
+    Name(Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Prio<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Prio<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a priority")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Prio::Number(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                i64::try_from(v)
+                    .map(Prio::Number)
+                    .map_err(|_| E::custom("a priority"))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Prio::Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Prio::Name(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
     }
-    set.elements.extend(elements(o.get("elem"))?);
+}
+
+/// `chain`.
+#[derive(Deserialize)]
+struct JChain<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    handle: Option<u64>,
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    hook: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    prio: Option<Prio<'a>>,
+    #[serde(borrow)]
+    policy: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    dev: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    comment: Option<Cow<'a, str>>,
+}
+
+/// A set's `type`/`map`: a name, a list of names, or `{"typeof": expr}`.
+struct JSetType<'a>(SetType<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for JSetType<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = JSetType<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a type name, a list of them, or {\"typeof\": …}")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(JSetType(SetType::Named(vec![Cow::Borrowed(v)])))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(JSetType(SetType::Named(vec![Cow::Owned(v.to_string())])))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                let list = StrList::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(JSetType(SetType::Named(list.0)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                match map.next_key::<Cow<'de, str>>()?.as_deref() {
+                    Some("typeof") => {
+                        let e: ExprDe<'a> = map.next_value()?;
+                        Ok(JSetType(SetType::Typeof(e.0)))
+                    }
+                    _ => Err(de::Error::custom("a set type")),
+                }
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// `set` / `map`.
+#[derive(Deserialize)]
+struct JSet<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    handle: Option<u64>,
+    #[serde(borrow, rename = "type")]
+    key: Option<JSetType<'a>>,
+    #[serde(borrow)]
+    map: Option<JSetType<'a>>,
+    #[serde(borrow, default)]
+    flags: StrList<'a>,
+    timeout: Option<Seconds>,
+    #[serde(rename = "gc-interval")]
+    gc_interval: Option<Seconds>,
+    size: Option<u64>,
+    #[serde(borrow)]
+    policy: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    comment: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    elem: Elements<'a>,
+    #[serde(borrow, default)]
+    stmt: Vec<KeyOnly<'a>>,
+}
+
+/// `rule`.
+#[derive(Deserialize)]
+struct JRule<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow)]
+    chain: Cow<'a, str>,
+    handle: Option<u64>,
+    position: Option<u64>,
+    #[serde(borrow, default)]
+    expr: Vec<StmtSlot<'a>>,
+    #[serde(borrow)]
+    comment: Option<Cow<'a, str>>,
+}
+
+/// `element` (in commands).
+#[derive(Deserialize)]
+struct JElements<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    elem: Elements<'a>,
+}
+
+/// Any other named object (`counter`, `quota`, `ct helper`, …).
+#[derive(Deserialize)]
+struct JObject<'a> {
+    family: Fam,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+}
+
+/// The table an object names (created if the document did not list it first).
+fn table_of<'a>(b: &mut Builder<'a>, family: Family, name: Cow<'a, str>) -> usize {
+    match b.find_table(family, &name) {
+        Some(t) => t,
+        None => b.table(family, name, 0),
+    }
+}
+
+/// Applies `verb` to one object (`add` for listing items); an error says what is wrong.
+fn apply_object<'a>(b: &mut Builder<'a>, verb: &str, item: Item<'a>) -> Result<(), &'static str> {
+    let deleting = matches!(verb, "delete" | "destroy");
+    match item {
+        Item::Meta(version) => b.rs.nft_version = version,
+        Item::Command(..) => return Err("a command inside a command"),
+        Item::Ruleset => {
+            if verb == "flush" {
+                b.clear();
+            }
+        }
+        Item::Table(j) => match (verb, b.find_table(j.family.0, &j.name)) {
+            (_, Some(t)) if deleting => b.delete_table(t),
+            ("flush", Some(t)) => {
+                let table = b.table_mut(t);
+                table.chains.iter_mut().for_each(|c| c.rules.clear());
+                table.sets.iter_mut().for_each(|s| s.elements.clear());
+            }
+            _ if deleting || verb == "flush" => {}
+            _ => {
+                let t = b.table(j.family.0, j.name, 0);
+                let table = b.table_mut(t);
+                table.handle = j.handle.or(table.handle);
+                table.comment = j.comment.or(table.comment.take());
+                if !j.flags.0.is_empty() {
+                    table.flags = j.flags.0;
+                }
+            }
+        },
+        Item::Chain(j) => {
+            let t = table_of(b, j.family.0, j.table);
+            match (verb, b.find_chain(t, &j.name)) {
+                (_, Some(c)) if deleting => b.delete_chain(t, c),
+                ("flush", Some(c)) => b.chain_mut(t, c).rules.clear(),
+                _ if deleting || verb == "flush" => {}
+                _ => {
+                    let base = match (j.kind, j.hook) {
+                        (Some(kind), Some(hook)) => {
+                            let priority = match &j.prio {
+                                Some(Prio::Number(n)) => i32::try_from(*n).ok(),
+                                Some(Prio::Name(s)) => standard_priority(j.family.0, s),
+                                None => None,
+                            }
+                            .ok_or("base chain without a numeric `prio`")?;
+                            let policy = match j.policy.as_deref() {
+                                Some("accept") => Some(Policy::Accept),
+                                Some("drop") => Some(Policy::Drop),
+                                _ => None,
+                            };
+                            Some(BaseChain {
+                                kind,
+                                hook,
+                                priority,
+                                device: j.dev,
+                                policy,
+                            })
+                        }
+                        _ => None,
+                    };
+                    let c = b.chain(t, j.name, 0);
+                    let chain = b.chain_mut(t, c);
+                    chain.handle = j.handle.or(chain.handle);
+                    chain.comment = j.comment.or(chain.comment.take());
+                    if base.is_some() {
+                        chain.base = base;
+                    }
+                }
+            }
+        }
+        Item::Set(j, is_map) => {
+            let t = table_of(b, j.family.0, j.table);
+            match (verb, b.find_set(t, &j.name)) {
+                (_, Some(s)) if deleting => b.delete_set(t, s),
+                ("flush", Some(s)) => b.set_mut(t, s).elements.clear(),
+                _ if deleting || verb == "flush" => {}
+                _ => {
+                    let s = b.set(t, j.name, is_map, 0);
+                    fill_set(b.set_mut(t, s), is_map, j.handle, j.key, j.map);
+                    let set = b.set_mut(t, s);
+                    for f in j.flags.0 {
+                        match &*f {
+                            "constant" => set.flags.constant = true,
+                            "interval" => set.flags.interval = true,
+                            "timeout" => set.flags.timeout = true,
+                            "dynamic" => set.flags.dynamic = true,
+                            _ => set.flags.other.push(f),
+                        }
+                    }
+                    set.timeout = j.timeout.map(|s| s.0).or(set.timeout);
+                    set.gc_interval = j.gc_interval.map(|s| s.0).or(set.gc_interval);
+                    set.size = j.size.or(set.size);
+                    set.policy = j.policy.or(set.policy.take());
+                    set.comment = j.comment.or(set.comment.take());
+                    set.counter |= j.stmt.iter().any(|s| s.0 == "counter");
+                    set.elements.extend(j.elem.0);
+                }
+            }
+        }
+        Item::Rule(j) => {
+            let t = table_of(b, j.family.0, j.table);
+            let c = match b.find_chain(t, &j.chain) {
+                Some(c) => c,
+                None => b.chain(t, j.chain, 0),
+            };
+            let rules = &mut b.chain_mut(t, c).rules;
+            let at_handle = |h: u64| rules.iter().position(|r| r.handle == Some(h));
+            if deleting {
+                if let Some(i) = j.handle.and_then(at_handle) {
+                    rules.remove(i);
+                }
+                return Ok(());
+            }
+            if matches!(verb, "flush" | "reset") {
+                return Ok(());
+            }
+            let found = j.position.or(j.handle).and_then(at_handle);
+            let rule = Rule {
+                stmts: j.expr.into_iter().map(|s| s.0).collect(),
+                comment: j.comment,
+                handle: j.handle,
+                line: 0,
+            };
+            match (verb, found) {
+                ("replace", Some(i)) => rules[i] = rule,
+                ("insert", Some(i)) => rules.insert(i, rule),
+                ("insert", None) => rules.insert(0, rule),
+                ("add" | "create", Some(i)) if j.position.is_some() => rules.insert(i + 1, rule),
+                _ => rules.push(rule),
+            }
+        }
+        Item::Elements(j) => {
+            let t = table_of(b, j.family.0, j.table);
+            let s = match b.find_set(t, &j.name) {
+                Some(s) => s,
+                None => b.set(t, j.name, false, 0),
+            };
+            let set = b.set_mut(t, s);
+            if deleting {
+                set.elements
+                    .retain(|e| !j.elem.0.iter().any(|gone| gone.key == e.key));
+            } else if !matches!(verb, "flush" | "reset") {
+                set.elements.extend(j.elem.0);
+            }
+        }
+        Item::Object(kind, j, raw) => {
+            let t = table_of(b, j.family.0, j.table);
+            let objects = &mut b.table_mut(t).objects;
+            objects.retain(|x| !(x.kind == kind && x.name == j.name));
+            if !deleting {
+                objects.push(Object {
+                    kind,
+                    name: j.name,
+                    body: Cow::Borrowed(raw),
+                    line: 0,
+                });
+            }
+        }
+    }
     Ok(())
 }
 
-/// The elements of an `elem` member.
-fn elements<'a>(v: Option<&JValue<'a>>) -> JResult<Vec<Element<'a>>> {
-    match v {
-        None => Ok(Vec::new()),
-        Some(JValue::Array(items)) => items
-            .iter()
-            .map(|e| {
-                element(e, 0).ok_or_else(|| format!("an element not understood: {}", e.to_json()))
-            })
-            .collect(),
-        Some(other) => element(other, 0)
-            .map(|e| vec![e])
-            .ok_or_else(|| format!("an element not understood: {}", other.to_json())),
+/// Fills a set's declaration.
+fn fill_set<'a>(
+    set: &mut Set<'a>,
+    is_map: bool,
+    handle: Option<u64>,
+    key: Option<JSetType<'a>>,
+    data: Option<JSetType<'a>>,
+) {
+    set.is_map |= is_map;
+    set.handle = handle.or(set.handle);
+    if let Some(k) = key {
+        set.key = k.0;
+    }
+    if let Some(d) = data {
+        set.data = Some(d.0);
+    }
+}
+
+/// The `elem` member: a list of elements, or one.
+#[derive(Default)]
+struct Elements<'a>(Vec<Element<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Elements<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ElementsVisitor(PhantomData))
+    }
+}
+
+/// Reads a list of elements (or one element that is not a list).
+struct ElementsVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ElementsVisitor<'a> {
+    type Value = Elements<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("set elements")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(e) = seq.next_element::<ElementDe<'a>>()? {
+            out.push(e.0);
+        }
+        Ok(Elements(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        ElementVisitor(PhantomData)
+            .visit_map(map)
+            .map(|e| Elements(vec![e.0]))
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Elements(vec![Element::key(constant(Cow::Borrowed(v)))]))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Elements(vec![Element::key(constant(Cow::Owned(
+            v.to_string(),
+        )))]))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Elements(vec![Element::key(Expr::Number(v))]))
     }
 }
 
 /// One element: a value, `{"elem": {"val": …, "comment": …, …}}`, or a map's `[key, data]`.
-fn element<'a>(v: &JValue<'a>, depth: u32) -> Option<Element<'a>> {
-    if let JValue::Array(pair) = v
-        && let [key, data] = pair.as_slice()
-    {
-        let mut e = element(key, depth + 1)?;
-        e.value = Some(expr(data, depth + 1)?);
-        return Some(e);
+struct ElementDe<'a>(Element<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for ElementDe<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ElementVisitor(PhantomData))
     }
-    if let Some(inner) = v.get("elem") {
-        let mut e = Element::key(expr(inner.get("val")?, depth + 1)?);
-        e.comment = opt_str(inner, "comment");
-        e.timeout = seconds(inner.get("timeout"));
-        e.expires = seconds(inner.get("expires"));
-        if let Some(c) = inner.get("counter") {
-            e.counter = Some(counter(c)?.unwrap_or_default());
+}
+
+/// `{"elem": …}`'s body.
+#[derive(Deserialize)]
+struct ElemBody<'a> {
+    #[serde(borrow)]
+    val: ExprDe<'a>,
+    timeout: Option<Seconds>,
+    expires: Option<Seconds>,
+    #[serde(borrow)]
+    comment: Option<Cow<'a, str>>,
+    counter: Option<CounterDe>,
+}
+
+/// Reads one element.
+struct ElementVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ElementVisitor<'a> {
+    type Value = ElementDe<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a set element")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let key: ElementDe<'a> = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::custom("a [key, data] pair"))?;
+        let data: ExprDe<'a> = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::custom("a [key, data] pair"))?;
+        if seq.next_element::<IgnoredAny>()?.is_some() {
+            return Err(de::Error::custom("a [key, data] pair"));
         }
-        return Some(e);
+        let mut e = key.0;
+        e.value = Some(data.0);
+        Ok(ElementDe(e))
     }
-    Some(Element::key(expr(v, depth + 1)?))
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let key = map
+            .next_key::<Cow<'de, str>>()?
+            .ok_or_else(|| de::Error::custom("an element"))?;
+        let e = if key == "elem" {
+            let body: ElemBody<'a> = map.next_value()?;
+            Element {
+                key: body.val.0,
+                value: None,
+                comment: body.comment,
+                timeout: body.timeout.map(|s| s.0),
+                expires: body.expires.map(|s| s.0),
+                counter: body.counter.map(|c| c.0.unwrap_or_default()),
+            }
+        } else {
+            Element::key(expr_member(&key, &mut map)?)
+        };
+        end_of_object(&mut map)?;
+        Ok(ElementDe(e))
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        ExprVisitor(PhantomData)
+            .visit_borrowed_str(v)
+            .map(|e| ElementDe(Element::key(e.0)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        ExprVisitor(PhantomData)
+            .visit_str(v)
+            .map(|e| ElementDe(Element::key(e.0)))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(ElementDe(Element::key(Expr::Number(v))))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        ExprVisitor(PhantomData)
+            .visit_i64(v)
+            .map(|e| ElementDe(Element::key(e.0)))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        ExprVisitor(PhantomData)
+            .visit_bool(v)
+            .map(|e| ElementDe(Element::key(e.0)))
+    }
+}
+
+/// Requires that an object has no member left.
+fn end_of_object<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    if map.next_key::<IgnoredAny>()?.is_some() {
+        return Err(de::Error::custom("an object with one member"));
+    }
+    Ok(())
 }
 
 /// A string constant: `@set`, or a word as the text forms read it.
-fn constant<'a>(s: &Cow<'a, str>) -> Expr<'a> {
-    if let Some(name) = s.strip_prefix('@') {
-        return Expr::SetRef(match s {
-            Cow::Borrowed(b) => Cow::Borrowed(&b[1..]),
-            Cow::Owned(_) => Cow::Owned(name.to_string()),
-        });
-    }
+fn constant(s: Cow<'_, str>) -> Expr<'_> {
     match s {
-        Cow::Borrowed(b) => classify(b),
+        Cow::Borrowed(b) => match b.strip_prefix('@') {
+            Some(name) => Expr::SetRef(Cow::Borrowed(name)),
+            None => classify(b),
+        },
         Cow::Owned(o) => {
-            let owned = match classify(o) {
+            if let Some(name) = o.strip_prefix('@') {
+                return Expr::SetRef(Cow::Owned(name.to_string()));
+            }
+            let owned = match classify(&o) {
                 Expr::Number(n) => Some(Expr::Number(n)),
                 Expr::Addr(a) => Some(Expr::Addr(a)),
                 Expr::Prefix(a, l) => Some(Expr::Prefix(a, l)),
@@ -709,244 +917,496 @@ fn constant<'a>(s: &Cow<'a, str>) -> Expr<'a> {
                 },
                 _ => None,
             };
-            owned.unwrap_or_else(|| Expr::Symbol(Cow::Owned(o.clone())))
+            owned.unwrap_or(Expr::Symbol(Cow::Owned(o)))
         }
     }
 }
 
-/// A verdict object (`{"goto": {"target": …}}`, `{"drop": null}`).
-fn verdict<'a>(kind: &str, body: &JValue<'a>) -> Option<Verdict<'a>> {
-    Some(match kind {
-        "accept" => Verdict::Accept,
-        "drop" => Verdict::Drop,
-        "return" => Verdict::Return,
-        "continue" => Verdict::Continue,
-        "jump" => Verdict::Jump(opt_str(body, "target")?),
-        "goto" => Verdict::Goto(opt_str(body, "target")?),
-        _ => return None,
-    })
-}
+/// An expression.
+struct ExprDe<'a>(Expr<'a>);
 
-/// `{"counter": null}` / `{"packets": P, "bytes": B}`.
-fn counter(v: &JValue<'_>) -> Option<Option<Counter>> {
-    match v {
-        JValue::Null => Some(None),
-        JValue::Object(_) => Some(Some(Counter {
-            packets: v.get("packets").and_then(JValue::uint).unwrap_or(0),
-            bytes: v.get("bytes").and_then(JValue::uint).unwrap_or(0),
-        })),
-        _ => None,
+impl<'de: 'a, 'a> Deserialize<'de> for ExprDe<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ExprVisitor(PhantomData))
     }
 }
 
-/// An expression; `None` when it is not modelled (or nested deeper than the text forms allow).
-fn expr<'a>(v: &JValue<'a>, depth: u32) -> Option<Expr<'a>> {
-    if depth > super::expr::MAX_DEPTH {
-        return None;
+/// Reads an expression.
+struct ExprVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ExprVisitor<'a> {
+    type Value = ExprDe<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an nft expression")
     }
-    let d = depth + 1;
-    match v {
-        JValue::Str(s) => return Some(constant(s)),
-        JValue::UInt(n) => return Some(Expr::Number(*n)),
-        JValue::Int(n) => return Some(Expr::Symbol(Cow::Owned(n.to_string()))),
-        JValue::Bool(b) => {
-            return Some(Expr::Symbol(Cow::Borrowed(if *b {
-                "exists"
-            } else {
-                "missing"
-            })));
-        }
-        JValue::Array(items) => {
-            return items
-                .iter()
-                .map(|i| expr(i, d))
-                .collect::<Option<_>>()
-                .map(Expr::List);
-        }
-        JValue::Null | JValue::Float(_) => return None,
-        JValue::Object(_) => {}
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(ExprDe(constant(Cow::Borrowed(v))))
     }
-    let (kind, body) = v.single()?;
-    let operands = |body: &JValue<'a>| -> Option<(Expr<'a>, Expr<'a>)> {
-        match body {
-            JValue::Array(items) => match items.as_slice() {
-                [a, b] => Some((expr(a, d)?, expr(b, d)?)),
-                _ => None,
-            },
-            _ => None,
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(ExprDe(constant(Cow::Owned(v.to_string()))))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(ExprDe(Expr::Number(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(ExprDe(match u64::try_from(v) {
+            Ok(n) => Expr::Number(n),
+            Err(_) => Expr::Symbol(Cow::Owned(v.to_string())),
+        }))
+    }
+
+    /// `exists` / `missing` (fib, exthdr).
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(ExprDe(Expr::Symbol(Cow::Borrowed(if v {
+            "exists"
+        } else {
+            "missing"
+        }))))
+    }
+
+    /// A flag list (`["established", "related"]`).
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(e) = seq.next_element::<ExprDe<'a>>()? {
+            items.push(e.0);
+        }
+        Ok(ExprDe(Expr::List(items)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let key = map
+            .next_key::<Cow<'de, str>>()?
+            .ok_or_else(|| de::Error::custom("an expression object"))?;
+        let e = expr_member(&key, &mut map)?;
+        end_of_object(&mut map)?;
+        Ok(ExprDe(e))
+    }
+}
+
+/// `payload`.
+#[derive(Deserialize)]
+struct PayloadDe<'a> {
+    #[serde(borrow)]
+    protocol: Cow<'a, str>,
+    #[serde(borrow)]
+    field: Cow<'a, str>,
+}
+
+/// `meta`.
+#[derive(Deserialize)]
+struct MetaDe<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+}
+
+/// `ct`.
+#[derive(Deserialize)]
+struct CtDe<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    dir: Option<Cow<'a, str>>,
+}
+
+/// `fib`.
+#[derive(Deserialize)]
+struct FibDe<'a> {
+    #[serde(borrow)]
+    result: Cow<'a, str>,
+    #[serde(borrow, default)]
+    flags: StrList<'a>,
+}
+
+/// `numgen`.
+#[derive(Deserialize)]
+struct NumgenDe<'a> {
+    #[serde(borrow)]
+    mode: Cow<'a, str>,
+    #[serde(rename = "mod")]
+    modulus: u32,
+    #[serde(default)]
+    offset: u32,
+}
+
+/// `prefix`.
+#[derive(Deserialize)]
+struct PrefixDe<'a> {
+    #[serde(borrow)]
+    addr: Cow<'a, str>,
+    len: u8,
+}
+
+/// `map` (the expression).
+#[derive(Deserialize)]
+struct MapDe<'a> {
+    #[serde(borrow)]
+    key: ExprDe<'a>,
+    #[serde(borrow)]
+    data: ExprDe<'a>,
+}
+
+/// `jump` / `goto`.
+#[derive(Deserialize)]
+struct TargetDe<'a> {
+    #[serde(borrow)]
+    target: Cow<'a, str>,
+}
+
+/// The expression `{key: …}` whose key has been read.
+fn expr_member<'de: 'a, 'a, A: MapAccess<'de>>(
+    key: &str,
+    map: &mut A,
+) -> Result<Expr<'a>, A::Error> {
+    let binop = |op| {
+        move |(l, r): (ExprDe<'a>, ExprDe<'a>)| Expr::Binary {
+            op,
+            left: Box::new(l.0),
+            right: Box::new(r.0),
         }
     };
-    Some(match kind {
-        "payload" => Expr::Payload {
-            protocol: opt_str(body, "protocol")?,
-            field: opt_str(body, "field")?,
-        },
-        "meta" => Expr::Meta(opt_str(body, "key")?),
-        "ct" => Expr::Ct {
-            dir: opt_str(body, "dir"),
-            key: opt_str(body, "key")?,
-        },
-        "fib" => Expr::Fib {
-            flags: str_list(body.get("flags")),
-            result: opt_str(body, "result")?,
-        },
-        "numgen" => Expr::Numgen {
-            mode: opt_str(body, "mode")?,
-            modulus: u32::try_from(body.get("mod")?.uint()?).ok()?,
-            offset: match body.get("offset") {
-                Some(o) => u32::try_from(o.uint()?).ok()?,
-                None => 0,
-            },
-        },
-        "concat" => match body {
-            JValue::Array(items) => {
-                Expr::Concat(items.iter().map(|i| expr(i, d)).collect::<Option<_>>()?)
+    Ok(match key {
+        "payload" => {
+            let p: PayloadDe<'a> = map.next_value()?;
+            Expr::Payload {
+                protocol: p.protocol,
+                field: p.field,
             }
-            _ => return None,
-        },
-        "set" => match body {
-            JValue::Array(items) => {
-                Expr::Set(items.iter().map(|i| element(i, d)).collect::<Option<_>>()?)
+        }
+        "meta" => Expr::Meta(map.next_value::<MetaDe<'a>>()?.key),
+        "ct" => {
+            let c: CtDe<'a> = map.next_value()?;
+            Expr::Ct {
+                dir: c.dir,
+                key: c.key,
             }
-            other => Expr::Set(vec![element(other, d)?]),
-        },
+        }
+        "fib" => {
+            let f: FibDe<'a> = map.next_value()?;
+            Expr::Fib {
+                flags: f.flags.0,
+                result: f.result,
+            }
+        }
+        "numgen" => {
+            let n: NumgenDe<'a> = map.next_value()?;
+            Expr::Numgen {
+                mode: n.mode,
+                modulus: n.modulus,
+                offset: n.offset,
+            }
+        }
+        "concat" => Expr::Concat(
+            map.next_value::<Vec<ExprDe<'a>>>()?
+                .into_iter()
+                .map(|e| e.0)
+                .collect(),
+        ),
+        "set" => Expr::Set(map.next_value::<Elements<'a>>()?.0),
         "prefix" => {
-            let addr = opt_str(body, "addr")?.parse().ok()?;
-            let len = u8::try_from(body.get("len")?.uint()?).ok()?;
-            Expr::Prefix(addr, len)
+            let p: PrefixDe<'a> = map.next_value()?;
+            let addr = p
+                .addr
+                .parse()
+                .map_err(|_| de::Error::custom("a prefix address"))?;
+            Expr::Prefix(addr, p.len)
         }
         "range" => {
-            let (lo, hi) = operands(body)?;
-            Expr::Range(Box::new(lo), Box::new(hi))
+            let (lo, hi): (ExprDe<'a>, ExprDe<'a>) = map.next_value()?;
+            Expr::Range(Box::new(lo.0), Box::new(hi.0))
         }
-        "map" => Expr::Map {
-            key: Box::new(expr(body.get("key")?, d)?),
-            map: Box::new(expr(body.get("data")?, d)?),
-        },
-        "&" | "|" | "^" | "<<" | ">>" => {
-            let op = match kind {
-                "&" => BinOp::And,
-                "|" => BinOp::Or,
-                "^" => BinOp::Xor,
-                "<<" => BinOp::Lshift,
-                _ => BinOp::Rshift,
-            };
-            let (left, right) = operands(body)?;
-            Expr::Binary {
-                op,
-                left: Box::new(left),
-                right: Box::new(right),
+        "map" => {
+            let m: MapDe<'a> = map.next_value()?;
+            Expr::Map {
+                key: Box::new(m.key.0),
+                map: Box::new(m.data.0),
             }
         }
-        _ => Expr::Verdict(verdict(kind, body)?),
+        "&" => binop(BinOp::And)(map.next_value()?),
+        "|" => binop(BinOp::Or)(map.next_value()?),
+        "^" => binop(BinOp::Xor)(map.next_value()?),
+        "<<" => binop(BinOp::Lshift)(map.next_value()?),
+        ">>" => binop(BinOp::Rshift)(map.next_value()?),
+        _ => Expr::Verdict(verdict_member(key, map)?),
     })
 }
 
-/// One statement; what is not modelled is kept as its JSON text.
-fn stmt<'a>(v: &JValue<'a>) -> Stmt<'a> {
-    known_stmt(v).unwrap_or_else(|| Stmt::Verbatim(Cow::Owned(v.to_json())))
+/// The verdict `{key: …}` whose key has been read.
+fn verdict_member<'de: 'a, 'a, A: MapAccess<'de>>(
+    key: &str,
+    map: &mut A,
+) -> Result<Verdict<'a>, A::Error> {
+    Ok(match key {
+        "accept" | "drop" | "return" | "continue" => {
+            map.next_value::<IgnoredAny>()?;
+            match key {
+                "accept" => Verdict::Accept,
+                "drop" => Verdict::Drop,
+                "return" => Verdict::Return,
+                _ => Verdict::Continue,
+            }
+        }
+        "jump" => Verdict::Jump(map.next_value::<TargetDe<'a>>()?.target),
+        "goto" => Verdict::Goto(map.next_value::<TargetDe<'a>>()?.target),
+        _ => return Err(de::Error::custom(format!("an expression, not `{key}`"))),
+    })
 }
 
-/// A modelled statement, if `v` is one.
-fn known_stmt<'a>(v: &JValue<'a>) -> Option<Stmt<'a>> {
-    let (kind, body) = v.single()?;
-    Some(match kind {
-        "match" => {
-            let op = match opt_str(body, "op").as_deref() {
-                None | Some("==" | "in") => RelOp::Eq,
-                Some("!=") => RelOp::Ne,
-                Some("<") => RelOp::Lt,
-                Some(">") => RelOp::Gt,
-                Some("<=") => RelOp::Le,
-                Some(">=") => RelOp::Ge,
-                Some(_) => return None,
-            };
-            Stmt::Match {
-                left: expr(body.get("left")?, 0)?,
-                op,
-                right: expr(body.get("right")?, 0)?,
-            }
+/// `counter`: `null` or `{"packets": P, "bytes": B}` (a named counter's string is an error).
+struct CounterDe(Option<Counter>);
+
+impl<'de> Deserialize<'de> for CounterDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Values {
+            #[serde(default)]
+            packets: u64,
+            #[serde(default)]
+            bytes: u64,
         }
-        "vmap" => Stmt::Vmap {
-            key: expr(body.get("key")?, 0)?,
-            map: expr(body.get("data")?, 0)?,
-        },
-        "mangle" => Stmt::Mangle {
-            key: expr(body.get("key")?, 0)?,
-            value: expr(body.get("value")?, 0)?,
-        },
-        "counter" => Stmt::Counter(counter(body)?),
-        "reject" => match body {
-            JValue::Null => Stmt::Reject(None),
-            _ => {
-                let kind = opt_str(body, "type")?;
-                let code = opt_str(body, "expr");
-                Stmt::Reject(Some(RejectWith { kind, code }))
-            }
-        },
-        "masquerade" | "snat" | "dnat" | "redirect" => {
-            let kind = match kind {
-                "masquerade" => NatKind::Masquerade,
-                "snat" => NatKind::Snat,
-                "dnat" => NatKind::Dnat,
-                _ => NatKind::Redirect,
-            };
-            let mut n = Nat {
-                kind,
-                family: None,
-                addr: None,
-                port: None,
-                flags: Vec::new(),
-            };
-            if !matches!(body, JValue::Null) {
-                n.family = match opt_str(body, "family") {
-                    Some(f) => Some(Family::from_keyword(&f)?),
-                    None => None,
+        let v: Option<Values> = Deserialize::deserialize(d)?;
+        Ok(CounterDe(v.map(|v| Counter {
+            packets: v.packets,
+            bytes: v.bytes,
+        })))
+    }
+}
+
+/// A statement, read from its raw JSON; kept as that text when it is not modelled.
+struct StmtSlot<'a>(Stmt<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for StmtSlot<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw: &'de RawValue = Deserialize::deserialize(d)?;
+        let text = raw.get();
+        Ok(StmtSlot(match serde_json::from_str::<StmtDe<'a>>(text) {
+            Ok(s) => s.0,
+            Err(_) => Stmt::Verbatim(Cow::Borrowed(text)),
+        }))
+    }
+}
+
+/// `match`.
+#[derive(Deserialize)]
+struct MatchDe<'a> {
+    #[serde(borrow)]
+    op: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    left: ExprDe<'a>,
+    #[serde(borrow)]
+    right: ExprDe<'a>,
+}
+
+/// `vmap`.
+#[derive(Deserialize)]
+struct VmapDe<'a> {
+    #[serde(borrow)]
+    key: ExprDe<'a>,
+    #[serde(borrow)]
+    data: ExprDe<'a>,
+}
+
+/// `mangle`.
+#[derive(Deserialize)]
+struct MangleDe<'a> {
+    #[serde(borrow)]
+    key: ExprDe<'a>,
+    #[serde(borrow)]
+    value: ExprDe<'a>,
+}
+
+/// `reject`.
+#[derive(Deserialize)]
+struct RejectDe<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    expr: Option<Cow<'a, str>>,
+}
+
+/// `dnat`, `snat`, `masquerade`, `redirect`.
+#[derive(Deserialize)]
+struct NatDe<'a> {
+    #[serde(borrow)]
+    addr: Option<ExprDe<'a>>,
+    #[serde(borrow)]
+    port: Option<ExprDe<'a>>,
+    family: Option<Fam>,
+    #[serde(borrow, default)]
+    flags: StrList<'a>,
+}
+
+/// `log`.
+#[derive(Deserialize)]
+struct LogDe<'a> {
+    #[serde(borrow)]
+    prefix: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    level: Option<Cow<'a, str>>,
+    group: Option<u32>,
+    snaplen: Option<u32>,
+    #[serde(rename = "queue-threshold")]
+    queue_threshold: Option<u32>,
+    flags: Option<IgnoredAny>,
+}
+
+/// `set` (the statement: `update @set { … }`).
+#[derive(Deserialize)]
+struct SetStmtDe<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow)]
+    elem: ExprDe<'a>,
+    #[serde(borrow)]
+    set: Cow<'a, str>,
+}
+
+/// `xt`.
+#[derive(Deserialize)]
+struct XtDe<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+}
+
+/// A modelled statement.
+struct StmtDe<'a>(Stmt<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for StmtDe<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(StmtVisitor(PhantomData))
+    }
+}
+
+/// Reads a statement object.
+struct StmtVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for StmtVisitor<'a> {
+    type Value = StmtDe<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an nft statement")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let key = map
+            .next_key::<Cow<'de, str>>()?
+            .ok_or_else(|| de::Error::custom("a statement object"))?;
+        let s = match &*key {
+            "match" => {
+                let m: MatchDe<'a> = map.next_value()?;
+                let op = match m.op.as_deref() {
+                    None | Some("==" | "in") => RelOp::Eq,
+                    Some("!=") => RelOp::Ne,
+                    Some("<") => RelOp::Lt,
+                    Some(">") => RelOp::Gt,
+                    Some("<=") => RelOp::Le,
+                    Some(">=") => RelOp::Ge,
+                    Some(_) => return Err(de::Error::custom("a relation")),
                 };
-                n.addr = match body.get("addr") {
-                    Some(a) => Some(expr(a, 0)?),
-                    None => None,
+                Stmt::Match {
+                    left: m.left.0,
+                    op,
+                    right: m.right.0,
+                }
+            }
+            "vmap" => {
+                let v: VmapDe<'a> = map.next_value()?;
+                Stmt::Vmap {
+                    key: v.key.0,
+                    map: v.data.0,
+                }
+            }
+            "mangle" => {
+                let m: MangleDe<'a> = map.next_value()?;
+                Stmt::Mangle {
+                    key: m.key.0,
+                    value: m.value.0,
+                }
+            }
+            "counter" => Stmt::Counter(map.next_value::<CounterDe>()?.0),
+            "reject" => {
+                Stmt::Reject(
+                    map.next_value::<Option<RejectDe<'a>>>()?
+                        .map(|r| RejectWith {
+                            kind: r.kind,
+                            code: r.expr,
+                        }),
+                )
+            }
+            "masquerade" | "snat" | "dnat" | "redirect" => {
+                let kind = match &*key {
+                    "masquerade" => NatKind::Masquerade,
+                    "snat" => NatKind::Snat,
+                    "dnat" => NatKind::Dnat,
+                    _ => NatKind::Redirect,
                 };
-                n.port = match body.get("port") {
-                    Some(p) => Some(expr(p, 0)?),
-                    None => None,
+                let n: Option<NatDe<'a>> = map.next_value()?;
+                Stmt::Nat(match n {
+                    None => Nat {
+                        kind,
+                        family: None,
+                        addr: None,
+                        port: None,
+                        flags: Vec::new(),
+                    },
+                    Some(n) => Nat {
+                        kind,
+                        family: n.family.map(|f| f.0),
+                        addr: n.addr.map(|a| a.0),
+                        port: n.port.map(|p| p.0),
+                        flags: n.flags.0,
+                    },
+                })
+            }
+            "log" => {
+                let l: Option<LogDe<'a>> = map.next_value()?;
+                let l = l.unwrap_or(LogDe {
+                    prefix: None,
+                    level: None,
+                    group: None,
+                    snaplen: None,
+                    queue_threshold: None,
+                    flags: None,
+                });
+                if l.flags.is_some() {
+                    return Err(de::Error::custom("a log statement without flags"));
+                }
+                Stmt::Log(Log {
+                    prefix: l.prefix,
+                    level: l.level,
+                    group: l.group,
+                    snaplen: l.snaplen,
+                    queue_threshold: l.queue_threshold,
+                })
+            }
+            "set" => {
+                let s: SetStmtDe<'a> = map.next_value()?;
+                let set = match s.set {
+                    Cow::Borrowed(b) => Cow::Borrowed(b.strip_prefix('@').unwrap_or(b)),
+                    Cow::Owned(o) => Cow::Owned(o.strip_prefix('@').unwrap_or(&o).to_string()),
                 };
-                n.flags = str_list(body.get("flags"));
+                Stmt::SetUpdate {
+                    op: s.op,
+                    set,
+                    elem: s.elem.0,
+                }
             }
-            Stmt::Nat(n)
-        }
-        "log" => {
-            if body.get("flags").is_some() {
-                return None;
+            "xt" => {
+                let x: XtDe<'a> = map.next_value()?;
+                Stmt::Xt {
+                    kind: x.kind,
+                    name: x.name,
+                }
             }
-            let num = |k: &str| match body.get(k) {
-                Some(v) => v.uint().and_then(|n| u32::try_from(n).ok()).map(Some),
-                None => Some(None),
-            };
-            Stmt::Log(Log {
-                prefix: opt_str(body, "prefix"),
-                level: opt_str(body, "level"),
-                group: num("group")?,
-                snaplen: num("snaplen")?,
-                queue_threshold: num("queue-threshold")?,
-            })
-        }
-        "set" => {
-            let set = opt_str(body, "set")?;
-            let set = match set {
-                Cow::Borrowed(s) => Cow::Borrowed(s.strip_prefix('@').unwrap_or(s)),
-                Cow::Owned(s) => Cow::Owned(s.strip_prefix('@').unwrap_or(&s).to_string()),
-            };
-            Stmt::SetUpdate {
-                op: opt_str(body, "op")?,
-                set,
-                elem: expr(body.get("elem")?, 0)?,
-            }
-        }
-        "xt" => Stmt::Xt {
-            kind: opt_str(body, "type")?,
-            name: opt_str(body, "name")?,
-        },
-        _ => Stmt::Verdict(verdict(kind, body)?),
-    })
+            other => Stmt::Verdict(verdict_member(other, &mut map)?),
+        };
+        end_of_object(&mut map)?;
+        Ok(StmtDe(s))
+    }
 }

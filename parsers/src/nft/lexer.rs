@@ -96,37 +96,44 @@ pub(crate) struct Lexer<'a> {
     line: u32,
 }
 
-fn is_blank(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\r' | '\x0b' | '\x0c')
+/// True for a blank byte.
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | 0x0b | 0x0c)
+}
+
+/// True for a byte that continues a bare word. Every byte of a multi-byte UTF-8 character does,
+/// so words end only at ASCII bytes and slicing the text there is safe.
+fn is_word_byte(b: u8) -> bool {
+    !is_blank(b)
+        && !matches!(
+            b,
+            b'\n' | b'{' | b'}' | b'(' | b')' | b';' | b',' | b'"' | b'#' | b'|' | b'&' | b'^'
+        )
 }
 
 /// True for a character that continues a bare word.
 pub(crate) fn is_word_char(c: char) -> bool {
-    !is_blank(c)
-        && !matches!(
-            c,
-            '\n' | '{' | '}' | '(' | ')' | ';' | ',' | '"' | '#' | '|' | '&' | '^'
-        )
+    !c.is_ascii() || is_word_byte(c as u8)
 }
 
 /// `blank*`
-fn blanks(i: &str) -> IResult<&str, &str> {
+fn blanks(i: &[u8]) -> IResult<&[u8], &[u8]> {
     take_while(is_blank).parse(i)
 }
 
 /// `word`
-fn word(i: &str) -> IResult<&str, &str> {
-    take_while1(is_word_char).parse(i)
+fn word(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_while1(is_word_byte).parse(i)
 }
 
 /// `comment` (from the `#`; the newline is left for the next token).
-fn comment(i: &str) -> IResult<&str, &str> {
-    take_till(|c| c == '\n').parse(i)
+fn comment(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_till(|b| b == b'\n').parse(i)
 }
 
 /// The content of a string after its opening quote, up to the closing quote or the line end.
-fn string_body(i: &str) -> IResult<&str, &str> {
-    take_till(|c| c == '"' || c == '\n').parse(i)
+fn string_body(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_till(|b| b == b'"' || b == b'\n').parse(i)
 }
 
 impl<'a> Lexer<'a> {
@@ -142,42 +149,39 @@ impl<'a> Lexer<'a> {
     /// The next token, `None` at the end of the input. An unterminated string is an error; the
     /// lexer then stands at the end of that line, so reading can go on with the next one.
     pub(crate) fn next_token(&mut self) -> Result<Option<Token<'a>>, Fail> {
-        let rest = &self.src[self.pos..];
+        let rest = &self.src.as_bytes()[self.pos..];
         let after = blanks(rest).map_or(rest, |(r, _)| r);
-        self.pos = self.src.len() - after.len();
-        let start = self.pos;
+        let start = self.src.len() - after.len();
+        self.pos = start;
         let line = self.line;
-        let Some(c) = after.chars().next() else {
+        let Some(&c) = after.first() else {
             return Ok(None);
         };
         let (kind, len) = match c {
-            '\n' => {
+            b'\n' => {
                 self.line += 1;
                 (Kind::Newline, 1)
             }
-            '{' => (Kind::Open, 1),
-            '}' => (Kind::Close, 1),
-            '(' => (Kind::LParen, 1),
-            ')' => (Kind::RParen, 1),
-            ';' => (Kind::Semi, 1),
-            ',' => (Kind::Comma, 1),
-            '|' | '&' | '^' => (Kind::Word, 1),
-            '"' => {
-                let (r, body) = string_body(&after[1..]).unwrap_or(("", &after[1..]));
-                if !r.starts_with('"') {
+            b'{' => (Kind::Open, 1),
+            b'}' => (Kind::Close, 1),
+            b'(' => (Kind::LParen, 1),
+            b')' => (Kind::RParen, 1),
+            b';' => (Kind::Semi, 1),
+            b',' => (Kind::Comma, 1),
+            b'|' | b'&' | b'^' => (Kind::Word, 1),
+            b'"' => {
+                let (r, body) = string_body(&after[1..]).unwrap_or((&[], &after[1..]));
+                if r.first() != Some(&b'"') {
                     self.pos = start + 1 + body.len();
                     return Err(Fail::new(start, "a closing `\"`", "end of line"));
                 }
                 (Kind::Str, body.len() + 2)
             }
-            '#' => {
-                let len = comment(after).map_or(after.len(), |(_, text)| text.len());
-                (Kind::Comment, len)
-            }
-            _ => {
-                let len = word(after).map_or(c.len_utf8(), |(_, w)| w.len());
-                (Kind::Word, len)
-            }
+            b'#' => (
+                Kind::Comment,
+                comment(after).map_or(after.len(), |(_, text)| text.len()),
+            ),
+            _ => (Kind::Word, word(after).map_or(1, |(_, w)| w.len())),
         };
         self.pos = start + len;
         Ok(Some(Token {

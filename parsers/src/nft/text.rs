@@ -327,13 +327,10 @@ impl<'a> TextParser<'a, '_> {
         Ok((Family::Ip, first))
     }
 
-    /// The error for a block that the input ends inside.
-    fn unterminated(&mut self, what: &str, line: u32) -> PResult<()> {
-        let f = Fail::new(
-            self.src.len(),
-            format!("`}}` closing `{what}` (unterminated block opened at line {line})"),
-            "",
-        );
+    /// The error for a block that the input ends inside; `header` is the block's first token.
+    fn unterminated(&mut self, header: Token<'a>) -> PResult<()> {
+        let (line, _, text) = locate(self.src, header.start);
+        let what = text.split('{').next().unwrap_or_default().trim();
         if self.opts.lenient {
             self.b.warn(
                 line,
@@ -341,7 +338,11 @@ impl<'a> TextParser<'a, '_> {
             );
             Ok(())
         } else {
-            Err(f)
+            Err(Fail::new(
+                self.src.len(),
+                format!("`}}` closing `{what}` (unterminated block opened at line {line})"),
+                "",
+            ))
         }
     }
 
@@ -350,7 +351,6 @@ impl<'a> TextParser<'a, '_> {
         let (family, name) = self.family_and_name()?;
         let handle = self.open_block()?;
         let depth = self.depth;
-        let what = format!("table {family} {name}");
         let t = self.b.table(family, name, kw.line);
         {
             let table = self.b.table_mut(t);
@@ -362,7 +362,7 @@ impl<'a> TextParser<'a, '_> {
         loop {
             let tok = match self.next() {
                 Ok(Some(tok)) => tok,
-                Ok(None) => return self.unterminated(&what, kw.line),
+                Ok(None) => return self.unterminated(kw),
                 Err(f) => {
                     self.recover(f, depth)?;
                     continue;
@@ -406,7 +406,6 @@ impl<'a> TextParser<'a, '_> {
         let (name, name_tok) = self.name("a chain name")?;
         let handle = self.open_block()?;
         let depth = self.depth;
-        let what = format!("chain {name}");
         let ci = self.b.chain(t, name, name_tok.line);
         {
             let chain = self.b.chain_mut(t, ci);
@@ -415,7 +414,7 @@ impl<'a> TextParser<'a, '_> {
         loop {
             let tok = match self.peek() {
                 Ok(Some(tok)) => tok,
-                Ok(None) => return self.unterminated(&what, name_tok.line),
+                Ok(None) => return self.unterminated(name_tok),
                 Err(f) => {
                     self.recover(f, depth)?;
                     continue;
@@ -470,7 +469,6 @@ impl<'a> TextParser<'a, '_> {
         let (name, name_tok) = self.name("a set name")?;
         let handle = self.open_block()?;
         let depth = self.depth;
-        let what = format!("{} {name}", if is_map { "map" } else { "set" });
         let si = self.b.set(t, name, is_map, name_tok.line);
         {
             let set = self.b.set_mut(t, si);
@@ -480,7 +478,7 @@ impl<'a> TextParser<'a, '_> {
         loop {
             let tok = match self.peek() {
                 Ok(Some(tok)) => tok,
-                Ok(None) => return self.unterminated(&what, name_tok.line),
+                Ok(None) => return self.unterminated(name_tok),
                 Err(f) => {
                     self.recover(f, depth)?;
                     continue;
@@ -537,7 +535,7 @@ impl<'a> TextParser<'a, '_> {
         let mut body = Vec::new();
         loop {
             let Some(tok) = self.next()? else {
-                return self.unterminated(&kind, kw.line);
+                return self.unterminated(kw);
             };
             if self.depth < depth {
                 break;

@@ -753,12 +753,8 @@ fn primary<'a>(c: &mut Cursor<'_, 'a>, mode: Mode) -> PResult<Expr<'a>> {
         Kind::Open if mode != Mode::Lhs => c.nested(|c| Ok(Expr::Set(elements(c)?))),
         Kind::LParen => c.nested(|c| {
             c.bump();
-            let inner = if mode == Mode::Rhs {
-                Mode::Rhs
-            } else {
-                Mode::Value
-            };
-            let e = expr(c, inner)?;
+            // The group stands where it is: a packet expression on the left stays one.
+            let e = expr(c, mode)?;
             if !c.eat_kind(Kind::RParen) {
                 return Err(c.fail("`)`"));
             }

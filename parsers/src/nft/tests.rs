@@ -1045,6 +1045,8 @@ fn fuzz_findings_round_trip() {
     )
     .expect("object");
     assert_eq!(rs.tables[0].objects[0].body, "packets 0 ; bytes 0");
+    // An object declared twice is kept once, in a listing as in command input.
+    assert_round_trip("table ip t {\n counter c {\n }\n counter c {\n packets 1 bytes 2\n }\n}\n");
     // Objects are `KIND NAME {` (stray words before the brace were taken as the kind).
     parse(
         "table ip t {\n counter a b {\n }\n}\n",
@@ -1065,6 +1067,8 @@ fn fuzz_findings_round_trip() {
     assert_round_trip(
         "add table ip \": [\"\nadd chain ip \": [\" \\\nadd rule ip \": [\" \\ accept\n",
     );
+    // A parenthesised group left of a match is a packet expression too (a constant was taken).
+    assert_round_trip("add rule ip t c ( x ) accept\n");
     // A `# Warning: XT …` comment inside braces does not continue the rule past the line end.
     assert_round_trip(
         "table ip t {\n chain c {\n notrack { 1 # Warning: XT target DNAT not found\n }\n}\n chain d {\n accept\n }\n}\n",

@@ -542,7 +542,10 @@ impl<'a> TextParser<'a, '_> {
             }
             body.push(tok);
         }
-        self.b.table_mut(t).objects.push(Object {
+        // A second declaration of an object replaces the first (as in command input).
+        let objects = &mut self.b.table_mut(t).objects;
+        objects.retain(|o| !(o.kind == kind && o.name == name));
+        objects.push(Object {
             kind: Cow::Owned(kind),
             name,
             body: Cow::Owned(object_body(&body)),

@@ -526,10 +526,12 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         n.family = Some(f);
     }
     if c.eat("to") {
-        if matches!(kind, NatKind::Dnat | NatKind::Snat) && c.peek_word().is_some_and(is_keyword) {
+        let expression = c.peek_word().is_some_and(is_keyword)
+            || c.peek().is_some_and(|t| t.kind == Kind::LParen);
+        if matches!(kind, NatKind::Dnat | NatKind::Snat) && expression {
             // `dnat ip to ip daddr map { … }`: the address is looked up.
             let addr = expr(c, Mode::Value)?;
-            if matches!(addr, Expr::Symbol(_)) {
+            if !starts_with_packet_expr(&addr) {
                 return Err(c.fail_back("an address expression"));
             }
             n.addr = Some(addr);
@@ -547,6 +549,23 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         }
     }
     Ok(Stmt::Nat(n))
+}
+
+/// True when the leftmost operand of `e` is a packet expression (`ip daddr`, `meta mark`, …),
+/// so that `e` reads back as an expression where an address may stand too.
+fn starts_with_packet_expr(e: &Expr<'_>) -> bool {
+    match e {
+        Expr::Payload { .. }
+        | Expr::Meta(_)
+        | Expr::Ct { .. }
+        | Expr::Fib { .. }
+        | Expr::Numgen { .. } => true,
+        Expr::Map { key: first, .. } | Expr::Binary { left: first, .. } => {
+            starts_with_packet_expr(first)
+        }
+        Expr::Concat(parts) => parts.first().is_some_and(starts_with_packet_expr),
+        _ => false,
+    }
 }
 
 /// `ADDR[:PORT]`, `[ADDR6]:PORT` or `:PORT` after `to`, into `n`.

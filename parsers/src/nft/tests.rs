@@ -1056,6 +1056,11 @@ fn fuzz_findings_round_trip() {
     // `dnat to` a constant that is no address is not modelled.
     let r = parse_rule("dnat ip to ip d\u{fffd}ddr").expect("rule");
     assert!(matches!(r.stmts[0], Stmt::Verbatim(_)), "{:?}", r.stmts);
+    // A NAT address that is an expression starts with a packet expression (`tcp . 3002` is none).
+    let r = parse_rule("dnat ip6 to tcp . 3002").expect("rule");
+    assert!(matches!(r.stmts[0], Stmt::Verbatim(_)), "{:?}", r.stmts);
+    // A NAT address that is an expression may start with a parenthesis (as printed).
+    assert_round_trip("add rule ip t c dnat ip to ip daddr map { 1.1.1.1 : 2.2.2.2 } and 0xff\n");
     // No statement starts with `handle N` (in command input that places the rule).
     parse(
         "table ip t {\n chain c {\n handle 26\n }\n}\n",

@@ -82,6 +82,19 @@ seed paste $(
     } 2>/dev/null | sort
 )
 
+# nftables: listings, JSON and command lines (the same files seed both forms; `nft::parse`
+# detects which it is given).
+seed nft $(
+    {
+        find "$repo/testdata/nft" -type f ! -name '*.sh'
+        if [ -d "$shared" ]; then
+            find "$shared/nftables/samples" -type f ! -name '*.md'
+            find "$shared/nftables/render" -type f \( -name '*.nft' -o -name 'expected-live.json' \)
+            find "$shared/nftables/packetflow/live" -type f
+        fi
+    } 2>/dev/null | sort
+)
+
 for d in "$corpus"/*/; do
     printf '%-14s %6d files\n' "$(basename "$d")" "$(find "$d" -type f | wc -l)"
 done

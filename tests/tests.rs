@@ -13,6 +13,7 @@ mod kubeconfig;
 mod listing;
 mod live;
 mod netns_harness;
+mod nft_parse;
 mod nftables_render;
 mod packaging;
 mod packetflow;

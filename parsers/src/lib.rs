@@ -1,6 +1,7 @@
 //! nom parsers for the text that kube-proxy nodes print: `iptables-save`/`iptables-restore` input/
-//! `iptables -S`, `ipvsadm` listings and save form, and `ipset` save/list output.
-//! Also `conntrack -L` listings and `/proc/net/nf_conntrack`.
+//! `iptables -S`, `ipvsadm` listings and save form, `ipset` save/list output, nftables
+//! rulesets (`nft list` text, `nft -j` JSON, `nft -f` command lines), `conntrack -L` listings and
+//! `/proc/net/nf_conntrack`, and the pastes that wrap them.
 //!
 //! This crate knows grammar and nothing of Kubernetes. Parsers are zero-copy over `&str`; errors carry
 //! `line:col`, what was expected and what was found, and never expose nom types.
@@ -11,6 +12,7 @@ pub mod error;
 pub mod ipset;
 pub mod iptables;
 pub mod ipvsadm;
+pub mod nft;
 pub mod paste;
 
 pub use error::ParseError;

@@ -5,6 +5,7 @@ mod support;
 mod cluster_e2e;
 mod completion;
 mod conntrack_e2e;
+mod conntrack_ipvs;
 mod graph;
 mod hostile;
 mod hygiene;

@@ -72,6 +72,7 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
             &args.facts,
             &args.dumps,
             args.node_name.as_deref(),
+            &args.conntrack,
         )?
     } else {
         build_report(&args, global)?

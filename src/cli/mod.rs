@@ -10,6 +10,7 @@ pub mod live;
 pub mod render;
 pub mod repair;
 pub mod repair_ipvs;
+pub mod repair_nftables;
 pub mod repair_remote;
 pub mod resync;
 pub mod trace;

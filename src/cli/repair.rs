@@ -99,6 +99,9 @@ pub struct RepairArgs {
     /// IPVS mode (`mode: ipvs` in the configuration, or these offline dumps given).
     #[command(flatten)]
     pub ipvs: super::repair_ipvs::IpvsRepairArgs,
+    /// nftables mode (`mode: nftables` in the configuration, or this offline listing given).
+    #[command(flatten)]
+    pub nftables: super::repair_nftables::NftRepairArgs,
     /// How a remote node is reached (collector, kube-proxy pod selector, debug-pod image,
     /// kube-proxy ConfigMap, command timeout).
     #[command(flatten)]
@@ -136,6 +139,9 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 fn run_path(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if super::repair_ipvs::selected(&args)? {
         return super::repair_ipvs::run(args, _global);
+    }
+    if super::repair_nftables::selected(&args)? {
+        return super::repair_nftables::run(args, _global);
     }
     if !args.local && args.iptables_save.is_none() {
         if args.node_name.is_some() {
@@ -520,6 +526,9 @@ pub(super) fn finish(
 /// `rollback_error` says why) or `failed` (nothing was changed); `backup` is the backup when
 /// one was taken, `error` the whole error message.
 pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
+    if let Some(doc) = super::repair_nftables::failure_doc(e) {
+        return doc;
+    }
     use crate::apply::ipvs::repair::IpvsRepairError;
     let changed = match (
         e.downcast_ref::<RepairError>(),

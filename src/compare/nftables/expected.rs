@@ -136,6 +136,8 @@ pub struct ExpectedTable {
     pub text: String,
     /// What each service port owns.
     pub index: PortIndex,
+    /// Endpoint chains written (locally reachable endpoints, summed over service ports).
+    pub endpoint_chains: usize,
     /// What the render would warn about.
     pub warnings: Vec<Warning>,
 }
@@ -150,6 +152,7 @@ impl ExpectedTable {
             text: String::new(),
         };
         let mut index = PortIndex::default();
+        let mut endpoint_chains = 0usize;
         let warnings = {
             let mut emitter = sync::Emitter::new(family, &mut sink as &mut dyn Sink);
             let mut set_up = false;
@@ -164,6 +167,7 @@ impl ExpectedTable {
                         set_up = true;
                     }
                     emitter.service_port(node, &port);
+                    endpoint_chains += port.categorized.reachable.len();
                     index.add(&port);
                 },
             );
@@ -177,6 +181,7 @@ impl ExpectedTable {
             family: facts.family,
             text: sink.text,
             index,
+            endpoint_chains,
             warnings,
         }
     }

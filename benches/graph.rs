@@ -48,7 +48,7 @@ fn benches(c: &mut Criterion) {
     });
     let built = graph::build_ruleset(&rs, &facts, &opts);
     g.bench_function("table/10k_services_x10", |b| {
-        b.iter(|| graph::render::table_text(black_box(&built), false, false).len())
+        b.iter(|| kproxy::output::graph::table_text(black_box(&built), false, false).len())
     });
     g.finish();
 }

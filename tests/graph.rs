@@ -652,7 +652,7 @@ fn cli_every_real_world_sample() {
 #[test]
 fn snapshot_gke_xlb_wide_table() {
     let Some(g) = graph_of("27-") else { return };
-    insta::assert_snapshot!(kproxy::graph::render::table_text(&g, true, false));
+    insta::assert_snapshot!(kproxy::output::graph::table_text(&g, true, false));
 }
 
 #[test]

@@ -3,10 +3,11 @@
 
 use kproxy::graph::{self, GraphOptions};
 use kproxy::output::color::Painter;
+use kproxy::output::trace_path::{self, PathFormat};
 use kproxy::parsers::iptables::ParseOptions;
 use kproxy::proxier::iptables::{ServicePlan, expected_service_ports};
 use kproxy::state::node::NodeInputs;
-use kproxy::trace::path::{self, DivergenceKind, PathError, PathFormat, PathView, ServiceSelector};
+use kproxy::trace::path::{self, DivergenceKind, PathError, PathView, ServiceSelector};
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
@@ -131,7 +132,12 @@ fn clean_services_have_no_divergences() {
         "svc/legacy-gateway",
     ] {
         let v = view(svc, None);
-        assert_eq!(v.divergence_count, 0, "{svc}: {}", v.tree(Painter::plain()));
+        assert_eq!(
+            v.divergence_count,
+            0,
+            "{svc}: {}",
+            trace_path::tree(&v, Painter::plain())
+        );
     }
 }
 
@@ -177,50 +183,55 @@ fn selector_errors() {
 #[test]
 fn tree_is_coloured_only_when_asked() {
     let v = view("svc/web", None);
-    assert!(!v.tree(Painter::plain()).contains('\u{1b}'));
-    assert!(v.tree(Painter::forced()).contains('\u{1b}'));
+    assert!(!trace_path::tree(&v, Painter::plain()).contains('\u{1b}'));
+    assert!(trace_path::tree(&v, Painter::forced()).contains('\u{1b}'));
 }
 
 #[test]
 fn golden_web_tree() {
-    insta::assert_snapshot!(view("svc/web", None).tree(Painter::plain()));
+    insta::assert_snapshot!(trace_path::tree(&view("svc/web", None), Painter::plain()));
 }
 
 #[test]
 fn golden_web_table() {
-    insta::assert_snapshot!(view("svc/web", None).table(false));
+    insta::assert_snapshot!(trace_path::table(&view("svc/web", None), false));
 }
 
 #[test]
 fn golden_web_json() {
     let v = view("svc/web", None);
     insta::assert_snapshot!(
-        v.render(PathFormat::Json, Painter::plain(), false)
-            .expect("json")
+        trace_path::render(&v, PathFormat::Json, Painter::plain(), false).expect("json")
     );
 }
 
 #[test]
 fn golden_web_dot() {
-    insta::assert_snapshot!(view("svc/web", None).dot());
+    insta::assert_snapshot!(trace_path::dot(&view("svc/web", None)));
 }
 
 #[test]
 fn golden_frontend_tree() {
     // LoadBalancer with source ranges, externalTrafficPolicy Local, health-check port
-    insta::assert_snapshot!(view("svc/frontend", None).tree(Painter::plain()));
+    insta::assert_snapshot!(trace_path::tree(
+        &view("svc/frontend", None),
+        Painter::plain()
+    ));
 }
 
 #[test]
 fn golden_checkout_tree() {
     // externalTrafficPolicy Local without a local endpoint: external traffic DROPped
-    insta::assert_snapshot!(view("svc/checkout", None).tree(Painter::plain()));
+    insta::assert_snapshot!(trace_path::tree(
+        &view("svc/checkout", None),
+        Painter::plain()
+    ));
 }
 
 #[test]
 fn golden_cart_and_reports_tree() {
     // session affinity; a service without endpoints (REJECT)
-    let cart = view("svc/cart", None).tree(Painter::plain());
-    let reports = view("svc/reports", None).tree(Painter::plain());
+    let cart = trace_path::tree(&view("svc/cart", None), Painter::plain());
+    let reports = trace_path::tree(&view("svc/reports", None), Painter::plain());
     insta::assert_snapshot!(format!("{cart}\n{reports}"));
 }

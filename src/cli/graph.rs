@@ -302,7 +302,7 @@ pub fn render(
     Ok(match format {
         GraphFormat::Json => output::to_json(&GraphDocument::new(graphs))?,
         GraphFormat::Yaml => output::to_yaml(&GraphDocument::new(graphs))?,
-        GraphFormat::Dot => graphs.iter().map(graph::render::dot).collect(),
+        GraphFormat::Dot => graphs.iter().map(crate::output::graph::dot).collect(),
         GraphFormat::Table | GraphFormat::Wide => {
             let wide = format == GraphFormat::Wide;
             let mut out = String::new();
@@ -317,7 +317,7 @@ pub fn render(
                         g.family.as_deref().unwrap_or("unknown family")
                     ));
                 }
-                let t = graph::render::table_text(g, wide, no_headers);
+                let t = crate::output::graph::table_text(g, wide, no_headers);
                 if t.is_empty() {
                     out.push_str("No kube-proxy service ports found.\n");
                 } else {

@@ -11,9 +11,10 @@ use crate::exit::Outcome;
 use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
+use crate::output::trace_path::{self, PathFormat};
 use crate::proxier::iptables::{ServicePlan, expected_service_ports};
 use crate::state::{config, load, node};
-use crate::trace::path::{self, PathFormat, ServiceSelector};
+use crate::trace::path::{self, ServiceSelector};
 use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
@@ -356,7 +357,7 @@ fn run_path(
     let mut view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
     super::conntrack::annotate_path(&args.conntrack, args.dump.lenient, &mut view)?;
-    let out = view.render(format, Painter::for_stdout(), global.no_headers)?;
+    let out = trace_path::render(&view, format, Painter::for_stdout(), global.no_headers)?;
     let mut stdout = anstream::stdout();
     stdout.write_all(out.as_bytes()).context("writing output")?;
     if !out.ends_with('\n') {

@@ -807,9 +807,9 @@ fn shares(
     );
     set(
         f,
-        format!("{} each", crate::output::percent(target)),
+        format!("{} each", crate::graph::percent(target)),
         got.iter()
-            .map(|(d, s)| format!("{d} {}", crate::output::percent(*s)))
+            .map(|(d, s)| format!("{d} {}", crate::graph::percent(*s)))
             .collect::<Vec<_>>()
             .join(", "),
     );

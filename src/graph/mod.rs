@@ -16,7 +16,6 @@ mod build;
 pub mod ipvs;
 pub mod names;
 pub mod ownership;
-pub mod render;
 
 pub use build::{DumpFacts, GraphOptions, build, build_ruleset, from_dump};
 pub use names::NameResolver;
@@ -303,6 +302,12 @@ pub struct Share<'a> {
     pub line: u32,
     /// Counters of the picking rule, when dumped (boxed, as [`Endpoint::counters`]).
     pub counters: Option<Box<Counters>>,
+}
+
+/// A share of new connections (0.0–1.0) as a percentage with one decimal: `33.3%`. The one
+/// way shares are written, in anomaly and finding messages as in every output form.
+pub fn percent(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
 }
 
 /// Why a rule marks traffic for masquerade.

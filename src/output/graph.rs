@@ -1,15 +1,15 @@
 //! Human renderings of a [`ServiceGraph`]: kubectl-like tables (default and wide) and Graphviz DOT.
 //! The machine forms are the serde derives (JSON/YAML via [`crate::output`]).
 
-use super::{
-    AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
+use super::dot::{Cluster, Digraph};
+use super::table::KubeTable;
+use crate::graph::{
+    AnomalyKind, ChainKind, Entry, EntryKind, MasqueradeReason, ServiceGraph, ServicePort,
+    VerdictReason, percent,
 };
-use crate::output::dot::{Cluster, Digraph};
-use crate::output::percent;
-use crate::output::table::KubeTable;
 use std::collections::BTreeSet;
 
-fn entry_short(e: &super::Entry) -> String {
+fn entry_short(e: &Entry) -> String {
     let kind = match e.kind {
         EntryKind::ClusterIp => "cluster",
         EntryKind::ExternalIp => "external",

@@ -11,7 +11,9 @@
 
 pub mod color;
 pub mod dot;
+pub mod graph;
 pub mod table;
+pub mod trace_path;
 pub mod tree;
 
 use serde::Serialize;
@@ -62,9 +64,4 @@ pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, OutputError> {
         s.push('\n');
     }
     Ok(s)
-}
-
-/// Formats a share of new connections (0.0–1.0) as a percentage with one decimal: `33.3%`.
-pub fn percent(share: f64) -> String {
-    format!("{:.1}%", share * 100.0)
 }

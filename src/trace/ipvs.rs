@@ -211,7 +211,7 @@ pub fn text(traces: &[VsTrace]) -> String {
         for r in &t.real_servers {
             let share = r
                 .share
-                .map_or_else(|| "load-dependent".to_string(), crate::output::percent);
+                .map_or_else(|| "load-dependent".to_string(), crate::graph::percent);
             let _ = write!(
                 o,
                 "  -> {:<28} weight {:<3} share {share:<14}",

@@ -602,7 +602,7 @@ impl<'a> Builder<'a> {
                 service: None,
                 message: format!(
                     "{} of new connections match no endpoint rule in {chain} and fall through",
-                    crate::output::percent(remaining)
+                    super::percent(remaining)
                 ),
             });
         }

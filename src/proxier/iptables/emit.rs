@@ -285,7 +285,16 @@ impl Emitter {
         }
     }
 
-    /// The rules of one service port.
+    /// The rules of one service port: the body of the service-port loop of `proxier.go`
+    /// `syncProxyRules` (1.24 and later; [`Emitter::early_port`] before), in its order and with
+    /// its section comments. Its variables are fields of the plan under the same names
+    /// (`hasEndpoints` is `p.categorized.has_any`, `hasInternalEndpoints`
+    /// `p.has_internal_endpoints`, `usesExternalTrafficChain` `p.uses_external_chain`,
+    /// `usesFWChain` `p.uses_fw_chain`); `serves_internal`/`serves_external` are
+    /// `hasInternalEndpoints`/`hasExternalEndpoints` as 1.24 read them (it sent a destination
+    /// on whenever the service had endpoints), and `int_target`/`int_comment`,
+    /// `ext_target`/`ext_comment` are `internalTrafficFilterTarget`/`…Comment` and
+    /// `externalTrafficFilterTarget`/`…Comment`.
     fn port(&mut self, p: &ServicePortPlan) {
         if !self.version.uses_ext_chains() {
             self.early_port(p);
@@ -329,7 +338,7 @@ impl Emitter {
         let serves_internal = p.has_internal_endpoints || (!drops && has_endpoints);
         let serves_external = p.has_external_endpoints || (!drops && has_endpoints);
 
-        // 1. cluster IP
+        // Capture the clusterIP.
         if serves_internal {
             Line::start(&mut self.nat.rule_lines, "KUBE-SERVICES")
                 .comment_q(&[spn, " cluster IP"])
@@ -354,7 +363,7 @@ impl Emitter {
                 ])
                 .end();
         }
-        // 2. external IPs
+        // Capture externalIPs.
         for x in &ext_ips {
             if has_endpoints {
                 Line::start(&mut self.nat.rule_lines, "KUBE-SERVICES")
@@ -382,7 +391,7 @@ impl Emitter {
                     .end();
             }
         }
-        // 3. load-balancer ingress
+        // Capture load-balancer ingress.
         for l in &lb_ips {
             if has_endpoints {
                 Line::start(&mut self.nat.rule_lines, "KUBE-SERVICES")
@@ -411,7 +420,7 @@ impl Emitter {
                     .end();
             }
         }
-        // 5. node port
+        // Capture nodeports.
         if info.node_port != 0 {
             if has_endpoints {
                 if self.nfacct_localhost {
@@ -455,7 +464,7 @@ impl Emitter {
                     .end();
             }
         }
-        // 6. health check node port
+        // Capture healthCheckNodePorts.
         if info.health_check_node_port != 0 {
             Line::start(&mut self.filter.rule_lines, "KUBE-NODEPORTS")
                 .comment_q(&[spn, " health check node port"])
@@ -465,7 +474,7 @@ impl Emitter {
                 .end();
         }
 
-        // Per-service chains.
+        // Set up internal traffic handling.
         if serves_internal {
             fn base<'b>(
                 buf: &'b mut TextBuf,
@@ -504,6 +513,8 @@ impl Emitter {
                 .end();
             }
         }
+        // Set up external traffic handling: every captured external destination jumps to the
+        // EXT chain, which short-circuits local traffic and then jumps to the policy chain.
         if p.uses_external_chain {
             let ext = p.chains.ext.as_str();
             self.nat.chain(ext);
@@ -546,6 +557,7 @@ impl Emitter {
                     .end();
             }
         }
+        // Set up firewall chain, if needed.
         if p.uses_fw_chain && !drops {
             // 1.24 writes the firewall rules once per load-balancer IP, each set ending in a
             // drop mark.
@@ -596,6 +608,8 @@ impl Emitter {
                     .end();
             }
         }
+        // If Cluster policy is in use, create the chain and the rules jumping from it to the
+        // cluster endpoints; the same for Local policy.
         if p.uses_cluster_policy_chain {
             self.nat.chain(&p.chains.svc);
             write_service_to_endpoint_rules(

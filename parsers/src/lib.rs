@@ -1,6 +1,6 @@
 //! nom parsers for the text that kube-proxy nodes print: `iptables-save`/`iptables-restore` input/
 //! `iptables -S`, `ipvsadm` listings and save form, and `ipset` save/list output.
-//! Also `conntrack -L` listings and `/proc/net/nf_conntrack`.
+//! Also `conntrack -L` listings, `/proc/net/nf_conntrack` and `ip addr` output.
 //!
 //! This crate knows grammar and nothing of Kubernetes. Parsers are zero-copy over `&str`; errors carry
 //! `line:col`, what was expected and what was found, and never expose nom types.
@@ -8,6 +8,7 @@
 
 pub mod conntrack;
 pub mod error;
+pub mod ip_addr;
 pub mod ipset;
 pub mod iptables;
 pub mod ipvsadm;

@@ -330,7 +330,9 @@ pub fn verify_texts(
         None => None,
     };
     let (v4, v6) = (dumps.iptables_save, dumps.ip6tables_save);
-    let kube_ipvs0 = dumps.ip_addr.map(cmp::parse_kube_ipvs0_addrs);
+    let kube_ipvs0 = dumps
+        .ip_addr
+        .map(|t| crate::parsers::ip_addr::interface_addresses(t, px::DUMMY_DEVICE));
     let node_view = IpvsNode::from_facts(&inputs.facts);
     let opts = IpvsOptions {
         random_fully: inputs.facts.random_fully,

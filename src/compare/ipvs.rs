@@ -109,37 +109,6 @@ pub struct ActualIpvs<'a> {
     pub kube_ipvs0: Option<Vec<IpAddr>>,
 }
 
-/// Addresses of `kube-ipvs0` from `ip addr` / `ip -o addr` output (lines of other interfaces ignored).
-pub fn parse_kube_ipvs0_addrs(text: &str) -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut current_is_ipvs0 = false;
-    for line in text.lines() {
-        let t: Vec<&str> = line.split_whitespace().collect();
-        // `N: IFNAME: <FLAGS> …` header of `ip addr`, or `N: IFNAME inet …` of `ip -o addr`.
-        if let (Some(first), Some(name)) = (t.first(), t.get(1))
-            && first.ends_with(':')
-            && first
-                .trim_end_matches(':')
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        {
-            current_is_ipvs0 = name.trim_end_matches(':').split('@').next() == Some("kube-ipvs0");
-        }
-        if !current_is_ipvs0 {
-            continue;
-        }
-        if let Some(i) = t.iter().position(|w| *w == "inet" || *w == "inet6")
-            && let Some(a) = t
-                .get(i + 1)
-                .and_then(|a| a.split('/').next())
-                .and_then(|a| a.parse().ok())
-        {
-            out.push(a);
-        }
-    }
-    out
-}
-
 fn vs_label(p: Protocol, a: IpAddr, port: u16) -> String {
     format!("{:<4} {}", p.as_str(), SocketText(a, port)).replace("  ", " ")
 }
@@ -932,19 +901,5 @@ mod tests {
                 "{r}"
             );
         }
-    }
-
-    #[test]
-    fn kube_ipvs0_addresses() {
-        let t = "5: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN\n    link/ether 1e:…\n    inet 10.96.0.1/32 scope global kube-ipvs0\n       valid_lft forever\n6: eth0: <UP>\n    inet 172.18.0.3/16 scope global eth0\n";
-        assert_eq!(
-            parse_kube_ipvs0_addrs(t),
-            vec!["10.96.0.1".parse::<IpAddr>().unwrap()]
-        );
-        let o = "5: kube-ipvs0    inet 10.96.0.10/32 scope global kube-ipvs0\\       valid_lft forever\n";
-        assert_eq!(
-            parse_kube_ipvs0_addrs(o),
-            vec!["10.96.0.10".parse::<IpAddr>().unwrap()]
-        );
     }
 }

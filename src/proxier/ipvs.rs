@@ -21,6 +21,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+/// The dummy interface the IPVS proxier binds every service address to (`proxier.go`
+/// `defaultDummyDevice`).
+pub const DUMMY_DEVICE: &str = "kube-ipvs0";
+
 /// What the IPVS proxier knows about its node (IPVS spec §2 items 3–4).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpvsNode {

@@ -282,7 +282,7 @@ impl IpvsState {
             Ipvs0Text::Unknown => Ipvs0::Unknown,
             Ipvs0Text::Absent => Ipvs0::Absent,
             Ipvs0Text::Addr(t) => Ipvs0::Present(
-                crate::compare::ipvs::parse_kube_ipvs0_addrs(t)
+                kproxy_parsers::ip_addr::interface_addresses(t, crate::proxier::ipvs::DUMMY_DEVICE)
                     .into_iter()
                     .collect(),
             ),

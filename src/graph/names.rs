@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The hash of a service port: kube-proxy's `portProtoHash(spn, lowercase(proto))`, e.g.
-/// `ns1/svc1:p80` + `TCP` → `XPGD46QRK7WJZT7O` (hashing itself lives in [`crate::proxier::hashing`]).
+/// `ns1/svc1:p80` + `TCP` → `XPGD46QRK7WJZT7O` (hashing itself lives in [`crate::model::hashing`]).
 pub fn port_proto_hash(service_port_name: &str, protocol: &str) -> String {
-    crate::proxier::hashing::port_proto_hash(service_port_name, &protocol.to_ascii_lowercase())
+    crate::model::hashing::port_proto_hash(service_port_name, &protocol.to_ascii_lowercase())
 }
 
 /// Turns service-port chain hashes back into names, from the service ports a caller knows.

@@ -8,6 +8,7 @@
 //! rule. [`serialize`] prints a ruleset back as `iptables-restore` input.
 
 pub mod canonical;
+pub mod hashing;
 mod name_index;
 pub mod serialize;
 

@@ -4,7 +4,6 @@ pub mod ipvs;
 
 pub mod canonical;
 pub mod endpoints;
-pub mod hashing;
 pub mod iptables;
 pub mod nftables;
 pub mod service_port;

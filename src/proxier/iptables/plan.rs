@@ -3,11 +3,11 @@
 //! (`proxier.go` `syncProxyRules`, the part before the rules are written).
 
 use super::LARGE_CLUSTER_ENDPOINTS_THRESHOLD;
+use crate::model::hashing::{EndpointChain, port_proto_hash};
 use crate::proxier::endpoints::{
     CategorizeInput, CategorizeRules, Categorized, EarlyRules, Endpoint, EndpointDetail,
     categorize_early, categorize_with, endpoints_map_with,
 };
-use crate::proxier::hashing::{EndpointChain, port_proto_hash};
 use crate::proxier::service_port::{
     ServicePortInfo, ServicePortName, ignored_by_labels, service_label, service_ports_of_release,
 };

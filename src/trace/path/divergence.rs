@@ -4,7 +4,7 @@
 use super::{AffinityView, PlanEndpoint};
 use super::{Branch, Divergence, DivergenceKind, EndpointPath, EntryPath, PodRef, PortPath};
 use crate::graph::{ChainKind, EntryKind, ownership::service_chain, percent};
-use crate::proxier::hashing::EndpointChain;
+use crate::model::hashing::EndpointChain;
 use crate::proxier::iptables::ServicePortPlan;
 
 /// Shares closer than this are considered equal (dumps print probabilities with rounding).

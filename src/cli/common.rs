@@ -77,8 +77,8 @@ pub struct NodeFactArgs {
     /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
     /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
     /// through the API, else inferred from the dump (verify, repair), else the newest).
-    #[arg(long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::proxier::version::KubeProxyVersion::parse)]
-    pub kube_proxy_version: Option<crate::proxier::version::KubeProxyVersion>,
+    #[arg(long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
+    pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
     /// a node the state does not list is an error).
     #[arg(long = "node-not-in-state", requires = "node_ips")]

@@ -303,7 +303,7 @@ fn plan_of(
     // Live, the node's kube-proxy image says which release's decisions to explain.
     let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
     if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
-        match crate::proxier::version::KubeProxyVersion::from_image(image) {
+        match crate::state::version::KubeProxyVersion::from_image(image) {
             Ok(v) => fact_args.kube_proxy_version = Some(v),
             Err(e) => warnings.push(crate::state::Warning::new(
                 "kube-proxy version",

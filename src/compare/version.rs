@@ -11,7 +11,7 @@
 
 use super::catalogue as cat;
 use super::finding::Finding;
-use crate::proxier::version::KubeProxyVersion;
+use crate::state::version::KubeProxyVersion;
 use std::collections::HashSet;
 
 /// One kind of rule that only some releases write.
@@ -497,7 +497,7 @@ pub fn choose_release(
     let mut notes = Vec::new();
     let from_image = image.and_then(|img| match KubeProxyVersion::from_image(img) {
         Ok(v) => Some((v, img.to_string())),
-        Err(crate::proxier::version::VersionError::TooNew(minor)) => {
+        Err(crate::state::version::VersionError::TooNew(minor)) => {
             notes.push(format!(
                 "the kube-proxy pod runs {img} (1.{minor}), newer than this build knows: {verb} with {}",
                 KubeProxyVersion::NEWEST

@@ -1,10 +1,11 @@
 //! Service → service ports, per IP family (kube-proxy `serviceport.go` `newBaseServiceInfo` and
 //! `servicechangetracker.go`). Mode-independent: the iptables and IPVS proxiers both use it.
 
-use super::version::{KubeProxyVersion, TopologyHints};
+use super::version::TopologyHints;
 use crate::state::Warning;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::{Cidr, IpFamily, parse_ip_sloppy};
+use crate::state::version::KubeProxyVersion;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;

@@ -37,6 +37,7 @@ pub mod config;
 pub mod ip;
 pub mod load;
 pub mod node;
+pub mod version;
 
 /// Something kube-proxy would ignore (or log) rather than fail on: the object it concerns and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

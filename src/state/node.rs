@@ -5,7 +5,7 @@
 use super::config::ProxyConfig;
 use super::ip::{Cidr, IpFamily, parse_ip_sloppy};
 use super::{ClusterState, Warning};
-use crate::proxier::version::KubeProxyVersion;
+use crate::state::version::KubeProxyVersion;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -3,7 +3,7 @@
 
 use super::emit::Line;
 use super::rendered::{RenderedTable, TextBuf};
-use crate::proxier::version::KubeProxyVersion;
+use crate::state::version::KubeProxyVersion;
 use std::fmt::Write as _;
 
 /// The jump rules kube-proxy ensures in built-in chains (spec §3.2), in final top-of-chain order

@@ -11,10 +11,10 @@ use crate::proxier::endpoints::{
 use crate::proxier::service_port::{
     ServicePortInfo, ServicePortName, ignored_by_labels, service_label, service_ports_of_release,
 };
-use crate::proxier::version::KubeProxyVersion;
 use crate::state::config::{DetectLocalMode, ProxyConfig};
 use crate::state::ip::{Cidr, IpFamily};
 use crate::state::node::NodeFacts;
+use crate::state::version::KubeProxyVersion;
 use crate::state::{ClusterState, Warning};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};

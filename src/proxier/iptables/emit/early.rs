@@ -3,7 +3,7 @@
 //! external destinations of an `externalTrafficPolicy: Local` service, a `KUBE-FW-…` chain for
 //! every load-balancer IP, and drops through kubelet's `KUBE-MARK-DROP`. 1.24 rewrote this
 //! part (`KUBE-EXT-…`/`KUBE-SVL-…`); what changed between 1.20 and 1.23 is asked of the
-//! [`KubeProxyVersion`](crate::proxier::version::KubeProxyVersion) switches here.
+//! [`KubeProxyVersion`](crate::state::version::KubeProxyVersion) switches here.
 
 use super::{
     BalancingComments, Emitter, Line, ServicePortPlan, host_prefix, write_balancing_rules,

@@ -3,7 +3,9 @@
 //! unreadable rules, old state) are here once; IPVS mode adds its own in [`super::ipvs::guard`].
 
 use crate::model::Ruleset;
+use crate::state::config::ProxyConfig;
 use kproxy_parsers::iptables::Target;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Chains only kube-proxy's IPVS mode creates.
@@ -36,7 +38,21 @@ pub struct InputFacts<'a> {
     pub max_age: Option<Duration>,
 }
 
-impl InputFacts<'_> {
+impl<'a> InputFacts<'a> {
+    /// What the guard knows of inputs read from `config` and the API state files `state_files`
+    /// (`-` is stdin, of no age), refused when older than `max_age`.
+    pub fn new(
+        config: &'a ProxyConfig,
+        state_files: &[PathBuf],
+        max_age: Option<Duration>,
+    ) -> Self {
+        InputFacts {
+            configured_mode: &config.mode,
+            state_age: newest_age(state_files),
+            max_age,
+        }
+    }
+
     /// The refusal when kube-proxy is configured for another mode than `wanted` (an empty mode
     /// is kube-proxy's default, `iptables`); `writes` says what the repair would write.
     pub fn mode_refusal(&self, wanted: &str, writes: &str) -> Option<String> {
@@ -61,6 +77,21 @@ impl InputFacts<'_> {
             _ => None,
         }
     }
+}
+
+/// The refusals that veto applying: none when `force` (`--force`).
+pub fn unless_forced(force: bool, refusals: impl FnOnce() -> Vec<String>) -> Vec<String> {
+    if force { Vec::new() } else { refusals() }
+}
+
+/// Age of the newest of `files` (modification time), if they exist.
+fn newest_age(files: &[PathBuf]) -> Option<Duration> {
+    files
+        .iter()
+        .filter(|p| p.as_os_str() != "-")
+        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
+        .max()
+        .and_then(|m| m.elapsed().ok())
 }
 
 /// Reasons not to apply, one sentence each.

@@ -5,9 +5,12 @@
 //! [`RulesHost`]: this host, or a node reached through the API.
 
 use super::backup::{rollback_input, write_backup};
+use super::guard::{GuardInput, InputFacts, refusals, unless_forced};
 use super::host::{HostError, RulesHost};
 use super::plan::{Plan, plan};
 use crate::model::Ruleset;
+use crate::proxier::iptables::{RenderOptions, expected_service_ports, render};
+use crate::state::ProxyInputs;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::ParseOptions;
 use std::path::{Path, PathBuf};
@@ -109,6 +112,42 @@ pub struct RepairReport {
     pub restore_time: Duration,
     /// Time spent reading the rules back and re-planning (the verification).
     pub verify_time: Duration,
+}
+
+/// The rules kube-proxy would install for `inputs` (a render with base jumps, as
+/// `iptables-restore` text) and the guard's view of them, with what it knows of the inputs.
+pub fn expected_and_guard<'a>(
+    inputs: &'a ProxyInputs,
+    facts: InputFacts<'a>,
+) -> (String, GuardInput<'a>) {
+    let rendered = render(
+        &inputs.state,
+        &inputs.config,
+        &inputs.facts,
+        RenderOptions {
+            with_base_jumps: true,
+        },
+    );
+    let service_ports = expected_service_ports(&inputs.state, &inputs.config, &inputs.facts);
+    let guard = GuardInput {
+        expected_service_ports: service_ports.ports.len(),
+        expected_endpoints: service_ports.total_endpoints,
+        facts,
+    };
+    (rendered.to_restore_text(), guard)
+}
+
+/// [`repair`] vetoed by the guard's refusals, unless `force`.
+pub fn guarded_repair(
+    host: &impl RulesHost,
+    expected_text: &str,
+    guard: &GuardInput<'_>,
+    opts: &RepairOptions,
+    force: bool,
+) -> Result<(RepairReport, Vec<String>), RepairError> {
+    repair(host, expected_text, opts, |current, _| {
+        unless_forced(force, || refusals(guard, current))
+    })
 }
 
 /// Plans (and with `opts.apply`, applies) the change from the host's current rules to `expected_text`

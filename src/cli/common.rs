@@ -317,24 +317,13 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     }
 }
 
-/// The inputs of the proxier emulation, loaded from the offline flags.
-#[derive(Debug)]
-pub struct ProxyInputs {
-    /// Services, EndpointSlices, Nodes.
-    pub state: crate::state::ClusterState,
-    /// kube-proxy's configuration (defaults when `--config` is absent).
-    pub config: crate::state::config::ProxyConfig,
-    /// The node facts.
-    pub facts: crate::state::node::NodeFacts,
-}
-
 /// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the
 /// warnings (skipped objects, unknown config fields) on stderr. The one loader every command uses.
 pub fn load_proxy_inputs(
     state: &StateArgs,
     facts: &NodeFactArgs,
     node: Option<&str>,
-) -> anyhow::Result<ProxyInputs> {
+) -> anyhow::Result<crate::state::ProxyInputs> {
     use anyhow::Context;
     if state.state.is_empty() {
         anyhow::bail!(
@@ -351,7 +340,7 @@ pub fn load_proxy_inputs(
     let (facts, warnings) =
         crate::state::node::build(&fact_args.inputs(), &cluster, &config).context("node facts")?;
     warnings.iter().for_each(warn);
-    Ok(ProxyInputs {
+    Ok(crate::state::ProxyInputs {
         state: cluster,
         config,
         facts,

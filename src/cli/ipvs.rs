@@ -312,7 +312,7 @@ pub struct IpvsNodeDumps<'t> {
 /// `verify` on an IPVS node: renders kube-proxy's expected IPVS state per family and compares it with
 /// the dumps; adds a KP523 finding when the configured mode and the node disagree.
 pub fn verify_texts(
-    inputs: &super::common::ProxyInputs,
+    inputs: &crate::state::ProxyInputs,
     dumps: &IpvsNodeDumps<'_>,
     mark: Option<String>,
 ) -> anyhow::Result<Report> {

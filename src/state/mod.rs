@@ -23,6 +23,18 @@ pub struct ClusterState {
     pub service_cidrs: Vec<ServiceCIDR>,
 }
 
+/// The inputs of the proxier emulation: what kube-proxy reads (the API objects, its
+/// configuration) and the facts of its node.
+#[derive(Debug)]
+pub struct ProxyInputs {
+    /// Services, EndpointSlices, Nodes.
+    pub state: ClusterState,
+    /// kube-proxy's configuration (defaults when none is given).
+    pub config: config::ProxyConfig,
+    /// The node facts.
+    pub facts: node::NodeFacts,
+}
+
 impl ClusterState {
     /// Whether the state holds no object at all.
     pub fn is_empty(&self) -> bool {

@@ -3,17 +3,18 @@
 //! chains that make the node match kube-proxy's IPVS proxier, and with `--apply` run them (backup
 //! first, read back and verify, roll back on failure). The logic is in `apply::ipvs`.
 
-use super::common::{GlobalArgs, load_config, load_proxy_inputs, read_input};
-use super::repair::{
-    ChainListing, Ending, PlanDoc, RepairArgs, RepairFormat, finish, input_facts, local_iptables,
-    millis, unless_forced, write_chain_changes, write_refusals,
+use super::report::{
+    ChainListing, Ending, PlanDoc, finish, millis, write_chain_changes, write_refusals,
 };
+use super::{RepairArgs, RepairFormat, input_facts, local_iptables};
+use crate::apply::guard::unless_forced;
 use crate::apply::ipvs::changes::{Ipvs0Change, IpvsChange};
 use crate::apply::ipvs::guard::{IpvsGuardInput, refusals};
 use crate::apply::ipvs::host::IpvsTools;
 use crate::apply::ipvs::plan::IpvsPlan;
 use crate::apply::ipvs::repair::{IpvsRepairOptions, IpvsTarget, repair};
 use crate::apply::ipvs::state::{Ipvs0Text, IpvsState};
+use crate::cli::common::{load_config, load_proxy_inputs, read_input};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -41,7 +42,7 @@ pub struct IpvsRepairArgs {
 
 /// Whether `repair` should take the IPVS path: the offline IPVS dumps were given, or the
 /// configuration says `mode: ipvs`.
-pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
+pub(super) fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
     if args.ipvs.ipvsadm_save.is_some() {
         return Ok(true);
     }
@@ -50,7 +51,7 @@ pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
 }
 
 /// Runs `repair` for an IPVS-mode node.
-pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
     let offline = args.ipvs.ipvsadm_save.is_some();
     if !args.local && !offline {
         bail!(
@@ -79,7 +80,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         },
     );
     for w in &expected.warnings {
-        super::common::warn(w);
+        crate::cli::common::warn(w);
     }
     let guard = IpvsGuardInput {
         expected_virtual_servers: expected.virtual_servers.len(),
@@ -134,7 +135,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         inject_fault: args.inject_fault,
     };
     let (report, refused) = repair(&tools, &ipt, &target, &opts, |current, rules, _| {
-        unless_forced(&args, || {
+        unless_forced(args.force, || {
             refusals(&guard, current, &target.ownership(current), rules)
         })
     })?;

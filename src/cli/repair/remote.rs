@@ -2,17 +2,20 @@
 //! the API — `iptables-save`/`iptables-restore` exec'd into the node's kube-proxy pod
 //! (`--collector exec`, the default) or a short-lived debug pod (`--collector debug-pod`), the
 //! restore input piped on stdin. The API state and configuration are read as `verify` reads
-//! them live ([`super::live::load_live_state`]); the backup is written on this machine.
+//! them live ([`crate::cli::live::load_live_state`]); the backup is written on this machine.
 
-use super::common::{GlobalArgs, ProxyInputs, print_warnings};
-use super::live::{CollectorChoice, LiveState};
-use super::repair::{RepairArgs, expected_and_guard, guarded_repair, report_outcome};
+use super::local::report_outcome;
+use super::{RepairArgs, choose_release, conntrack, input_facts};
 use crate::apply::host::{Backend, tool_name};
 use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
+use crate::apply::repair::{expected_and_guard, guarded_repair};
+use crate::cli::common::{GlobalArgs, print_warnings};
+use crate::cli::live::{CollectorChoice, LiveState};
 use crate::collect::{self, CommandRunner, NodeSnapshot};
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
 use crate::output::color::Painter;
+use crate::state::ProxyInputs;
 use crate::state::ip::IpFamily;
 use anyhow::{Context, anyhow, bail};
 use std::path::PathBuf;
@@ -52,14 +55,14 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                 args.live.exec_timeout
             )
         })?;
-    let rt = super::live::runtime()?;
-    let live = rt.block_on(super::live::load_live_state(
+    let rt = crate::cli::live::runtime()?;
+    let live = rt.block_on(crate::cli::live::load_live_state(
         global,
         &args.live,
         &args.state,
         &node,
     ))?;
-    live.warnings.iter().for_each(super::common::warn);
+    live.warnings.iter().for_each(crate::cli::common::warn);
     if !debug_pod {
         let (runner, image) = rt.block_on(collect::exec::find_proxy_pod_and_image(
             &live.conn,
@@ -110,7 +113,7 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         repair_through(args, &rt, &live, &node, &through, timeout)
     });
     if let Err(e) = rt.block_on(pod.delete()) {
-        super::common::warn(format!(
+        crate::cli::common::warn(format!(
             "could not delete debug pod {}/{}: {e} (delete it by hand)",
             pod.runner().namespace,
             pod.runner().pod
@@ -139,10 +142,10 @@ fn repair_through<R: CommandRunner>(
     let (runner, label) = (through.runner, through.label);
     let snap = rt.block_on(collect::collect_with(runner, label, timeout))?;
     for w in &snap.warnings {
-        super::common::warn(w);
+        crate::cli::common::warn(w);
     }
     let ipv6_asked = args.facts.ip_family == "6";
-    let release = super::repair::choose_release(args, through.image, || {
+    let release = choose_release(args, through.image, || {
         Ok(
             dump_of(&snap, ipv6_asked, detect_backend(&snap, ipv6_asked).0)
                 .unwrap_or_default()
@@ -156,14 +159,14 @@ fn repair_through<R: CommandRunner>(
         chosen => (chosen, None),
     };
     if let Some(d) = doubt {
-        super::common::warn(d);
+        crate::cli::common::warn(d);
     }
     eprintln!(
         "node {node} through {label}: {} / {}",
         tool_name(ipv6, backend, "save"),
         tool_name(ipv6, backend, "restore")
     );
-    let (expected_text, guard) = expected_and_guard(args, &inputs)?;
+    let (expected_text, guard) = expected_and_guard(&inputs, input_facts(args, &inputs)?);
     let host = RemoteHost {
         runner,
         runtime: rt.handle().clone(),
@@ -172,17 +175,14 @@ fn repair_through<R: CommandRunner>(
         wait: Duration::from_secs(args.wait),
         timeout,
     };
-    let (report, refused) = guarded_repair(
-        &host,
-        args,
-        &expected_text,
-        &guard,
+    let opts = args.repair_options(
         &inputs.facts.node_name,
         backup_dir(args.backup_dir.as_deref()),
-    )
-    .with_context(|| format!("repairing node {node} through {label}"))?;
+    );
+    let (report, refused) = guarded_repair(&host, &expected_text, &guard, &opts, args.force)
+        .with_context(|| format!("repairing node {node} through {label}"))?;
     // Stale conntrack entries after the rules, in the same pod.
-    let conntrack = super::conntrack::remote_repair_step(args, &inputs, &snap, &host, &refused)?;
+    let conntrack = conntrack::remote_repair_step(args, &inputs, &snap, &host, &refused)?;
     report_outcome(
         args,
         &report,
@@ -215,7 +215,7 @@ fn proxy_inputs(
     let mut fact_args = args.facts.clone();
     fact_args.node = Some(node.to_string());
     fact_args.kube_proxy_version = Some(release.version);
-    let build = |fact_args: &super::common::NodeFactArgs| {
+    let build = |fact_args: &crate::cli::common::NodeFactArgs| {
         crate::state::node::build(&fact_args.inputs(), &live.state, &config).context("node facts")
     };
     let (mut facts, mut warnings) = build(&fact_args)?;
@@ -226,7 +226,7 @@ fn proxy_inputs(
         (facts, warnings) = build(&fact_args)?;
     }
     for w in warnings {
-        super::common::warn(w);
+        crate::cli::common::warn(w);
     }
     Ok(ProxyInputs {
         state: live.state.clone(),

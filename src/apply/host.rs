@@ -5,8 +5,8 @@
 //! [`crate::apply::remote::RemoteHost`] through the API. [`run_local`] is the one way the repair
 //! code runs a tool on this host (also `ipvsadm`, `ipset`, `ip` for IPVS mode).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use crate::collect::CommandOutput;
+use crate::collect::local::run_blocking;
 use std::time::Duration;
 
 /// Which iptables userspace to run.
@@ -197,43 +197,17 @@ pub fn run_local(
 
 /// [`run_local`] for tools whose exit status and stderr carry the answer (`conntrack -D` exits
 /// 1 when nothing matched and prints its count on stderr): the exit code (-1 when killed by a
-/// signal), stdout and stderr, whatever the exit status.
+/// signal), stdout and stderr, whatever the exit status. The process runs in
+/// [`crate::collect::local::run_blocking`].
 pub fn run_local_output(
     netns: Option<&str>,
     program: &str,
     args: &[&str],
     stdin: Option<&str>,
-) -> Result<crate::collect::CommandOutput, HostError> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
-            c
-        }
-        None => Command::new(program),
-    };
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let spawn_err = |source| HostError::Spawn {
+) -> Result<CommandOutput, HostError> {
+    run_blocking(netns, program, args, stdin).map_err(|source| HostError::Spawn {
         program: program.to_string(),
         source,
-    };
-    let mut child = cmd.spawn().map_err(spawn_err)?;
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        // A failing restore may close stdin early; its exit status reports the real error.
-        let _ = pipe.write_all(input.as_bytes());
-    }
-    let out = child.wait_with_output().map_err(spawn_err)?;
-    Ok(crate::collect::CommandOutput {
-        exit_code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
 }
 

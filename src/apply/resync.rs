@@ -1,25 +1,20 @@
 //! The resync loop: an emergency stand-in for a dead kube-proxy on one node. It watches Services,
-//! EndpointSlices and Nodes (kube runtime watchers feeding reflector stores), coalesces changes,
-//! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
-//! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+//! EndpointSlices and Nodes ([`ClusterWatch`]), coalesces changes, and syncs the node's rules: a
+//! partial sync (only the chains that differ) after changes, at most once per
+//! `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
 
 use super::host::{IptablesHost, RulesHost};
 use super::plan::{ChainAction, plan};
+use crate::collect::watch::ClusterWatch;
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, render};
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::node::NodeFacts;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kproxy_parsers::iptables::ParseOptions;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Client;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 
 /// Errors that stop the loop.
 #[derive(Debug, thiserror::Error)]
@@ -63,16 +58,6 @@ pub struct SyncStats {
     pub chains_written: usize,
     /// Rules written.
     pub rules_written: usize,
-}
-
-/// The pid of a running kube-proxy process, if any (`/proc/*/comm`).
-pub fn kube_proxy_pid() -> Option<u32> {
-    let dir = std::fs::read_dir("/proc").ok()?;
-    dir.filter_map(Result::ok).find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "kube-proxy").then_some(pid)
-    })
 }
 
 /// One sync: render, read the node, plan, restore. Returns what was written.
@@ -122,85 +107,30 @@ pub fn sync_once(
     })
 }
 
-fn snapshot<K: kube::Resource + Clone>(store: &Store<K>) -> Vec<K>
-where
-    K::DynamicType: std::hash::Hash + Eq + Clone,
-{
-    store.state().iter().map(|o| (**o).clone()).collect()
-}
-
-/// Spawns a reflector for `api` and returns its store; every change (an added, updated or deleted
-/// object, a completed re-list) pokes `notify`.
-fn spawn_reflector<K>(api: Api<K>, notify: Arc<Notify>) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
-{
-    let (reader, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                // A (re-)list is only visible in the store once it is complete: poke then, not
-                // per listed object (a sync in between would still see the old store and miss
-                // what was deleted while the watch was down), and also when the list is empty.
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                Ok(
-                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
-                ) => notify.notify_one(),
-                Err(e) => tracing::warn!("watch error: {e}"),
-            }
-        }
-    });
-    reader
-}
-
 /// Runs the loop until `shutdown` completes (also while waiting for the initial state; a sync in
-/// progress is finished first, so that the node is never left half-written). Deletions are seen
-/// because the reflector stores drop deleted objects, and a re-list after a broken watch replaces
-/// a store's content; every watch event (add, update, delete, re-list) triggers a sync.
+/// progress is finished first, so that the node is never left half-written). Every change the
+/// watch sees (add, update, delete, re-list) triggers a sync.
 pub async fn run(
     client: Client,
     opts: ResyncOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let notify = Arc::new(Notify::new());
-    let services = spawn_reflector(Api::<Service>::all(client.clone()), notify.clone());
-    let slices = spawn_reflector(Api::<EndpointSlice>::all(client.clone()), notify.clone());
-    let nodes = spawn_reflector(Api::<Node>::all(client), notify.clone());
+    let watch = ClusterWatch::start(client);
     let ready_timeout = Duration::from_secs(60);
-    let ready = async {
-        let _ = services.wait_until_ready().await;
-        let _ = slices.wait_until_ready().await;
-        let _ = nodes.wait_until_ready().await;
-    };
     tokio::select! {
         _ = &mut shutdown => {
             (opts.log)("shutting down before the first sync");
             return Ok(());
         }
-        ready = tokio::time::timeout(ready_timeout, ready) => {
+        ready = tokio::time::timeout(ready_timeout, watch.ready()) => {
             ready.map_err(|_| ResyncError::NotReady(ready_timeout))?;
         }
     }
     let mut last_full = Instant::now();
     let mut full = true;
     loop {
-        let state = ClusterState {
-            services: snapshot(&services),
-            endpoint_slices: snapshot(&slices),
-            nodes: snapshot(&nodes),
-            service_cidrs: Vec::new(),
-        };
+        let state = watch.state();
         let started = Instant::now();
         let sync_opts = opts.clone();
         let result =
@@ -232,7 +162,7 @@ pub async fn run(
                 (opts.log)("shutting down");
                 return Ok(());
             }
-            _ = notify.notified() => {}
+            _ = watch.changed() => {}
             _ = tokio::time::sleep_until(next_full.into()) => { full = true; }
         }
         // Coalesce: wait out the rest of the minimum period, absorbing further events.

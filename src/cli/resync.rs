@@ -3,7 +3,8 @@
 
 use super::common::{GlobalArgs, NodeFactArgs};
 use crate::apply::host::{Backend, IptablesHost};
-use crate::apply::resync::{ResyncError, ResyncOptions, kube_proxy_pid, run as run_loop};
+use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
+use crate::collect::local::kube_proxy_pid;
 use crate::exit::Outcome;
 use crate::kube_client;
 use anyhow::{Context, bail};

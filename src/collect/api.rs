@@ -2,8 +2,8 @@
 //! API (paginated, all namespaces, as kube-proxy's informers see them), and the text of
 //! kube-proxy's configuration from its ConfigMap.
 
-use super::ClusterState;
 use crate::kube_client::{ApiCall, ApiError, Connection};
+use crate::state::ClusterState;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};

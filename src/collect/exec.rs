@@ -223,15 +223,16 @@ pub async fn find_proxy_pod_and_image(
     selector: &str,
     node: &str,
 ) -> Result<(PodExec, Option<String>), CollectError> {
-    let pods = crate::state::api::list_pods_on_node(conn, namespace, selector, node).await?;
-    let pod = crate::state::api::pick_proxy_pod(&pods).ok_or_else(|| CollectError::NoProxyPod {
-        node: node.to_string(),
-        namespace: namespace.to_string(),
-        selector: selector.to_string(),
-    })?;
+    let pods = crate::collect::api::list_pods_on_node(conn, namespace, selector, node).await?;
+    let pod =
+        crate::collect::api::pick_proxy_pod(&pods).ok_or_else(|| CollectError::NoProxyPod {
+            node: node.to_string(),
+            namespace: namespace.to_string(),
+            selector: selector.to_string(),
+        })?;
     Ok((
         pod_exec(conn, namespace, pod),
-        crate::state::api::kube_proxy_image(pod),
+        crate::collect::api::kube_proxy_image(pod),
     ))
 }
 

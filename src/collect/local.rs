@@ -1,5 +1,7 @@
 //! The `local` collector: run the dump commands on this host (as root, usually through
-//! `kubectl kproxy verify --collector local` on the node itself).
+//! `kubectl kproxy verify --collector local` on the node itself). Also what the repair and
+//! resync code needs of this host: running one tool to its end ([`run_blocking`]) and whether
+//! kube-proxy runs here ([`kube_proxy_pid`]).
 
 use super::{CollectError, CommandOutput, CommandRunner, NodeSnapshot, RunError};
 use std::time::Duration;
@@ -97,4 +99,55 @@ pub fn hostname() -> Option<String> {
         .ok()
         .map(|s| s.trim().to_lowercase())
         .filter(|s| !s.is_empty())
+}
+
+/// Runs `program args…` on this host to its end — inside the network namespace `netns` when
+/// given (`ip netns exec NAME …`) — with `stdin` piped to it when given: its exit code (-1 when
+/// killed by a signal), stdout and stderr, whatever the exit status. An error only when it could
+/// not be started or waited for.
+pub fn run_blocking(
+    netns: Option<&str>,
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> std::io::Result<CommandOutput> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    };
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // A failing restore may close stdin early; its exit status reports the real error.
+        let _ = pipe.write_all(input.as_bytes());
+    }
+    let out = child.wait_with_output()?;
+    Ok(CommandOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// The pid of a running kube-proxy process on this host, if any (`/proc/*/comm`).
+pub fn kube_proxy_pid() -> Option<u32> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.filter_map(Result::ok).find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "kube-proxy").then_some(pid)
+    })
 }

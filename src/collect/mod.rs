@@ -11,13 +11,17 @@
 //! | `local`     | [`local::LocalRunner`]: this host |
 //! | `files`     | [`files`]: the offline `--iptables-save …` flags (no runner) |
 //!
-//! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz.
+//! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz;
+//! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them.
+//! This module and `crate::kube_client` are the only code that runs programs or calls the API.
 
+pub mod api;
 pub mod bundle;
 pub mod debug_pod;
 pub mod exec;
 pub mod files;
 pub mod local;
+pub mod watch;
 
 use std::time::Duration;
 

@@ -1,9 +1,8 @@
 //! Cluster state (Services, EndpointSlices, Nodes), KubeProxyConfiguration and node facts.
 //!
 //! Everything that feeds the proxier emulation is gathered here, whatever its source
-//! (files given with `--state`/`--config`, a support bundle, or the live API).
-
-pub mod api;
+//! (files given with `--state`/`--config`, a support bundle, or the live API, which
+//! `crate::collect::api` lists).
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -81,7 +81,7 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     // The kube-proxy pod's image says which release wrote the rules (none on k3s or RKE2,
     // which run kube-proxy in their own process: then the rules say).
     let image = if args.facts.kube_proxy_version.is_none() {
-        rt.block_on(crate::state::api::kube_proxy_image_on_node(
+        rt.block_on(crate::collect::api::kube_proxy_image_on_node(
             &live.conn,
             collect::exec::PROXY_NAMESPACE,
             &args.live.proxy_selector,

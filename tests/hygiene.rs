@@ -76,6 +76,7 @@ fn cited_docs_exist_in_the_repository() {
     for (dir, exts) in [
         ("docs", &[".md"][..]),
         ("src", &[".rs"]),
+        ("crates", &[".rs"]),
         ("parsers/src", &[".rs"]),
         ("tests", &[".rs"]),
         ("testdata", &[".sh", ".py"]),

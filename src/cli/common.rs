@@ -1,5 +1,6 @@
 //! Flag groups shared by several commands, defined once.
 
+use crate::apply::host::Backend;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -384,4 +385,25 @@ pub fn print_notes(notes: &[String]) {
 /// Prints warnings on stderr as `warning: …`, one per line.
 pub fn print_warnings(warnings: &[crate::state::Warning]) {
     warnings.iter().for_each(warn);
+}
+
+/// `--backend`: which iptables userspace to run ([`Backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// Whatever `iptables-save`/`iptables-restore` point to on this host.
+    Auto,
+    /// `iptables-nft-*`.
+    Nft,
+    /// `iptables-legacy-*`.
+    Legacy,
+}
+
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Backend {
+        match b {
+            BackendArg::Auto => Backend::Auto,
+            BackendArg::Nft => Backend::Nft,
+            BackendArg::Legacy => Backend::Legacy,
+        }
+    }
 }

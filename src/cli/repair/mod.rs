@@ -15,9 +15,9 @@ mod report;
 
 use crate::apply::backup::DEFAULT_BACKUP_DIR;
 use crate::apply::guard::InputFacts;
-use crate::apply::host::{Backend, IptablesHost};
+use crate::apply::host::IptablesHost;
 use crate::apply::repair::RepairOptions;
-use crate::cli::common::{GlobalArgs, NodeFactArgs, StateArgs};
+use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
 use crate::compare::version::{Inference, ReleaseChoice};
 use crate::exit::Outcome;
 use crate::state::ProxyInputs;
@@ -67,8 +67,8 @@ pub struct RepairArgs {
     pub max_age: String,
     /// Which iptables userspace to use on this host (for a remote node, `auto` means the
     /// backend that holds kube-proxy's rules, read from the node's dumps).
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    pub backend: Backend,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
@@ -185,7 +185,7 @@ fn choose_release(
 fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
     IptablesHost {
         ipv6,
-        backend: args.backend,
+        backend: args.backend.into(),
         netns: args.netns.clone(),
         wait: Duration::from_secs(args.wait),
     }

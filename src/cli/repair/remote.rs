@@ -154,7 +154,7 @@ fn repair_through<R: CommandRunner>(
     })?;
     let inputs = proxy_inputs(args, live, node, &snap, &release)?;
     let ipv6 = inputs.facts.family == IpFamily::V6;
-    let (backend, doubt) = match args.backend {
+    let (backend, doubt) = match args.backend.into() {
         Backend::Auto => detect_backend(&snap, ipv6),
         chosen => (chosen, None),
     };

@@ -3,9 +3,9 @@
 use crate::proxier::iptables::{ServicePlan, expected_service_ports};
 use crate::state::node::NodeFacts;
 
-/// A file of the repository, as text.
+/// A file of the repository (two levels above this crate), as text.
 pub(crate) fn read(path: &str) -> String {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     std::fs::read_to_string(repo.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 

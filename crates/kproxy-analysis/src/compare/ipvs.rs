@@ -862,9 +862,11 @@ mod tests {
         for w in CHECKS.windows(2) {
             assert!(w[0].id < w[1].id);
         }
-        let docs =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/findings.md"))
-                .unwrap_or_default();
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/findings.md"
+        ))
+        .unwrap_or_default();
         for c in CHECKS {
             let sev = match c.severity {
                 Severity::Error => "error",

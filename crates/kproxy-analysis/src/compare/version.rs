@@ -673,7 +673,7 @@ mod tests {
     fn real_world(name: &str) -> Option<String> {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/conformance/iptables/real-world/"
+            "/../../../shared/conformance/iptables/real-world/"
         );
         std::fs::read_to_string(format!("{path}{name}")).ok()
     }

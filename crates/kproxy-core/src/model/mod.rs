@@ -23,7 +23,7 @@ use kproxy_parsers::iptables::{
 };
 
 pub use canonical::{CanonicalRule, Fingerprint};
-pub(crate) use name_index::NameIndex;
+pub use name_index::NameIndex;
 
 /// Built-in chains (of any table); never "undeclared".
 pub const BUILTIN_CHAINS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];

@@ -8,7 +8,7 @@ use kproxy_parsers::iptables::NameHash;
 /// Positions into a list of names, found by name. Every method takes `name_of`, the name at a
 /// position of that list.
 #[derive(Debug, Default)]
-pub(crate) struct NameIndex(hashbrown::HashTable<u32>);
+pub struct NameIndex(hashbrown::HashTable<u32>);
 
 fn name_hash(name: &str) -> u64 {
     use std::hash::BuildHasher;
@@ -17,19 +17,19 @@ fn name_hash(name: &str) -> u64 {
 
 impl NameIndex {
     /// Room for `n` more names.
-    pub(crate) fn reserve<'n>(&mut self, n: usize, name_of: impl Fn(u32) -> &'n str) {
+    pub fn reserve<'n>(&mut self, n: usize, name_of: impl Fn(u32) -> &'n str) {
         self.0.reserve(n, |&i| name_hash(name_of(i)));
     }
 
     /// The position of `name`.
-    pub(crate) fn get<'n>(&self, name: &str, name_of: impl Fn(u32) -> &'n str) -> Option<usize> {
+    pub fn get<'n>(&self, name: &str, name_of: impl Fn(u32) -> &'n str) -> Option<usize> {
         self.0
             .find(name_hash(name), |&i| name_of(i) == name)
             .map(|&i| i as usize)
     }
 
     /// Indexes the name at `position` (not indexed yet).
-    pub(crate) fn insert<'n>(&mut self, position: usize, name_of: impl Fn(u32) -> &'n str) {
+    pub fn insert<'n>(&mut self, position: usize, name_of: impl Fn(u32) -> &'n str) {
         let position = position as u32;
         self.0
             .insert_unique(name_hash(name_of(position)), position, |&i| {
@@ -38,11 +38,7 @@ impl NameIndex {
     }
 
     /// Removes `name`, returning its position.
-    pub(crate) fn remove<'n>(
-        &mut self,
-        name: &str,
-        name_of: impl Fn(u32) -> &'n str,
-    ) -> Option<usize> {
+    pub fn remove<'n>(&mut self, name: &str, name_of: impl Fn(u32) -> &'n str) -> Option<usize> {
         let entry = self
             .0
             .find_entry(name_hash(name), |&i| name_of(i) == name)
@@ -52,7 +48,7 @@ impl NameIndex {
     }
 
     /// Every position, to renumber after a removal from the list.
-    pub(crate) fn positions_mut(&mut self) -> impl Iterator<Item = &mut u32> {
+    pub fn positions_mut(&mut self) -> impl Iterator<Item = &mut u32> {
         self.0.iter_mut()
     }
 }

@@ -10,7 +10,7 @@ use crate::collect::local::run_blocking;
 use std::time::Duration;
 
 /// Which iptables userspace to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// Whatever `iptables-save`/`iptables-restore` point to on this host.
     Auto,

@@ -25,6 +25,7 @@ static PEAK: AtomicIsize = AtomicIsize::new(0);
 static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 // SAFETY: delegates to mimalloc (the binary's allocator); only adds bookkeeping.
+#[expect(unsafe_code, reason = "a global allocator is an unsafe trait")]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {

@@ -5,7 +5,7 @@ use kproxy::graph::{self, GraphOptions};
 use kproxy::output::color::Painter;
 use kproxy::output::trace_path::{self, PathFormat};
 use kproxy::parsers::iptables::ParseOptions;
-use kproxy::proxier::iptables::{ServicePlan, expected_service_ports};
+use kproxy::proxier::iptables::{ServiceDecisions, expected_service_ports};
 use kproxy::state::node::NodeInputs;
 use kproxy::trace::path::{self, DivergenceKind, PathError, PathView, ServiceSelector};
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn plan() -> (ServicePlan, String) {
+fn plan() -> (ServiceDecisions, String) {
     let state = kproxy::state::load::from_files(&[root().join("testdata/cluster/state.json")])
         .expect("state");
     let text =
@@ -32,7 +32,7 @@ fn plan() -> (ServicePlan, String) {
 }
 
 /// The graph of the trace fixture (the text is leaked: the graph borrows it for the test).
-fn graph_with(plan: Option<&ServicePlan>) -> graph::ServiceGraph<'static> {
+fn graph_with(plan: Option<&ServiceDecisions>) -> graph::ServiceGraph<'static> {
     let text =
         std::fs::read_to_string(root().join("testdata/trace/node-1.iptables")).expect("dump");
     let text: &'static str = Box::leak(text.into_boxed_str());

@@ -12,7 +12,7 @@ use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
 use crate::output::trace_path::{self, PathFormat};
-use crate::proxier::iptables::{ServicePlan, expected_service_ports};
+use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};
 use crate::state::{config, load, node};
 use crate::trace::path::{self, ServiceSelector};
 use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
@@ -279,7 +279,7 @@ fn run_packet(
 fn plan_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
-) -> anyhow::Result<Option<(ServicePlan, String)>> {
+) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
     let (state, (cfg, mut warnings)) = match live {
         Some(inputs) => {
             let cfg = match &inputs.config_text {

@@ -14,7 +14,7 @@ mod remote;
 mod report;
 
 use crate::apply::backup::DEFAULT_BACKUP_DIR;
-use crate::apply::guard::InputFacts;
+use crate::apply::guard::InputConditions;
 use crate::apply::host::IptablesHost;
 use crate::apply::repair::RepairOptions;
 use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
@@ -193,12 +193,19 @@ fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
 
 /// What the guard knows of the inputs: the configured mode, the age of the `--state` files and
 /// `--max-age` (parsed).
-fn input_facts<'a>(args: &RepairArgs, inputs: &'a ProxyInputs) -> anyhow::Result<InputFacts<'a>> {
+fn input_facts<'a>(
+    args: &RepairArgs,
+    inputs: &'a ProxyInputs,
+) -> anyhow::Result<InputConditions<'a>> {
     let max_age = crate::kube_client::parse_duration(&args.max_age).with_context(|| {
         format!(
             "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
             args.max_age
         )
     })?;
-    Ok(InputFacts::new(&inputs.config, &args.state.state, max_age))
+    Ok(InputConditions::new(
+        &inputs.config,
+        &args.state.state,
+        max_age,
+    ))
 }

@@ -1,9 +1,9 @@
 //! What the API implies per service port on this node, as facts the graph level compares with the
 //! service graph of the dump: entries, endpoints per policy chain, masquerade, affinity, firewall
 //! and REJECT/DROP verdicts (spec §5.1–§5.10). An adapter over the proxier's own decisions
-//! ([`ServicePlan`]), so `verify` and `render` cannot disagree about the API.
+//! ([`ServiceDecisions`]), so `verify` and `render` cannot disagree about the API.
 
-use crate::proxier::iptables::{LocalDetector, ServicePlan, ServicePortPlan};
+use crate::proxier::iptables::{LocalDetector, ServiceDecisions, ServicePortDecisions};
 use crate::state::ip::IpFamily;
 use std::net::IpAddr;
 
@@ -47,14 +47,14 @@ pub struct ExpectedEndpoint<'p> {
 /// iteration: no copy per endpoint (a 10k-service node has 100k of them, in up to three sets).
 #[derive(Debug, Clone, Copy)]
 pub struct ExpectedEndpoints<'p> {
-    plan: &'p ServicePortPlan,
+    plan: &'p ServicePortDecisions,
     /// Indexes into the plan port's endpoints.
     members: &'p [u32],
 }
 
 impl<'p> ExpectedEndpoints<'p> {
     /// The endpoints of `plan` at positions `members`.
-    fn of(plan: &'p ServicePortPlan, members: &'p [u32]) -> Self {
+    fn of(plan: &'p ServicePortDecisions, members: &'p [u32]) -> Self {
         ExpectedEndpoints { plan, members }
     }
 
@@ -240,7 +240,7 @@ impl ExpectedPort<'_> {
 
 /// The local-traffic detector's not-local condition text (`10.0.0.0/8`, `cbr0`, `veth+`), or
 /// `None` when it is a no-op.
-pub fn detector_text(plan: &ServicePlan) -> Option<String> {
+pub fn detector_text(plan: &ServiceDecisions) -> Option<String> {
     match &plan.local_detector {
         LocalDetector::NoOp => None,
         LocalDetector::Cidr(c) => Some(c.clone()),
@@ -250,7 +250,7 @@ pub fn detector_text(plan: &ServicePlan) -> Option<String> {
 
 /// The expected facts of every service port of the plan (the proxier's decisions, spec §5.1–§5.2),
 /// in the plan's order.
-pub fn expected_ports(plan: &ServicePlan) -> Vec<ExpectedPort<'_>> {
+pub fn expected_ports(plan: &ServiceDecisions) -> Vec<ExpectedPort<'_>> {
     plan.ports
         .iter()
         .map(|p| port_facts(p, plan.family))
@@ -261,7 +261,7 @@ fn port_u16(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
 
-fn port_facts<'p>(p: &'p ServicePortPlan, family: IpFamily) -> ExpectedPort<'p> {
+fn port_facts<'p>(p: &'p ServicePortDecisions, family: IpFamily) -> ExpectedPort<'p> {
     let info = &p.info;
     let set = |members: &'p [u32]| ExpectedEndpoints::of(p, members);
     let mut firewall_sources: Vec<String> = info

@@ -1,6 +1,6 @@
 //! Test inputs shared by the compare modules' unit tests: the testdata cluster.
 
-use crate::proxier::iptables::{ServicePlan, expected_service_ports};
+use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};
 use crate::state::node::NodeFacts;
 
 /// A file of the repository (two levels above this crate), as text.
@@ -11,7 +11,7 @@ pub(crate) fn read(path: &str) -> String {
 
 /// kube-proxy's IPv4 plan for `testdata/cluster` (as `verify node-1 --random-fully true
 /// --nfacct none` computes it), with the node facts it was made for.
-pub(crate) fn cluster_plan() -> (ServicePlan, NodeFacts) {
+pub(crate) fn cluster_plan() -> (ServiceDecisions, NodeFacts) {
     let state = crate::state::load::from_str(&read("testdata/cluster/state.json"), "state.json")
         .expect("state");
     let (config, _) = crate::state::config::parse(&read("testdata/cluster/config.yaml"), "config")

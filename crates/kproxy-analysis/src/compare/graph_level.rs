@@ -42,18 +42,18 @@ pub struct GraphContext {
 /// rounded values stay well within 1e-4 of the exact share.
 const SHARE_TOLERANCE: f64 = 1e-4;
 
-struct Ctx<'a> {
+struct Comparison<'a> {
     out: Vec<Finding>,
     explained: Explained,
-    gx: &'a GraphContext,
+    context: &'a GraphContext,
 }
 
-impl<'a> Ctx<'a> {
-    fn new(gx: &'a GraphContext) -> Self {
-        Ctx {
+impl<'a> Comparison<'a> {
+    fn new(context: &'a GraphContext) -> Self {
+        Comparison {
             out: Vec::new(),
             explained: Explained::default(),
-            gx,
+            context,
         }
     }
 
@@ -121,19 +121,19 @@ fn ip_port(ip: &IpAddr, port: u16) -> String {
 pub fn compare(
     expected: &[ExpectedPort],
     graph: &ServiceGraph,
-    gx: &GraphContext,
+    context: &GraphContext,
 ) -> (Vec<Finding>, Explained) {
-    compare_split(expected, graph, gx, PARALLEL_PORTS_FROM)
+    compare_split(expected, graph, context, PARALLEL_PORTS_FROM)
 }
 
 /// [`compare`], with the per-port checks split over two threads from `parallel_from` ports.
 fn compare_split(
     expected: &[ExpectedPort],
     graph: &ServiceGraph,
-    gx: &GraphContext,
+    context: &GraphContext,
     parallel_from: usize,
 ) -> (Vec<Finding>, Explained) {
-    let mut cx = Ctx::new(gx);
+    let mut comparison = Comparison::new(context);
     let by_hash: HashMap<&str, &ServicePort, NameHash> = graph
         .service_ports
         .iter()
@@ -142,7 +142,7 @@ fn compare_split(
 
     if skeleton_only(expected, graph) {
         let n = expected.iter().filter(|e| e.has_endpoints).count();
-        cx.out.push(
+        comparison.out.push(
             cat::SKELETON_ONLY
                 .finding(format!(
                     "kube-proxy's chains exist but no service port is programmed ({n} with endpoints expected)"
@@ -152,38 +152,44 @@ fn compare_split(
                 .actual("none"),
         );
         for e in expected {
-            cx.explained.services.insert(e.name.to_string());
+            comparison.explained.services.insert(e.name.to_string());
         }
-        cx.explained.chains.insert("KUBE-SERVICES".into());
-        cx.explained.chains.insert("KUBE-NODEPORTS".into());
-        cx.explained.chains.insert("KUBE-EXTERNAL-SERVICES".into());
-        cx.explained.chains.insert("KUBE-PROXY-FIREWALL".into());
+        comparison.explained.chains.insert("KUBE-SERVICES".into());
+        comparison.explained.chains.insert("KUBE-NODEPORTS".into());
+        comparison
+            .explained
+            .chains
+            .insert("KUBE-EXTERNAL-SERVICES".into());
+        comparison
+            .explained
+            .chains
+            .insert("KUBE-PROXY-FIREWALL".into());
         for e in expected {
             for c in port_chains(e) {
-                cx.explained.chains.insert(c);
+                comparison.explained.chains.insert(c);
             }
         }
-        return (cx.out, cx.explained);
+        return (comparison.out, comparison.explained);
     }
 
     // A node-sized compare runs in two halves on two threads; joined in order, the halves'
     // findings are those of one pass.
     let halves = super::halves::in_halves(expected, parallel_from, |part| {
-        let mut cx = Ctx::new(gx);
-        let matched = compare_ports(&mut cx, part, &by_hash);
-        (cx.out, cx.explained, matched)
+        let mut comparison = Comparison::new(context);
+        let matched = compare_ports(&mut comparison, part, &by_hash);
+        (comparison.out, comparison.explained, matched)
     });
     let mut matched: HashSet<&str, NameHash> =
         HashSet::with_capacity_and_hasher(expected.len(), NameHash::default());
     for (mut out, explained, found) in halves {
-        cx.out.append(&mut out);
-        cx.explained.chains.extend(explained.chains);
-        cx.explained.services.extend(explained.services);
+        comparison.out.append(&mut out);
+        comparison.explained.chains.extend(explained.chains);
+        comparison.explained.services.extend(explained.services);
         matched.extend(found);
     }
-    stale_ports(&mut cx, graph, &matched);
-    anomalies(&mut cx, graph, expected);
-    (cx.out, cx.explained)
+    stale_ports(&mut comparison, graph, &matched);
+    anomalies(&mut comparison, graph, expected);
+    (comparison.out, comparison.explained)
 }
 
 /// From how many expected service ports [`compare`] splits the per-port checks over two threads.
@@ -192,7 +198,7 @@ const PARALLEL_PORTS_FROM: usize = 4096;
 /// The per-port checks of `expected` against the graph's ports (by chain hash); returns the
 /// hashes that were found.
 fn compare_ports<'e>(
-    cx: &mut Ctx<'_>,
+    comparison: &mut Comparison<'_>,
     expected: &'e [ExpectedPort],
     by_hash: &HashMap<&str, &ServicePort, NameHash>,
 ) -> HashSet<&'e str, NameHash> {
@@ -202,11 +208,11 @@ fn compare_ports<'e>(
         let actual = by_hash.get(e.hash).copied();
         if let Some(a) = actual {
             matched.insert(e.hash);
-            entries(cx, e, a);
+            entries(comparison, e, a);
             if e.has_endpoints {
-                endpoints(cx, e, a);
-                masquerade(cx, e, a);
-                affinity(cx, e, a);
+                endpoints(comparison, e, a);
+                masquerade(comparison, e, a);
+                affinity(comparison, e, a);
             } else {
                 // No endpoints: everything nat holds for it is explained by the entry findings.
                 for c in a
@@ -219,13 +225,13 @@ fn compare_ports<'e>(
                         .iter()
                         .any(|en| en.kind != EntryKind::HealthCheckNodePort)
                     {
-                        cx.explained.chains.insert(c);
+                        comparison.explained.chains.insert(c);
                     }
                 }
             }
-            firewall(cx, e, a);
+            firewall(comparison, e, a);
         } else {
-            missing_port(cx, e);
+            missing_port(comparison, e);
         }
     }
     matched
@@ -251,7 +257,7 @@ fn skeleton_only(expected: &[ExpectedPort], graph: &ServiceGraph) -> bool {
 }
 
 /// No chain, entry or verdict at all for an expected service port.
-fn missing_port(cx: &mut Ctx<'_>, e: &ExpectedPort) {
+fn missing_port(comparison: &mut Comparison<'_>, e: &ExpectedPort) {
     let empty = ServicePort {
         name: Some(e.name.to_string()),
         name_source: crate::graph::NameSource::Unknown,
@@ -266,7 +272,7 @@ fn missing_port(cx: &mut Ctx<'_>, e: &ExpectedPort) {
         verdicts: Vec::new(),
         edges: Vec::new(),
     };
-    entries(cx, e, &empty);
+    entries(comparison, e, &empty);
 }
 
 /// An expected entry point or verdict.
@@ -385,7 +391,7 @@ fn dest_text(addr: Option<IpAddr>, port: u16, proto: &str) -> String {
     }
 }
 
-fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
+fn entries(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
     let wants = wants(e);
     // Entries and verdicts of the dump that some expectation accounts for.
     let mut used_entries = vec![false; a.entries.len()];
@@ -419,7 +425,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 }
                 let table_chain = entry_chain(w.kind);
                 if found.is_empty() {
-                    let f = cx.push(
+                    let f = comparison.push(
                         missing_check(w.kind),
                         e,
                         table_chain,
@@ -427,13 +433,13 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     );
                     set(f, format!("{dest} -j {chain}"), "no rule");
                     // The chain it should lead to may now be unreferenced: same cause.
-                    cx.explained.chains.insert(chain.to_string());
+                    comparison.explained.chains.insert(chain.to_string());
                 } else if let Some(bad) = found
                     .iter()
                     .filter_map(|&i| a.entries.get(i))
                     .find(|en| !targets.contains(&en.target))
                 {
-                    let f = cx.push(
+                    let f = comparison.push(
                         cat::ENTRY_WRONG_TARGET,
                         e,
                         table_chain,
@@ -444,7 +450,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         ),
                     );
                     set(f, format!("-j {chain}"), format!("-j {}", bad.target));
-                    cx.explained.chains.insert(bad.target.clone());
+                    comparison.explained.chains.insert(bad.target.clone());
                 }
             }
             WantTarget::Verdict(chain, vd) => {
@@ -482,7 +488,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     } else {
                         "has no endpoints"
                     };
-                    let f = cx.push(
+                    let f = comparison.push(
                         cat::REJECT_MISSING,
                         e,
                         &format!("filter {chain}"),
@@ -524,7 +530,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 && en.kind != EntryKind::HealthCheckNodePort
                 && is_verdict_only(&wants, en.kind))
         {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::ENTRY_WITHOUT_ENDPOINTS,
                 e,
                 &chain,
@@ -535,9 +541,9 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 ),
             );
             set(f, "REJECT/DROP (no endpoints)", format!("-j {}", en.target));
-            cx.explained.chains.insert(en.target.clone());
+            comparison.explained.chains.insert(en.target.clone());
         } else {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::ENTRY_STALE,
                 e,
                 &chain,
@@ -569,7 +575,7 @@ fn entries(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             .len()
             .max(e.local_endpoints.len())
             .max(e.reachable.len());
-        let f = cx.push(
+        let f = comparison.push(
             cat::REJECT_WITH_ENDPOINTS,
             e,
             &format!("{} {}", v.table, v.chain),
@@ -610,8 +616,8 @@ fn entry_chain(kind: EntryKind) -> &'static str {
     }
 }
 
-fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
-    if cx.gx.unreadable {
+fn endpoints(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
+    if comparison.context.unreadable {
         return;
     }
     let local_names = [e.svl_chain(), format!("KUBE-XLB-{}", e.hash)];
@@ -644,7 +650,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     matched_actual.insert(ep.chain);
                     if ep.destination.is_none() {
                         all_found = false;
-                        let f = cx.push(
+                        let f = comparison.push(
                             cat::ENDPOINT_CHAIN_BROKEN,
                             e,
                             ep.chain,
@@ -666,7 +672,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         } else {
                             cat::ENDPOINT_EXTRA
                         };
-                        let f = cx.push(
+                        let f = comparison.push(
                             check,
                             e,
                             ep.chain,
@@ -674,7 +680,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         );
                         set(f, w.endpoint, got);
                     } else if !ep.hairpin_masquerade {
-                        let f = cx.push(
+                        let f = comparison.push(
                             cat::MASQ_MISSING,
                             e,
                             ep.chain,
@@ -688,7 +694,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 }
                 None => {
                     all_found = false;
-                    let f = cx.push(
+                    let f = comparison.push(
                         cat::ENDPOINT_MISSING,
                         e,
                         &chain,
@@ -711,7 +717,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                                 .join(", ")
                         },
                     );
-                    cx.explained.chains.insert(w.chain.to_string());
+                    comparison.explained.chains.insert(w.chain.to_string());
                 }
             }
         }
@@ -755,7 +761,7 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     ),
                 )
             };
-            let f = cx.push(check, e, ep.chain, msg);
+            let f = comparison.push(check, e, ep.chain, msg);
             set(
                 f,
                 want.iter()
@@ -764,16 +770,16 @@ fn endpoints(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     .join(", "),
                 dest,
             );
-            cx.explained.chains.insert(chain.clone());
+            comparison.explained.chains.insert(chain.clone());
         }
         if all_found && !extra && !want.is_empty() {
-            shares(cx, e, &picked, names, &chain, want.len());
+            shares(comparison, e, &picked, names, &chain, want.len());
         }
     }
 }
 
 fn shares(
-    cx: &mut Ctx<'_>,
+    comparison: &mut Comparison<'_>,
     e: &ExpectedPort,
     picked: &[&crate::graph::Endpoint],
     names: &[String],
@@ -799,7 +805,7 @@ fn shares(
     {
         return;
     }
-    let f = cx.push(
+    let f = comparison.push(
         cat::UNEQUAL_SHARES,
         e,
         chain,
@@ -815,18 +821,20 @@ fn shares(
     );
 }
 
-fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
+fn masquerade(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
     let internal = e.internal_chain();
     let in_chain = |names: &[&str], reason: MasqueradeReason| {
         a.masquerade
             .iter()
             .find(|m| m.reason == reason && names.contains(&m.chain))
     };
-    if e.has_internal_endpoints && (cx.gx.masquerade_all || cx.gx.local_detector.is_some()) {
+    if e.has_internal_endpoints
+        && (comparison.context.masquerade_all || comparison.context.local_detector.is_some())
+    {
         let names = [internal.as_str(), "KUBE-SERVICES"];
-        if cx.gx.masquerade_all {
+        if comparison.context.masquerade_all {
             if in_chain(&names, MasqueradeReason::AllSources).is_none() {
-                let f = cx.push(
+                let f = comparison.push(
                     cat::MASQ_MISSING,
                     e,
                     &internal,
@@ -838,10 +846,10 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                     "no such rule",
                 );
             }
-        } else if let Some(det) = &cx.gx.local_detector {
+        } else if let Some(det) = &comparison.context.local_detector {
             match in_chain(&names, MasqueradeReason::OffClusterSource) {
                 None => {
-                    let f = cx.push(
+                    let f = comparison.push(
                         cat::MASQ_MISSING,
                         e,
                         &internal,
@@ -861,7 +869,7 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 Some(m) => {
                     let cond = m.condition.clone().unwrap_or_default();
                     if !condition_matches(&cond, det) {
-                        let f = cx.push(
+                        let f = comparison.push(
                             cat::LOCAL_DETECT_MISMATCH,
                             e,
                             m.chain,
@@ -893,7 +901,7 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         && !m.chain.starts_with("KUBE-SEP-")))
         });
         if !ok {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::MASQ_MISSING,
                 e,
                 &ext,
@@ -902,13 +910,13 @@ fn masquerade(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             set(f, format!("-A {ext} … -j KUBE-MARK-MASQ"), "no such rule");
         }
     }
-    if !cx.gx.masquerade_all
+    if !comparison.context.masquerade_all
         && let Some(m) = a
             .masquerade
             .iter()
             .find(|m| m.reason == MasqueradeReason::AllSources)
     {
-        let f = cx.push(
+        let f = comparison.push(
             cat::MASQ_EXTRA,
             e,
             m.chain,
@@ -943,11 +951,11 @@ fn condition_matches(cond: &str, det: &str) -> bool {
     }
 }
 
-fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
+fn affinity(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
     let chain = e.internal_chain();
     match (e.affinity_seconds, &a.affinity) {
         (Some(t), None) => {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::AFFINITY_MISSING,
                 e,
                 &chain,
@@ -961,7 +969,7 @@ fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         }
         (Some(t), Some(af)) => {
             if af.timeout_seconds != Some(t) {
-                let f = cx.push(
+                let f = comparison.push(
                     cat::AFFINITY_TIMEOUT,
                     e,
                     &chain,
@@ -975,11 +983,11 @@ fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                         .unwrap_or_else(|| "none".into()),
                 );
             }
-            if !cx.gx.unreadable {
+            if !comparison.context.unreadable {
                 for ep in &a.endpoints {
                     let wanted = e.reachable.iter().any(|w| w.chain == ep.chain);
                     if wanted && ep.destination.is_some() && !ep.affinity_set {
-                        let f = cx.push(
+                        let f = comparison.push(
                             cat::AFFINITY_MISSING,
                             e,
                             ep.chain,
@@ -996,7 +1004,7 @@ fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
         }
         (None, Some(af)) => {
             let c = af.chains.first().cloned().unwrap_or(chain);
-            let f = cx.push(
+            let f = comparison.push(
                 cat::AFFINITY_EXTRA,
                 e,
                 &c,
@@ -1014,11 +1022,11 @@ fn affinity(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
     }
 }
 
-fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
+fn firewall(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
     let fw = e.fw_chain();
     match (&a.firewall, e.uses_fw) {
         (None, true) => {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::FIREWALL_MISMATCH,
                 e,
                 &fw,
@@ -1038,7 +1046,7 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             got.sort();
             got.dedup();
             if want != got {
-                let f = cx.push(
+                let f = comparison.push(
                     cat::FIREWALL_MISMATCH,
                     e,
                     &af.chain,
@@ -1051,7 +1059,7 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
             }
         }
         (Some(af), false) if e.has_endpoints => {
-            let f = cx.push(
+            let f = comparison.push(
                 cat::FIREWALL_MISMATCH,
                 e,
                 &af.chain,
@@ -1076,7 +1084,7 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
                 .iter()
                 .any(|v| v.table == "nat" && v.reason == VerdictReason::SourceRange);
             if !present {
-                let f = cx.push(
+                let f = comparison.push(
                     cat::FIREWALL_MISMATCH,
                     e,
                     "filter KUBE-PROXY-FIREWALL",
@@ -1096,7 +1104,11 @@ fn firewall(cx: &mut Ctx<'_>, e: &ExpectedPort, a: &ServicePort) {
 }
 
 /// Service ports in the dump the API does not have (KP401).
-fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str, NameHash>) {
+fn stale_ports(
+    comparison: &mut Comparison<'_>,
+    graph: &ServiceGraph,
+    matched: &HashSet<&str, NameHash>,
+) {
     for p in &graph.service_ports {
         if p.hash.as_deref().is_some_and(|h| matched.contains(h)) {
             continue;
@@ -1127,16 +1139,16 @@ fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str, N
                     .map(|v| format!("{} {}", v.table, v.chain))
             })
             .unwrap_or_default();
-        cx.explained.services.insert(name.clone());
+        comparison.explained.services.insert(name.clone());
         for c in p
             .chains
             .iter()
             .map(|c| c.name.clone())
             .chain(p.endpoints.iter().map(|e| e.chain.to_string()))
         {
-            cx.explained.chains.insert(c);
+            comparison.explained.chains.insert(c);
         }
-        cx.out.push(
+        comparison.out.push(
             cat::STALE_SERVICE
                 .finding(format!(
                     "{name} ({}) has rules on this node but no such service port in the API",
@@ -1151,7 +1163,7 @@ fn stale_ports(cx: &mut Ctx<'_>, graph: &ServiceGraph, matched: &HashSet<&str, N
 }
 
 /// Structural anomalies of the graph → KP402/KP403/KP404/KP405.
-fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) {
+fn anomalies(comparison: &mut Comparison<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) {
     let mut dups: BTreeMap<(String, String), (usize, Option<String>)> = BTreeMap::new();
     // The endpoint chains kube-proxy writes: 1.22 writes one per endpoint, ready or not, and
     // only affinity rules reference the unready ones. Made when first needed.
@@ -1160,7 +1172,7 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
         let chain = an.chain.clone().unwrap_or_default();
         match an.kind {
             AnomalyKind::UndeclaredJump => {
-                cx.out.push(
+                comparison.out.push(
                     cat::DANGLING_JUMP
                         .finding(format!("{} {chain}: {}", an.table, an.message))
                         .chain(format!("{} {chain}", an.table))
@@ -1172,7 +1184,7 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
                 if crate::graph::ownership::service_chain(&chain).is_none() {
                     continue; // fixed chains: the base-jump check reports them
                 }
-                if cx.explained.chains.contains(&chain) {
+                if comparison.explained.chains.contains(&chain) {
                     continue;
                 }
                 let written = written.get_or_insert_with(|| {
@@ -1184,8 +1196,8 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
                 if written.contains(chain.as_str()) {
                     continue;
                 }
-                cx.explained.chains.insert(chain.clone());
-                let check = if cx.gx.large_cluster {
+                comparison.explained.chains.insert(chain.clone());
+                let check = if comparison.context.large_cluster {
                     cat::STALE_CHAIN_LARGE_CLUSTER
                 } else {
                     cat::ORPHAN_CHAIN
@@ -1198,7 +1210,7 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
                 if let Some(s) = &an.service {
                     f = f.service(s.clone());
                 }
-                cx.out.push(f);
+                comparison.out.push(f);
             }
             AnomalyKind::DuplicateRule => {
                 let d = dups
@@ -1210,7 +1222,7 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
         }
     }
     for ((table, chain), (n, service)) in dups {
-        cx.explained.chains.insert(chain.clone());
+        comparison.explained.chains.insert(chain.clone());
         let mut f = cat::DUPLICATE_RULES
             .finding(format!("{table} {chain}: a rule appears {n} times"))
             .chain(format!("{table} {chain}"))
@@ -1219,7 +1231,7 @@ fn anomalies(cx: &mut Ctx<'_>, graph: &ServiceGraph, expected: &[ExpectedPort]) 
         if let Some(s) = service {
             f = f.service(s);
         }
-        cx.out.push(f);
+        comparison.out.push(f);
     }
 }
 
@@ -1239,14 +1251,14 @@ mod tests {
                 .expect("dump");
         let graph = crate::graph::build_ruleset(
             &rules,
-            &crate::graph::DumpFacts::default(),
+            &crate::graph::DumpSummary::default(),
             &crate::graph::GraphOptions::default(),
         );
-        let gx = GraphContext::default();
-        let (one, one_explained) = compare_split(&expected, &graph, &gx, usize::MAX);
+        let context = GraphContext::default();
+        let (one, one_explained) = compare_split(&expected, &graph, &context, usize::MAX);
         assert!(!one.is_empty(), "the drifted dump has graph-level findings");
         assert!(expected.len() >= 2, "two halves");
-        let (split, split_explained) = compare_split(&expected, &graph, &gx, 1);
+        let (split, split_explained) = compare_split(&expected, &graph, &context, 1);
         assert_eq!(split, one);
         assert_eq!(split_explained.chains, one_explained.chains);
         assert_eq!(split_explained.services, one_explained.services);

@@ -124,22 +124,22 @@ pub fn has_kube_proxy_rules(dump: &Dump<'_>) -> bool {
 }
 
 /// All node-wide checks on one dump.
-pub fn check(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn check(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    out.extend(skipped_lines(dump, cx));
-    out.extend(userspace_skew(dump, cx));
-    out.extend(tables_present(dump, cx));
-    out.extend(foreign_mode(dump, cx));
-    out.extend(base_jumps(dump, cx));
+    out.extend(skipped_lines(dump, context));
+    out.extend(userspace_skew(dump, context));
+    out.extend(tables_present(dump, context));
+    out.extend(foreign_mode(dump, context));
+    out.extend(base_jumps(dump, context));
     out.extend(canary(dump));
-    out.extend(mark(dump, cx));
-    out.extend(mark_conflicts(dump, cx));
-    out.extend(shadowing(dump, cx));
+    out.extend(mark(dump, context));
+    out.extend(mark_conflicts(dump, context));
+    out.extend(shadowing(dump, context));
     out
 }
 
 /// KP013: lines skipped in lenient mode.
-pub fn skipped_lines(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn skipped_lines(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let Some(first) = dump.skipped.first() else {
         return Vec::new();
     };
@@ -147,7 +147,7 @@ pub fn skipped_lines(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
         cat::LINES_SKIPPED
             .finding(format!(
                 "{}: {} line(s) skipped, first at line {}: {}",
-                cx.label,
+                context.label,
                 dump.skipped.len(),
                 first.line,
                 first.reason
@@ -167,7 +167,7 @@ pub fn is_unreadable(dump: &Dump<'_>) -> bool {
 
 /// KP001: targets the userspace printed as garbage (`[unsupported revision]`, empty or `0.0.0.0:0`
 /// DNAT destinations). One finding per dump.
-pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn userspace_skew(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let mut count = 0usize;
     let mut first: Option<(&Rule<'_>, &str, &str, &str)> = None;
     for t in &dump.tables {
@@ -192,7 +192,7 @@ pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
         cat::USERSPACE_SKEW
             .finding(format!(
                 "{}: {count} rule(s) cannot be read by this iptables ({version}): {reason}; endpoint checks are skipped",
-                cx.label
+                context.label
             ))
             .chain(format!("{tname} {chain}"))
             .expected("rules this iptables-save can print")
@@ -201,7 +201,7 @@ pub fn userspace_skew(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
 }
 
 /// KP011: the nat or filter table is missing.
-pub fn tables_present(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn tables_present(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     ["nat", "filter"]
         .iter()
         .filter(|n| table(dump, n).is_none())
@@ -209,7 +209,7 @@ pub fn tables_present(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             cat::TABLE_MISSING
                 .finding(format!(
                     "{}: no {n} table; checks of that table are skipped",
-                    cx.label
+                    context.label
                 ))
                 .chain(n.to_string())
                 .expected(format!("*{n}"))
@@ -219,8 +219,8 @@ pub fn tables_present(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
 }
 
 /// KP004: chains, ipset matches or tables of a proxy mode other than the configured one.
-pub fn foreign_mode(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
-    if cx.mode != "iptables" && !cx.mode.is_empty() {
+pub fn foreign_mode(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
+    if context.mode != "iptables" && !context.mode.is_empty() {
         // Other modes' leftovers of iptables mode are the IPVS/nftables checks' business.
         return Vec::new();
     }
@@ -261,7 +261,7 @@ pub fn foreign_mode(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             cat::FOREIGN_MODE
                 .finding(format!(
                     "{}: {} table holds IPVS-mode rules although kube-proxy runs in iptables mode",
-                    cx.label, t.name
+                    context.label, t.name
                 ))
                 .chain(t.name.to_string())
                 .expected("no IPVS-mode chains or KUBE-* ipset matches")
@@ -304,8 +304,8 @@ fn jump_position(t: &Table<'_>, chain: &str, target: &str) -> Option<usize> {
 }
 
 /// KP005: the jumps of [`BASE_JUMPS`].
-pub fn base_jumps(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
-    if cx.mode != "iptables" && !cx.mode.is_empty() {
+pub fn base_jumps(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
+    if context.mode != "iptables" && !context.mode.is_empty() {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -417,9 +417,9 @@ fn mark_match_text(m: &Neg<MarkValue>) -> String {
 
 /// KP007 (mark differs from masqueradeBit) and KP308 (no MARK in KUBE-MARK-MASQ / no MASQUERADE in
 /// KUBE-POSTROUTING).
-pub fn mark(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn mark(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let m = cx.mark;
+    let m = context.mark;
     let expected_text = format!("{m:#x}");
     if let Some(nat) = table(dump, "nat") {
         if !has_kube_proxy_rules(dump) && !has_chain(nat, "KUBE-MARK-MASQ") {
@@ -529,7 +529,7 @@ fn mark_matches_in(rules: &[&Rule<'_>], table: &str, chain: &str, m: u32) -> Vec
 }
 
 /// KP010: a rule outside kube-proxy's masquerade chains that changes kube-proxy's mark bit.
-pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn mark_conflicts(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     for t in &dump.tables {
         for (chain, r) in t.rules_with_chain() {
@@ -539,16 +539,16 @@ pub fn mark_conflicts(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
                 continue;
             }
             if let Some(Target::Mark(op)) = &r.target()
-                && mark_bits_changed(op) & cx.mark != 0
+                && mark_bits_changed(op) & context.mark != 0
             {
                 out.push(
                     cat::MARK_CONFLICT
                         .finding(format!(
                             "{} {} changes bit {:#x} that kube-proxy uses to mark traffic for masquerading",
-                            t.name, chain, cx.mark
+                            t.name, chain, context.mark
                         ))
                         .chain(format!("{} {chain}", t.name))
-                        .expected(format!("no other rule touches {:#x}", cx.mark))
+                        .expected(format!("no other rule touches {:#x}", context.mark))
                         .actual(rule_text(chain, r)),
                 );
             }
@@ -640,7 +640,7 @@ fn prefix_contains(net: IpAddr, prefix: u8, ip: &IpAddr) -> bool {
 }
 
 /// KP008: terminal foreign rules ahead of kube-proxy's jumps in the built-in chains.
-pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
+pub fn shadowing(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut seen: HashSet<(&str, &str)> = HashSet::new();
     for j in BASE_JUMPS.iter() {
@@ -673,7 +673,7 @@ pub fn shadowing(dump: &Dump<'_>, cx: &NodeContext<'_>) -> Vec<Finding> {
             if !terminal {
                 continue;
             }
-            let Some(service) = shadowed_service(r, cx.services) else {
+            let Some(service) = shadowed_service(r, context.services) else {
                 continue;
             };
             let shadowed: Vec<&str> = rules[i + 1..=last]
@@ -719,14 +719,14 @@ mod tests {
         services
             .ports
             .insert(("tcp".into(), 80), "ns1/svc1:p80".into());
-        let cx = NodeContext {
+        let context = NodeContext {
             mark: 0x4000,
             mode: "iptables",
             services: &services,
             large_cluster: false,
             label: "t",
         };
-        check(&dump, &cx).iter().map(|f| f.id).collect()
+        check(&dump, &context).iter().map(|f| f.id).collect()
     }
 
     #[test]

@@ -28,7 +28,7 @@ use kproxy_parsers::iptables::{
 use std::collections::HashMap;
 
 /// Runs a render, handing its chunks to the sink (see
-/// [`crate::proxier::iptables::render_plan_chunks`]).
+/// [`crate::proxier::iptables::render_decisions_chunks`]).
 pub type RenderFn<'f> = dyn Fn(&mut dyn FnMut(RenderChunk<'_>)) + Sync + 'f;
 
 /// What the comparison leaves out of every key.
@@ -296,10 +296,10 @@ pub struct ExpectedRules {
 
 impl ExpectedRules {
     /// Runs `render` (the render of `family`) and keeps each chain's key digest. `nat_chains`
-    /// is about how many nat chains the render writes ([`ServicePlan::nat_chains_estimate`]):
+    /// is about how many nat chains the render writes ([`ServiceDecisions::nat_chains_estimate`]):
     /// room for them is made at once, not by doubling while verify is at its busiest.
     ///
-    /// [`ServicePlan::nat_chains_estimate`]: crate::proxier::iptables::ServicePlan::nat_chains_estimate
+    /// [`ServiceDecisions::nat_chains_estimate`]: crate::proxier::iptables::ServiceDecisions::nat_chains_estimate
     pub fn build(
         render: &RenderFn<'_>,
         family: Family,
@@ -771,7 +771,7 @@ fn tail_last(
 mod tests {
     use super::{ExpectedRules, ExpectedTable, KeyDigest, screen_split};
     use crate::model::Fingerprint;
-    use crate::proxier::iptables::{RenderChunk, render_plan_chunks};
+    use crate::proxier::iptables::{RenderChunk, render_decisions_chunks};
     use kproxy_parsers::iptables::{Family, ParseOptions};
 
     /// Split over two threads, the screen says of every chain what one pass says, in the same
@@ -780,7 +780,7 @@ mod tests {
     fn split_screen_says_what_one_pass_says() {
         let (plan, facts) = super::super::fixture::cluster_plan();
         let render = |sink: &mut dyn FnMut(RenderChunk<'_>)| {
-            let _ = render_plan_chunks(&plan, &facts, sink);
+            let _ = render_decisions_chunks(&plan, &facts, sink);
         };
         let dump = super::super::fixture::drifted_dump();
         let actual = crate::model::Ruleset::parse(&dump, &ParseOptions::strict()).expect("dump");

@@ -71,7 +71,7 @@ pub struct NodePlans {
 #[derive(Debug)]
 struct Planned {
     /// One plan per family that has a dump.
-    plans: Vec<ipt::ServicePlan>,
+    plans: Vec<ipt::ServiceDecisions>,
     /// Families without a dump, with the number of service ports that were not checked.
     not_collected: Vec<(IpFamily, usize)>,
 }
@@ -88,7 +88,7 @@ impl Planned {
             facts.family = family;
             ipt::expected_service_ports(state, config, &facts)
         };
-        let mut plans: Vec<ipt::ServicePlan> = Vec::new();
+        let mut plans: Vec<ipt::ServiceDecisions> = Vec::new();
         let mut not_collected = Vec::new();
         for fam in [IpFamily::V4, IpFamily::V6] {
             if families.contains(&fam) {
@@ -178,7 +178,7 @@ impl NodePlans {
     }
 
     /// The plan of `family`, when a dump of that family was given to [`NodePlans::new`].
-    pub fn of(&self, family: IpFamily) -> Option<&ipt::ServicePlan> {
+    pub fn of(&self, family: IpFamily) -> Option<&ipt::ServiceDecisions> {
         if !self.has(family) {
             return None;
         }
@@ -501,7 +501,7 @@ fn verify_dump(
     // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
         if let Some(plan) = plans.of(d.family) {
-            let _ = ipt::render_plan_chunks(plan, &facts, sink);
+            let _ = ipt::render_decisions_chunks(plan, &facts, sink);
         }
     };
     let facts = &facts;
@@ -510,7 +510,7 @@ fn verify_dump(
             let chains = input
                 .plans
                 .of(d.family)
-                .map_or(0, ipt::ServicePlan::nat_chains_estimate);
+                .map_or(0, ipt::ServiceDecisions::nat_chains_estimate);
             let omit = if facts.nfacct_known {
                 rule_level::KEY_OMIT_KNOWN_NFACCT
             } else {
@@ -552,14 +552,14 @@ fn verify_dump(
             let expected = expected::expected_ports(plan);
             stage("expected service ports computed");
             let addresses = service_addresses(&expected);
-            let cx = NodeContext {
+            let node_context = NodeContext {
                 mark: mark_value(facts, input.config),
                 mode,
                 services: &addresses,
                 large_cluster: plan.large_cluster_mode,
                 label: d.label,
             };
-            let findings = nodewide::check(&dump, &cx);
+            let findings = nodewide::check(&dump, &node_context);
             stage("node-wide checks done");
             let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
             (findings, names)
@@ -568,7 +568,7 @@ fn verify_dump(
         let legacy_tables_present = dump.legacy_tables_present;
         let unreadable = nodewide::is_unreadable(&dump);
 
-        let dump_facts = graph::DumpFacts::of(&dump);
+        let dump_facts = graph::DumpSummary::of(&dump);
         // One ruleset serves the graph and the rule level (both threads).
         let _ = model_cell.set(Some(Ruleset::from_dump(dump)));
         drop(model_guard);
@@ -585,7 +585,7 @@ fn verify_dump(
                 comparison_only: true,
             },
         );
-        let gx = GraphContext {
+        let graph_context = GraphContext {
             masquerade_all: input.config.masquerade_all,
             local_detector: expected::detector_text(plan),
             large_cluster: plan.large_cluster_mode,
@@ -593,7 +593,8 @@ fn verify_dump(
         };
         stage("graph built");
         let expected = expected::expected_ports(plan);
-        let (mut graph_findings, explained) = graph_level::compare(&expected, &graph, &gx);
+        let (mut graph_findings, explained) =
+            graph_level::compare(&expected, &graph, &graph_context);
         if !missing.is_empty() {
             graph_findings.retain(|f| {
                 let table = match f.chain.as_deref() {

@@ -17,7 +17,7 @@ pub mod ipvs;
 pub mod names;
 pub mod ownership;
 
-pub use build::{DumpFacts, GraphOptions, build, build_ruleset, from_dump};
+pub use build::{DumpSummary, GraphOptions, build, build_ruleset, from_dump};
 pub use names::NameResolver;
 pub use ownership::{ChainKind, is_kube_proxy_chain};
 

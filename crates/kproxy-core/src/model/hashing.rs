@@ -41,7 +41,7 @@ fn encode16<'b>(digest: &[u8], buf: &'b mut [u8; 16]) -> &'b str {
     std::str::from_utf8(buf).unwrap_or("")
 }
 
-/// `KUBE-SEP-<hash>`, held inline (25 bytes, no allocation): a 10k-service node plans 100k of
+/// `KUBE-SEP-<hash>`, held inline (25 bytes, no allocation): a 10k-service node has 100k of
 /// them. Reads as the chain name (`&str`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EndpointChain([u8; 25]);

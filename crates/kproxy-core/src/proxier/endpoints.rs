@@ -51,7 +51,7 @@ pub struct Endpoint {
     #[serde(serialize_with = "serialize_opt_arc_str")]
     pub node_name: Option<Arc<str>>,
     /// Topology hints, `zone` and `targetRef`, boxed: an endpoint without any costs one word
-    /// (a 10k-service node plans 100k endpoints).
+    /// (a 10k-service node has 100k endpoints).
     #[serde(flatten)]
     pub extra: Option<Box<EndpointExtra>>,
     /// The EndpointSlice it came from (`name`).

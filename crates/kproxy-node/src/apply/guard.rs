@@ -24,12 +24,12 @@ pub struct GuardInput<'a> {
     /// Endpoints the state implies (summed over service ports).
     pub expected_endpoints: usize,
     /// The configured mode and the state's age.
-    pub facts: InputFacts<'a>,
+    pub facts: InputConditions<'a>,
 }
 
 /// What every guard knows of its inputs besides what they imply on the node.
 #[derive(Debug, Clone)]
-pub struct InputFacts<'a> {
+pub struct InputConditions<'a> {
     /// The configured proxy mode (`iptables`, `ipvs`, `nftables`, or empty for the default).
     pub configured_mode: &'a str,
     /// Age of the API state (file modification time, bundle time), when known.
@@ -38,7 +38,7 @@ pub struct InputFacts<'a> {
     pub max_age: Option<Duration>,
 }
 
-impl<'a> InputFacts<'a> {
+impl<'a> InputConditions<'a> {
     /// What the guard knows of inputs read from `config` and the API state files `state_files`
     /// (`-` is stdin, of no age), refused when older than `max_age`.
     pub fn new(
@@ -46,7 +46,7 @@ impl<'a> InputFacts<'a> {
         state_files: &[PathBuf],
         max_age: Option<Duration>,
     ) -> Self {
-        InputFacts {
+        InputConditions {
             configured_mode: &config.mode,
             state_age: newest_age(state_files),
             max_age,
@@ -155,7 +155,7 @@ mod tests {
         GuardInput {
             expected_service_ports: 5,
             expected_endpoints: 10,
-            facts: InputFacts {
+            facts: InputConditions {
                 configured_mode: "iptables",
                 state_age: None,
                 max_age: None,

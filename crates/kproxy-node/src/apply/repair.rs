@@ -5,7 +5,7 @@
 //! [`RulesHost`]: this host, or a node reached through the API.
 
 use super::backup::{rollback_input, write_backup};
-use super::guard::{GuardInput, InputFacts, refusals, unless_forced};
+use super::guard::{GuardInput, InputConditions, refusals, unless_forced};
 use super::host::{HostError, RulesHost};
 use super::plan::{Plan, plan};
 use crate::model::Ruleset;
@@ -118,7 +118,7 @@ pub struct RepairReport {
 /// `iptables-restore` text) and the guard's view of them, with what it knows of the inputs.
 pub fn expected_and_guard<'a>(
     inputs: &'a ProxyInputs,
-    facts: InputFacts<'a>,
+    facts: InputConditions<'a>,
 ) -> (String, GuardInput<'a>) {
     let rendered = render(
         &inputs.state,

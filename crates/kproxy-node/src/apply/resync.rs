@@ -30,7 +30,7 @@ pub enum ResyncError {
 }
 
 /// Builds the node facts from the current state (node IPs may change while the loop runs).
-pub type FactsBuilder = Arc<dyn Fn(&ClusterState) -> anyhow::Result<NodeFacts> + Send + Sync>;
+pub type NodeFactsBuilder = Arc<dyn Fn(&ClusterState) -> anyhow::Result<NodeFacts> + Send + Sync>;
 
 /// How the loop syncs.
 #[derive(Clone)]
@@ -40,7 +40,7 @@ pub struct ResyncOptions {
     /// kube-proxy's configuration.
     pub config: ProxyConfig,
     /// Builds the node facts from the current state (node IPs may change).
-    pub facts: FactsBuilder,
+    pub facts: NodeFactsBuilder,
     /// Minimum time between two syncs (coalescing window).
     pub min_sync_period: Duration,
     /// Time between full rewrites.

@@ -10,7 +10,7 @@ use crate::graph::{
     ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
     ownership::service_chain,
 };
-use crate::proxier::iptables::{ServicePlan, ServicePortPlan};
+use crate::proxier::iptables::{ServiceDecisions, ServicePortDecisions};
 use std::collections::BTreeSet;
 
 fn port_name_of(spn: &str) -> &str {
@@ -23,17 +23,17 @@ fn port_name_of(spn: &str) -> &str {
 pub fn build(
     graph: &ServiceGraph,
     selector: &ServiceSelector,
-    plan: Option<&ServicePlan>,
+    plan: Option<&ServiceDecisions>,
 ) -> Result<PathView, PathError> {
     let service = selector.service();
     let dump_ports = graph.ports_of(&selector.namespace, &selector.name);
-    let plan_ports: Vec<&ServicePortPlan> = plan
+    let plan_ports: Vec<&ServicePortDecisions> = plan
         .map(|p| {
             p.ports
                 .iter()
-                .filter(|pp| {
-                    pp.info.name.namespace == selector.namespace
-                        && pp.info.name.name == selector.name
+                .filter(|decisions| {
+                    decisions.info.name.namespace == selector.namespace
+                        && decisions.info.name.name == selector.name
                 })
                 .collect()
         })
@@ -51,25 +51,25 @@ pub fn build(
         });
     }
     let mut ports: Vec<PortPath> = Vec::new();
-    for dp in &dump_ports {
-        let pp = plan_ports.iter().copied().find(|pp| {
-            Some(pp.info.name_string.as_str()) == dp.name.as_deref()
-                && dp
+    for observed in &dump_ports {
+        let decisions = plan_ports.iter().copied().find(|decisions| {
+            Some(decisions.info.name_string.as_str()) == observed.name.as_deref()
+                && observed
                     .protocol
                     .as_deref()
-                    .is_none_or(|p| p == pp.info.name.protocol.lower())
+                    .is_none_or(|p| p == decisions.info.name.protocol.lower())
         });
-        ports.push(port_path(graph, dp, pp, plan.is_some()));
+        ports.push(port_path(graph, observed, decisions, plan.is_some()));
     }
-    for pp in &plan_ports {
+    for decisions in &plan_ports {
         let present = ports.iter().any(|p| {
-            p.name == pp.info.name_string
+            p.name == decisions.info.name_string
                 && p.protocol
                     .as_deref()
-                    .is_none_or(|x| x == pp.info.name.protocol.lower())
+                    .is_none_or(|x| x == decisions.info.name.protocol.lower())
         });
         if !present {
-            ports.push(missing_port(pp));
+            ports.push(missing_port(decisions));
         }
     }
     if let Some(sel) = &selector.port {
@@ -106,14 +106,18 @@ pub fn build(
 
 fn port_path(
     graph: &ServiceGraph,
-    dp: &ServicePort,
-    pp: Option<&ServicePortPlan>,
+    observed: &ServicePort,
+    decisions: Option<&ServicePortDecisions>,
     compare: bool,
 ) -> PortPath {
-    let name = dp.display_name();
-    let mut entries: Vec<EntryPath> = dp.entries.iter().map(|e| entry_path(dp, e, pp)).collect();
+    let name = observed.display_name();
+    let mut entries: Vec<EntryPath> = observed
+        .entries
+        .iter()
+        .map(|e| entry_path(observed, e, decisions))
+        .collect();
     // Entry points that exist only as filter verdicts (no endpoints: REJECT; Local: DROP).
-    for v in &dp.verdicts {
+    for v in &observed.verdicts {
         if v.table != "filter" || v.reason == VerdictReason::SourceRange {
             continue;
         }
@@ -127,8 +131,9 @@ fn port_path(
             ("KUBE-SERVICES", _) => EntryKind::ClusterIp,
             (_, None) => EntryKind::NodePort,
             (_, Some(a)) => {
-                let is_lb = pp.is_some_and(|pp| {
-                    pp.info
+                let is_lb = decisions.is_some_and(|decisions| {
+                    decisions
+                        .info
                         .load_balancer_vips
                         .iter()
                         .any(|ip| ip.to_string() == *a)
@@ -144,14 +149,14 @@ fn port_path(
             kind,
             address: v.address.clone(),
             port: v.port,
-            protocol: dp.protocol.clone(),
+            protocol: observed.protocol.clone(),
             table: v.table.clone(),
             chain: v.chain.clone(),
             target: v.verdict.clone(),
             line: v.line,
             counters: v.counters,
         };
-        let mut ep = entry_path(dp, &e, pp);
+        let mut ep = entry_path(observed, &e, decisions);
         ep.line = None;
         entries.push(ep);
     }
@@ -172,22 +177,22 @@ fn port_path(
             ),
         });
     }
-    let dump_timeout = dp.affinity.as_ref().and_then(|a| a.timeout_seconds);
-    let mut affinity = dp.affinity.as_ref().map(|a| AffinityView {
+    let dump_timeout = observed.affinity.as_ref().and_then(|a| a.timeout_seconds);
+    let mut affinity = observed.affinity.as_ref().map(|a| AffinityView {
         timeout_seconds: a.timeout_seconds,
         expected_timeout_seconds: None,
     });
-    match pp {
-        Some(pp) => {
-            let expected = pp.info.session_affinity_seconds;
+    match decisions {
+        Some(decisions) => {
+            let expected = decisions.info.session_affinity_seconds;
             if expected.is_some() || affinity.is_some() {
                 affinity = Some(AffinityView {
                     timeout_seconds: dump_timeout,
                     expected_timeout_seconds: expected,
                 });
             }
-            let has_endpoints = pp.categorized.has_any;
-            match (expected, dp.affinity.is_some()) {
+            let has_endpoints = decisions.categorized.has_any;
+            match (expected, observed.affinity.is_some()) {
                 (Some(s), true) if dump_timeout.is_some_and(|d| i64::from(d) != i64::from(s)) => {
                     divergences.push(Divergence {
                         kind: DivergenceKind::Affinity,
@@ -207,10 +212,10 @@ fn port_path(
                 }),
                 _ => {}
             }
-            divergences.extend(missing_entries(pp, &entries));
+            divergences.extend(missing_entries(decisions, &entries));
             for e in &mut entries {
                 for b in &mut e.branches {
-                    compare_branch(b, pp);
+                    compare_branch(b, decisions);
                 }
             }
         }
@@ -220,10 +225,11 @@ fn port_path(
         }),
         None => {}
     }
-    let port = pp
-        .and_then(|pp| u16::try_from(pp.info.port).ok())
+    let port = decisions
+        .and_then(|decisions| u16::try_from(decisions.info.port).ok())
         .or_else(|| {
-            dp.entries
+            observed
+                .entries
                 .iter()
                 .find(|e| e.kind == EntryKind::ClusterIp)
                 .and_then(|e| e.port)
@@ -232,8 +238,8 @@ fn port_path(
         port_name: port_name_of(&name).to_string(),
         name,
         port,
-        protocol: dp.protocol.clone(),
-        hash: dp.hash.clone(),
+        protocol: observed.protocol.clone(),
+        hash: observed.hash.clone(),
         in_dump: true,
         affinity,
         entries,
@@ -242,19 +248,19 @@ fn port_path(
 }
 
 fn entry_path(
-    dp: &ServicePort,
+    observed: &ServicePort,
     e: &crate::graph::Entry,
-    _pp: Option<&ServicePortPlan>,
+    _pp: Option<&ServicePortDecisions>,
 ) -> EntryPath {
     let mut branches = Vec::new();
     if service_chain(&e.target).is_some() {
-        walk(dp, &e.target, Vec::new(), Vec::new(), &mut branches);
+        walk(observed, &e.target, Vec::new(), Vec::new(), &mut branches);
     }
     let chains_on_path: BTreeSet<&str> = branches
         .iter()
         .flat_map(|b| b.chains.iter().map(String::as_str))
         .collect();
-    let mut masquerade: Vec<MasqStep> = dp
+    let mut masquerade: Vec<MasqStep> = observed
         .masquerade
         .iter()
         .filter(|m| {
@@ -270,7 +276,7 @@ fn entry_path(
             why: masq_why(m.reason, m.condition.as_deref()),
         })
         .collect();
-    if let Some(h) = dp.masquerade.iter().find(|m| {
+    if let Some(h) = observed.masquerade.iter().find(|m| {
         m.reason == MasqueradeReason::Hairpin
             && branches
                 .iter()
@@ -286,7 +292,7 @@ fn entry_path(
             why: masq_why(MasqueradeReason::Hairpin, None),
         });
     }
-    let mut verdicts: Vec<VerdictStep> = dp
+    let mut verdicts: Vec<VerdictStep> = observed
         .verdicts
         .iter()
         .filter(|v| {
@@ -320,7 +326,7 @@ fn entry_path(
             why: "health-check node port accepted for the load balancer's probes".into(),
         });
     }
-    let hairpin: BTreeSet<&str> = dp
+    let hairpin: BTreeSet<&str> = observed
         .endpoints
         .iter()
         .filter(|ep| ep.hairpin_masquerade)
@@ -349,7 +355,7 @@ fn entry_path(
 
 /// Follows the port's edges from `chain`, emitting one branch per policy chain reached.
 fn walk(
-    dp: &ServicePort,
+    observed: &ServicePort,
     chain: &str,
     mut conds: Vec<String>,
     mut chains: Vec<String>,
@@ -363,12 +369,12 @@ fn walk(
         service_chain(chain),
         Some((ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb, _))
     );
-    let picks_endpoints = dp
+    let picks_endpoints = observed
         .edges
         .iter()
         .any(|e| e.from == chain && matches!(service_chain(e.to), Some((ChainKind::Sep, _))));
     if is_policy || picks_endpoints {
-        let endpoints = dp
+        let endpoints = observed
             .endpoints
             .iter()
             .filter_map(|ep| {
@@ -397,7 +403,7 @@ fn walk(
     }
     // Jumps to the same chain are one way on (e.g. several source ranges of a FW chain).
     let mut onward: Vec<(&str, Vec<&str>)> = Vec::new();
-    for e in dp.edges.iter().filter(|e| e.from == chain) {
+    for e in observed.edges.iter().filter(|e| e.from == chain) {
         if matches!(service_chain(e.to), Some((ChainKind::Sep, _)) | None) {
             continue;
         }
@@ -414,7 +420,7 @@ fn walk(
         if !labels.iter().any(|l| l.is_empty()) {
             c.push(join_alternatives(labels));
         }
-        walk(dp, to, c, chains.clone(), out);
+        walk(observed, to, c, chains.clone(), out);
     }
     if !is_policy && !picks_endpoints && !unconditional {
         // Traffic that matches none of the jumps leaves the chain without DNAT: the filter

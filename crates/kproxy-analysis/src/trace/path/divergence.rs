@@ -5,7 +5,7 @@ use super::{AffinityView, PlanEndpoint};
 use super::{Branch, Divergence, DivergenceKind, EndpointPath, EntryPath, PodRef, PortPath};
 use crate::graph::{ChainKind, EntryKind, ownership::service_chain, percent};
 use crate::model::hashing::EndpointChain;
-use crate::proxier::iptables::ServicePortPlan;
+use crate::proxier::iptables::ServicePortDecisions;
 
 /// Shares closer than this are considered equal (dumps print probabilities with rounding).
 const SHARE_TOLERANCE: f64 = 0.005;
@@ -20,15 +20,15 @@ pub(super) fn count_divergences(p: &PortPath) -> usize {
             .count()
 }
 
-pub(super) fn missing_port(pp: &ServicePortPlan) -> PortPath {
+pub(super) fn missing_port(decisions: &ServicePortDecisions) -> PortPath {
     PortPath {
-        name: pp.info.name_string.clone(),
-        port_name: pp.info.name.port.clone(),
-        port: u16::try_from(pp.info.port).ok(),
-        protocol: Some(pp.info.name.protocol.lower().to_string()),
+        name: decisions.info.name_string.clone(),
+        port_name: decisions.info.name.port.clone(),
+        port: u16::try_from(decisions.info.port).ok(),
+        protocol: Some(decisions.info.name.protocol.lower().to_string()),
         hash: None,
         in_dump: false,
-        affinity: pp.info.session_affinity_seconds.map(|s| AffinityView {
+        affinity: decisions.info.session_affinity_seconds.map(|s| AffinityView {
             timeout_seconds: None,
             expected_timeout_seconds: Some(s),
         }),
@@ -40,8 +40,11 @@ pub(super) fn missing_port(pp: &ServicePortPlan) -> PortPath {
     }
 }
 
-pub(super) fn missing_entries(pp: &ServicePortPlan, entries: &[EntryPath]) -> Vec<Divergence> {
-    let info = &pp.info;
+pub(super) fn missing_entries(
+    decisions: &ServicePortDecisions,
+    entries: &[EntryPath],
+) -> Vec<Divergence> {
+    let info = &decisions.info;
     let port = u16::try_from(info.port).ok();
     let mut want: Vec<(EntryKind, Option<String>, Option<u16>)> = vec![(
         EntryKind::ClusterIp,
@@ -81,7 +84,7 @@ pub(super) fn missing_entries(pp: &ServicePortPlan, entries: &[EntryPath]) -> Ve
 
 /// The endpoints the API says `policy_chain` must pick.
 fn expected_set<'p>(
-    pp: &'p ServicePortPlan,
+    decisions: &'p ServicePortDecisions,
     policy_chain: &str,
 ) -> Vec<(&'p PlanEndpoint, &'p str)> {
     let local = matches!(
@@ -89,14 +92,14 @@ fn expected_set<'p>(
         Some((ChainKind::Svl | ChainKind::Xlb, _))
     );
     let idx = if local {
-        &pp.categorized.local
+        &decisions.categorized.local
     } else {
-        &pp.categorized.cluster
+        &decisions.categorized.cluster
     };
     idx.iter()
         .filter_map(|&i| {
-            let e = pp.endpoints.get(i as usize)?;
-            let c = pp
+            let e = decisions.endpoints.get(i as usize)?;
+            let c = decisions
                 .endpoint_chains
                 .get(i as usize)
                 .map_or("", EndpointChain::as_str);
@@ -105,11 +108,16 @@ fn expected_set<'p>(
         .collect()
 }
 
-fn find_plan_endpoint<'p>(pp: &'p ServicePortPlan, ep: &EndpointPath) -> Option<&'p PlanEndpoint> {
-    pp.endpoints
+fn find_plan_endpoint<'p>(
+    decisions: &'p ServicePortDecisions,
+    ep: &EndpointPath,
+) -> Option<&'p PlanEndpoint> {
+    decisions
+        .endpoints
         .iter()
         .zip(
-            pp.endpoint_chains
+            decisions
+                .endpoint_chains
                 .iter()
                 .map(Some)
                 .chain(std::iter::repeat(None)),
@@ -121,15 +129,15 @@ fn find_plan_endpoint<'p>(pp: &'p ServicePortPlan, ep: &EndpointPath) -> Option<
         .map(|(e, _)| e)
 }
 
-pub(super) fn compare_branch(b: &mut Branch, pp: &ServicePortPlan) {
+pub(super) fn compare_branch(b: &mut Branch, decisions: &ServicePortDecisions) {
     let Some(policy) = b.policy_chain.clone() else {
         return;
     };
-    let expected = expected_set(pp, &policy);
+    let expected = expected_set(decisions, &policy);
     let n = expected.len();
     let even = (n > 0).then(|| 1.0 / n as f64);
     for ep in &mut b.endpoints {
-        let plan_ep = find_plan_endpoint(pp, ep);
+        let plan_ep = find_plan_endpoint(decisions, ep);
         ep.pod = plan_ep.map(PodRef::from_plan);
         let in_set =
             plan_ep.is_some_and(|pe| expected.iter().any(|(e, _)| e.endpoint == pe.endpoint));

@@ -5,13 +5,13 @@
 //! endpoints, source-range DROP) and the rule counters when the dump has them.
 //!
 //! Built from a [`ServiceGraph`] (what the node has) and, optionally, kube-proxy's decisions for the
-//! API state ([`ServicePlan`], what the node should have): divergences — missing or stale
+//! API state ([`ServiceDecisions`], what the node should have): divergences — missing or stale
 //! endpoints, wrong shares, missing entry points — are marked inline.
 //!
 //! ```text
 //! graph::build ──▶ ServiceGraph ─┐
 //!                                 ├─ path::build(graph, selector, Some(plan)) ─▶ PathView ─▶ tree|table|json|dot
-//! proxier::expected_service_ports ▶ ServicePlan ┘
+//! proxier::expected_service_ports ▶ ServiceDecisions ┘
 //! ```
 //!
 //! Callers: `cli/trace.rs` parses the dump with [`crate::graph::build`] (passing
@@ -29,7 +29,7 @@ pub use build::build;
 
 use crate::graph::{Counters, EntryKind, MasqueradeReason, NameResolver, VerdictReason};
 use crate::proxier::endpoints::Endpoint as PlanEndpoint;
-use crate::proxier::iptables::ServicePlan;
+use crate::proxier::iptables::ServiceDecisions;
 use serde::Serialize;
 
 /// Which service (and optionally which port) to show.
@@ -103,7 +103,7 @@ pub enum PathError {
 }
 
 /// A name resolver for every service port of the plan, so dumps without comments get names.
-pub fn resolver_for(plan: &ServicePlan) -> NameResolver {
+pub fn resolver_for(plan: &ServiceDecisions) -> NameResolver {
     NameResolver::from_ports(
         plan.ports
             .iter()

@@ -72,7 +72,7 @@ impl LocalAddrs {
 
 /// Connection-tracking facts about the packet's connection (always a new one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct CtFacts {
+pub struct ConntrackState {
     /// The connection's destination was rewritten (virtual ctstate `DNAT`).
     pub dnat: bool,
     /// The connection's source was rewritten (virtual ctstate `SNAT`).
@@ -101,7 +101,7 @@ pub struct PacketView<'s> {
     /// The packet mark (`skb->mark`).
     pub mark: u32,
     /// Connection-tracking facts.
-    pub ct: CtFacts,
+    pub ct: ConntrackState,
     /// `recent` lists this packet's source was added to earlier in the walk (`--set`).
     pub recent: &'s [&'s str],
 }

@@ -20,7 +20,9 @@
 //! prefix with the destination (the address on the directly connected subnet).
 
 use super::SimError;
-use super::engine::{CtFacts, LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches};
+use super::engine::{
+    ConntrackState, LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches,
+};
 use super::packet::PacketSpec;
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{GenericOpt, MarkOp, Match, Module, RecentAction, Rule, Target};
@@ -248,7 +250,7 @@ struct Branch<'d, 'a> {
     dst: IpAddr,
     dport: u16,
     mark: u32,
-    ct: CtFacts,
+    ct: ConntrackState,
     recent: Vec<&'a str>,
     dnat: Option<(IpAddr, u16)>,
     snat: Option<IpAddr>,
@@ -285,7 +287,7 @@ pub fn simulate<'d, 'a>(
         dst: p.dst,
         dport: p.dport,
         mark: 0,
-        ct: CtFacts::default(),
+        ct: ConntrackState::default(),
         recent: Vec::new(),
         dnat: None,
         snat: None,

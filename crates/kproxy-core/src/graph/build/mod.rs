@@ -1,6 +1,6 @@
 //! Building a [`ServiceGraph`] from a parsed dump.
 //!
-//! Passes over the model's chains, each reading a rule's matches once ([`Facts`]): chains are
+//! Passes over the model's chains, each reading a rule's matches once ([`RuleSummary`]): chains are
 //! classified into service ports by their hash, ports are named from kube-proxy's comments, then
 //! come the entry chains (`KUBE-SERVICES`, `KUBE-NODEPORTS`), each port's policy and external
 //! chains, the endpoint chains, and the filter verdicts. Lookups go through indexes over borrowed
@@ -9,8 +9,8 @@
 //! a port first, the order of orphan endpoints), only those few items are sorted, not the 100k
 //! chain names of a large node.
 
-mod facts;
 mod port;
+mod rule_summary;
 
 use super::names::{CommentRole, NameResolver, parse_comment, port_proto_hash};
 use super::ownership::{ChainKind, service_chain};
@@ -21,8 +21,8 @@ use super::{
 use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
 use crate::parsers::iptables::{Rule, Target};
-use facts::{Facts, interface_condition, proto_name, source_condition};
 use port::{PortChain, PortMap, push_tight};
+use rule_summary::{RuleSummary, interface_condition, proto_name, source_condition};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -49,7 +49,7 @@ pub struct GraphOptions {
 
 /// What a graph needs to know about the dump beyond its rules (the [`Ruleset`] keeps only rules).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DumpFacts {
+pub struct DumpSummary {
     /// The backend named in the dump header.
     pub backend: Backend,
     /// Save/restore text (declares every chain it uses) rather than an `iptables -S` listing.
@@ -60,10 +60,10 @@ pub struct DumpFacts {
     pub gaps: Vec<String>,
 }
 
-impl DumpFacts {
+impl DumpSummary {
     /// The facts of `dump` (call before handing the dump to [`Ruleset::from_dump`]).
     pub fn of(dump: &Dump<'_>) -> Self {
-        DumpFacts {
+        DumpSummary {
             backend: dump.backend,
             save_form: dump.form == DumpForm::Save,
             gaps: dump.gaps.iter().map(ToString::to_string).collect(),
@@ -82,7 +82,7 @@ impl DumpFacts {
 /// Builds the service graph of a parsed dump (consumed: it becomes the [`Ruleset`], which is
 /// dropped once the graph is built; the graph borrows only the dump text).
 pub fn from_dump<'a>(dump: Dump<'a>, opts: &GraphOptions) -> ServiceGraph<'a> {
-    let facts = DumpFacts::of(&dump);
+    let facts = DumpSummary::of(&dump);
     let rs = Ruleset::from_dump(dump);
     build_ruleset(&rs, &facts, opts)
 }
@@ -102,7 +102,7 @@ const PARALLEL_ANOMALIES_FROM: usize = 20_000;
 /// Builds the service graph of a ruleset (see [`build`]); `facts` carries what the ruleset does not.
 pub fn build_ruleset<'a>(
     rs: &Ruleset<'a>,
-    facts: &DumpFacts,
+    facts: &DumpSummary,
     opts: &GraphOptions,
 ) -> ServiceGraph<'a> {
     let service_ports_of = || {
@@ -244,7 +244,7 @@ struct Builder<'a> {
     /// `(address, port, protocol)` of entries → port, built on first use (old layouts only).
     by_entry: Option<HashMap<EntryKey, usize>>,
     /// Scratch: the facts of one chain's rules.
-    facts: Vec<Facts<'a>>,
+    facts: Vec<RuleSummary<'a>>,
     /// Per nat chain (by index): the port whose policy chain (SVC/SVL/XLB) picks it as an
     /// endpoint chain (of several, the first in rank order; [`NO_OWNER`] when none does) and
     /// the position of its endpoint in that port's endpoints, where the chain's facts go.
@@ -362,7 +362,7 @@ impl<'a> Builder<'a> {
                 if !tkind.is_service_port_chain() {
                     continue;
                 }
-                let f = Facts::of(r);
+                let f = RuleSummary::of(r);
                 let role = role(&f);
                 let kind = if chain == "KUBE-NODEPORTS" {
                     EntryKind::NodePort
@@ -400,7 +400,7 @@ impl<'a> Builder<'a> {
             p.entries.shrink_to_fit();
         }
         for (chain, r) in masq_rules {
-            let f = Facts::of(r);
+            let f = RuleSummary::of(r);
             let Some(i) = self.key_for_rule(&f) else {
                 continue;
             };
@@ -411,7 +411,7 @@ impl<'a> Builder<'a> {
 
     /// The port a rule outside the service's own chains belongs to: by comment, else by
     /// destination/port/protocol of a known entry.
-    fn key_for_rule(&mut self, f: &Facts<'a>) -> Option<usize> {
+    fn key_for_rule(&mut self, f: &RuleSummary<'a>) -> Option<usize> {
         let proto = f.protocol_lower();
         if let Some(c) = f.comment.and_then(parse_comment)
             && let Some(i) = self.key_for_name(c.name, proto.as_deref(), false)
@@ -484,7 +484,7 @@ impl<'a> Builder<'a> {
     ) -> Option<&'a str> {
         let target = r.target();
         if self.is_masq(target.as_ref()) {
-            let f = Facts::of(r);
+            let f = RuleSummary::of(r);
             let m = masquerade_rule(chain, Some(kind), role(&f), r, &f);
             push_tight(&mut self.ports.at(port).masquerade, m);
             return None;
@@ -530,7 +530,7 @@ impl<'a> Builder<'a> {
                     {
                         *slot = (port as u32, at as u32);
                     }
-                    let f = Facts::of(r);
+                    let f = RuleSummary::of(r);
                     let p = self.ports.at(port);
                     if let Some(rc) = f.recent.filter(|rc| {
                         matches!(rc.action, RecentAction::Rcheck | RecentAction::Update)
@@ -577,12 +577,12 @@ impl<'a> Builder<'a> {
                 }
                 // A jump to another of the port's chains is only an edge.
                 Some((k, _)) if k.is_service_port_chain() && with_edges => {
-                    let f = Facts::of(r);
+                    let f = RuleSummary::of(r);
                     let label = link_label(role(&f), r, &f);
                     self.ports.at(port).edges.push(edge(chain, to, label, r));
                 }
                 _ if to == "KUBE-MARK-DROP" => {
-                    let reason = match role(&Facts::of(r)) {
+                    let reason = match role(&RuleSummary::of(r)) {
                         Some(CommentRole::NoLocalEndpoints) => VerdictReason::NoLocalEndpoints,
                         Some(CommentRole::NoEndpoints) => VerdictReason::NoEndpoints,
                         _ => VerdictReason::Other,
@@ -629,7 +629,7 @@ impl<'a> Builder<'a> {
             if service_chain(to).is_none() {
                 continue;
             }
-            let f = Facts::of(r);
+            let f = RuleSummary::of(r);
             if kind == ChainKind::Fw
                 && let Some(src) = f.source.filter(|s| !s.negated)
             {
@@ -679,7 +679,7 @@ impl<'a> Builder<'a> {
         let chain = c.name;
         let mut facts = std::mem::take(&mut self.facts);
         facts.clear();
-        facts.extend(c.rules.iter().map(|r| Facts::of(r)));
+        facts.extend(c.rules.iter().map(|r| RuleSummary::of(r)));
         let slot = self.sep_owner.get(ci).copied().filter(|o| o.0 != NO_OWNER);
         let (port, at) = match slot {
             Some((port, at)) => (port as usize, at as usize),
@@ -777,7 +777,7 @@ impl<'a> Builder<'a> {
             "KUBE-NODEPORTS",
         ] {
             for r in filter.rules(chain) {
-                let f = Facts::of(r);
+                let f = RuleSummary::of(r);
                 let Some(c) = f.comment.and_then(parse_comment) else {
                     continue;
                 };
@@ -842,7 +842,7 @@ impl<'a> Builder<'a> {
 }
 
 /// The role of the rule's kube-proxy comment, if it has one.
-fn role(f: &Facts<'_>) -> Option<CommentRole> {
+fn role(f: &RuleSummary<'_>) -> Option<CommentRole> {
     f.comment.and_then(parse_comment).map(|c| c.role)
 }
 
@@ -886,7 +886,7 @@ fn masquerade_rule<'a>(
     kind: Option<ChainKind>,
     role: Option<CommentRole>,
     r: &RuleEntry<'a>,
-    f: &Facts<'a>,
+    f: &RuleSummary<'a>,
 ) -> MasqueradeRule<'a> {
     let (reason, condition) = if let Some(s) = &f.source {
         let reason = if s.negated {
@@ -967,7 +967,11 @@ fn probability_label(pr: f64) -> Cow<'static, str> {
 }
 
 /// Words for a jump between service chains.
-fn link_label<'a>(role: Option<CommentRole>, r: &RuleEntry<'a>, f: &Facts<'a>) -> Cow<'a, str> {
+fn link_label<'a>(
+    role: Option<CommentRole>,
+    r: &RuleEntry<'a>,
+    f: &RuleSummary<'a>,
+) -> Cow<'a, str> {
     match role {
         Some(CommentRole::PodTraffic) => return Cow::Borrowed("pod source"),
         Some(CommentRole::RouteLocal) => return Cow::Borrowed("LOCAL source"),
@@ -1001,7 +1005,7 @@ fn verdict(
     reason: VerdictReason,
     r: &Rule<'_>,
 ) -> Verdict {
-    let f = Facts::of(r);
+    let f = RuleSummary::of(r);
     Verdict {
         table: table.to_string(),
         chain: chain.to_string(),

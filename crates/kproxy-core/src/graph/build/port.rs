@@ -37,7 +37,7 @@ pub(super) struct PortChain<'a> {
 
 /// A service port while it is being built.
 #[derive(Debug, Default)]
-pub(super) struct PortB<'a> {
+pub(super) struct PortBuilder<'a> {
     /// The key: the chain hash, or the hash computed from a comment's name.
     key: Cow<'a, str>,
     pub name: Option<Cow<'a, str>>,
@@ -63,7 +63,7 @@ pub(super) struct PortB<'a> {
     pub edges: Vec<Edge<'a>>,
 }
 
-impl<'a> PortB<'a> {
+impl<'a> PortBuilder<'a> {
     /// The chain hash, when the key is one.
     pub fn hash(&self) -> Option<&str> {
         is_chain_hash(&self.key).then_some(&*self.key)
@@ -199,7 +199,7 @@ impl<'a> PortB<'a> {
 #[derive(Debug, Default)]
 pub(super) struct PortMap<'a> {
     index: HashMap<Cow<'a, str>, usize, NameHash>,
-    ports: Vec<PortB<'a>>,
+    ports: Vec<PortBuilder<'a>>,
 }
 
 impl<'a> PortMap<'a> {
@@ -213,23 +213,23 @@ impl<'a> PortMap<'a> {
             return i;
         }
         let i = self.ports.len();
-        self.ports.push(PortB {
+        self.ports.push(PortBuilder {
             key: key.clone(),
-            ..PortB::default()
+            ..PortBuilder::default()
         });
         self.index.insert(key, i);
         i
     }
 
-    pub fn at(&mut self, i: usize) -> &mut PortB<'a> {
+    pub fn at(&mut self, i: usize) -> &mut PortBuilder<'a> {
         &mut self.ports[i]
     }
 
-    pub fn get(&self, i: usize) -> &PortB<'a> {
+    pub fn get(&self, i: usize) -> &PortBuilder<'a> {
         &self.ports[i]
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut PortB<'a>> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut PortBuilder<'a>> {
         self.ports.iter_mut()
     }
 
@@ -257,7 +257,7 @@ impl<'a> PortMap<'a> {
     pub fn finish(&mut self) -> Vec<ServicePort<'a>> {
         let mut out: Vec<ServicePort<'a>> = std::mem::take(&mut self.ports)
             .into_iter()
-            .map(PortB::finish)
+            .map(PortBuilder::finish)
             .collect();
         // Collected in place: the vector still has the (larger) builders' room.
         out.shrink_to_fit();

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 /// The facts of one rule that decide its place in the graph.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Facts<'a> {
+pub(super) struct RuleSummary<'a> {
     /// The first comment, when written without escapes (escaped comments are never kube-proxy's:
     /// its comments are built from service names, which cannot hold `"`, `'` or `\`).
     pub comment: Option<&'a str>,
@@ -33,12 +33,12 @@ pub(super) struct Facts<'a> {
     pub unconditional: bool,
 }
 
-impl<'a> Facts<'a> {
+impl<'a> RuleSummary<'a> {
     /// Reads `r`'s matches once.
-    pub fn of(r: &Rule<'a>) -> Facts<'a> {
-        let mut f = Facts {
+    pub fn of(r: &Rule<'a>) -> RuleSummary<'a> {
+        let mut f = RuleSummary {
             unconditional: r.is_unconditional(),
-            ..Facts::default()
+            ..RuleSummary::default()
         };
         let mut module_proto = None;
         let mut seen_comment = false;
@@ -170,7 +170,7 @@ mod tests {
             r#"-A X ! -s 10.0.0.0/8 -d 10.96.0.1/32 -p TCP -m comment --comment "ns/a:p cluster IP" -m tcp --dport 80 -j KUBE-SVC-A"#,
         )
         .unwrap();
-        let f = Facts::of(&r);
+        let f = RuleSummary::of(&r);
         assert_eq!(f.comment, Some("ns/a:p cluster IP"));
         assert_eq!(f.protocol_lower().as_deref(), Some("tcp"));
         assert_eq!(f.destination_text().as_deref(), Some("10.96.0.1"));
@@ -186,14 +186,14 @@ mod tests {
         ));
         let r = parse_rule_line("-A X --source 10.0.0.1 -m comment --comment x -j KUBE-MARK-MASQ")
             .unwrap();
-        let f = Facts::of(&r);
+        let f = RuleSummary::of(&r);
         assert_eq!(source_condition(r.raw, &f.source.unwrap()), "-s 10.0.0.1");
         let r = parse_rule_line("-A X -p tcp -m comment --comment x -m tcp -j ACCEPT").unwrap();
-        assert!(Facts::of(&r).unconditional);
+        assert!(RuleSummary::of(&r).unconditional);
         let r = parse_rule_line(
             "-A X -m statistic --mode nth --every 4 --packet 0 -m statistic --mode random --probability 0.5",
         )
         .unwrap();
-        assert_eq!(Facts::of(&r).probability, Some(0.25));
+        assert_eq!(RuleSummary::of(&r).probability, Some(0.25));
     }
 }

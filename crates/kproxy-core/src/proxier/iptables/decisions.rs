@@ -101,7 +101,7 @@ impl ChainNames {
 
 /// Everything kube-proxy decides for one service port (spec §5.1–5.2).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ServicePortPlan {
+pub struct ServicePortDecisions {
     /// The service port.
     pub info: ServicePortInfo,
     /// All its endpoints of this family, sorted by endpoint string.
@@ -131,7 +131,7 @@ pub struct ServicePortPlan {
     pub cluster_ip_masquerade: &'static str,
 }
 
-impl ServicePortPlan {
+impl ServicePortDecisions {
     /// The chain cluster-IP traffic jumps to (SVC, or SVL for iTP=Local).
     pub fn internal_chain(&self) -> &str {
         if self.info.internal_policy_local {
@@ -176,11 +176,11 @@ impl ServicePortPlan {
 
 /// The decisions for all service ports of one family, plus node-wide facts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ServicePlan {
+pub struct ServiceDecisions {
     /// The family.
     pub family: IpFamily,
     /// Per service port, sorted by (namespace, name, port, protocol).
-    pub ports: Vec<ServicePortPlan>,
+    pub ports: Vec<ServicePortDecisions>,
     /// Σ endpoints of service ports that exist (decides large-cluster mode).
     pub total_endpoints: usize,
     /// More than 1000 endpoints: SVC→SEP and SEP rules carry no comments.
@@ -197,7 +197,7 @@ pub struct ServicePlan {
     pub warnings: Vec<Warning>,
 }
 
-impl ServicePlan {
+impl ServiceDecisions {
     /// About how many nat chains the render writes: each endpoint's, two per service port, and
     /// the fixed ones (an estimate to size tables by, never a count to rely on).
     pub fn nat_chains_estimate(&self) -> usize {
@@ -279,46 +279,50 @@ pub fn expected_service_ports(
     state: &ClusterState,
     config: &ProxyConfig,
     facts: &NodeFacts,
-) -> ServicePlan {
-    plan_with(state, config, facts, EndpointDetail::Full)
+) -> ServiceDecisions {
+    decide_with(state, config, facts, EndpointDetail::Full)
 }
 
 /// [`expected_service_ports`] with a choice of endpoint detail ([`EndpointDetail::Lean`] is what
 /// [`render`] uses: same decisions, no informational copies).
-pub fn plan_with(
+pub fn decide_with(
     state: &ClusterState,
     config: &ProxyConfig,
     facts: &NodeFacts,
     detail: EndpointDetail,
-) -> ServicePlan {
-    let (mut plan, work, planner) = prepare(state, config, facts, detail);
-    plan.ports = work
+) -> ServiceDecisions {
+    let (mut decisions, work, decider) = prepare(state, config, facts, detail);
+    decisions.ports = work
         .into_iter()
-        .map(|(info, endpoints)| planner.plan(info, endpoints))
+        .map(|(info, endpoints)| decider.decide(info, endpoints))
         .collect();
-    plan
+    decisions
 }
 
-/// Plans the service ports of `facts.family` one at a time, in render order, handing each to
-/// `each` together with the node-wide plan (whose `ports` stays empty), which is returned. Other
+/// Decides for the service ports of `facts.family` one at a time, in render order, handing each
+/// to `each` together with the node-wide decisions (whose `ports` stays empty), which are
+/// returned. Other
 /// proxiers (nftables) build on it: the service ports, endpoints and decisions are shared; the
 /// `KUBE-SEP-` names are not, so each port's `endpoint_chains` is left empty.
-pub fn plan_each(
+pub fn decide_each(
     state: &ClusterState,
     config: &ProxyConfig,
     facts: &NodeFacts,
     detail: EndpointDetail,
-    each: &mut dyn FnMut(&ServicePlan, ServicePortPlan),
-) -> ServicePlan {
-    let (plan, work, planner) = prepare(state, config, facts, detail);
+    each: &mut dyn FnMut(&ServiceDecisions, ServicePortDecisions),
+) -> ServiceDecisions {
+    let (decisions, work, decider) = prepare(state, config, facts, detail);
     for (info, endpoints) in work {
-        each(&plan, planner.plan_without_endpoint_chains(info, endpoints));
+        each(
+            &decisions,
+            decider.decide_without_endpoint_chains(info, endpoints),
+        );
     }
-    plan
+    decisions
 }
 
 /// Decides per service port (spec §5.1–5.2) from node-wide facts.
-pub(super) struct PortPlanner<'f> {
+pub(super) struct PortDecider<'f> {
     node_name: &'f str,
     zone: &'f str,
     node_hints_enabled: bool,
@@ -330,11 +334,11 @@ pub(super) struct PortPlanner<'f> {
     terminating_fallback: bool,
 }
 
-/// Service ports with their endpoints, plus the node-wide part of the plan (`ports` empty).
+/// Service ports with their endpoints, plus the node-wide decisions (`ports` empty).
 pub(super) type Prepared<'f> = (
-    ServicePlan,
+    ServiceDecisions,
     Vec<(ServicePortInfo, Vec<Endpoint>)>,
-    PortPlanner<'f>,
+    PortDecider<'f>,
 );
 
 pub(super) fn prepare<'f>(
@@ -462,7 +466,7 @@ pub(super) fn prepare<'f>(
         "none"
     };
 
-    let plan = ServicePlan {
+    let decisions = ServiceDecisions {
         family,
         ports: Vec::new(),
         total_endpoints,
@@ -473,7 +477,7 @@ pub(super) fn prepare<'f>(
         node_port_ips,
         warnings,
     };
-    let planner = PortPlanner {
+    let decider = PortDecider {
         node_name: &facts.node_name,
         zone,
         node_hints_enabled,
@@ -482,29 +486,33 @@ pub(super) fn prepare<'f>(
         version,
         terminating_fallback: version.falls_back_to_terminating(config),
     };
-    (plan, work, planner)
+    (decisions, work, decider)
 }
 
-impl PortPlanner<'_> {
-    pub(super) fn plan(&self, info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
-        if !self.version.uses_ext_chains() {
-            return self.plan_early(info, endpoints);
-        }
-        let proto = info.name.protocol.lower();
-        let mut plan = self.plan_without_endpoint_chains(info, endpoints);
-        plan.endpoint_chains = plan
-            .endpoints
-            .iter()
-            .map(|e| EndpointChain::of(&plan.info.name_string, proto, &e.endpoint))
-            .collect();
-        plan
-    }
-
-    fn plan_without_endpoint_chains(
+impl PortDecider<'_> {
+    pub(super) fn decide(
         &self,
         info: ServicePortInfo,
         endpoints: Vec<Endpoint>,
-    ) -> ServicePortPlan {
+    ) -> ServicePortDecisions {
+        if !self.version.uses_ext_chains() {
+            return self.decide_early(info, endpoints);
+        }
+        let proto = info.name.protocol.lower();
+        let mut decisions = self.decide_without_endpoint_chains(info, endpoints);
+        decisions.endpoint_chains = decisions
+            .endpoints
+            .iter()
+            .map(|e| EndpointChain::of(&decisions.info.name_string, proto, &e.endpoint))
+            .collect();
+        decisions
+    }
+
+    fn decide_without_endpoint_chains(
+        &self,
+        info: ServicePortInfo,
+        endpoints: Vec<Endpoint>,
+    ) -> ServicePortDecisions {
         let proto = info.name.protocol.lower();
         let categorized = categorize_with(
             &endpoints,
@@ -547,7 +555,7 @@ impl PortPlanner<'_> {
             .load_balancer_source_ranges
             .iter()
             .any(|c| c.contains(&self.primary));
-        ServicePortPlan {
+        ServicePortDecisions {
             info,
             endpoints,
             endpoint_chains: Vec::new(),
@@ -564,12 +572,16 @@ impl PortPlanner<'_> {
         }
     }
 
-    /// [`PortPlanner::plan`] for a release before 1.24: the `KUBE-SVC-…` chain serves every
+    /// [`PortDecider::decide`] for a release before 1.24: the `KUBE-SVC-…` chain serves every
     /// destination, `KUBE-XLB-…` (in [`ChainNames`]' `svl` slot's place, see
-    /// [`ServicePortPlan::xlb_chain`]) the external ones of an `externalTrafficPolicy: Local`
+    /// [`ServicePortDecisions::xlb_chain`]) the external ones of an `externalTrafficPolicy: Local`
     /// service, and `internalTrafficPolicy: Local` narrows the endpoints instead of choosing a
     /// chain (so it is cleared from `info` once applied).
-    fn plan_early(&self, mut info: ServicePortInfo, endpoints: Vec<Endpoint>) -> ServicePortPlan {
+    fn decide_early(
+        &self,
+        mut info: ServicePortInfo,
+        endpoints: Vec<Endpoint>,
+    ) -> ServicePortDecisions {
         let proto = info.name.protocol.lower();
         let endpoint_chains: Vec<EndpointChain> = endpoints
             .iter()
@@ -604,7 +616,7 @@ impl PortPlanner<'_> {
             .load_balancer_source_ranges
             .iter()
             .any(|c| c.contains(&self.primary));
-        ServicePortPlan {
+        ServicePortDecisions {
             uses_cluster_policy_chain: has_endpoints,
             uses_local_policy_chain: info.external_policy_local,
             has_internal_endpoints: has_endpoints,
@@ -623,8 +635,9 @@ impl PortPlanner<'_> {
 }
 
 /// Service ports by name, for lookups.
-pub fn plans_by_name(plan: &ServicePlan) -> HashMap<&str, &ServicePortPlan> {
-    plan.ports
+pub fn decisions_by_name(decisions: &ServiceDecisions) -> HashMap<&str, &ServicePortDecisions> {
+    decisions
+        .ports
         .iter()
         .map(|p| (p.info.name_string.as_str(), p))
         .collect()

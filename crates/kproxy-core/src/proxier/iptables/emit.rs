@@ -4,7 +4,7 @@
 mod early;
 
 use super::base_jumps::add_base_jumps;
-use super::plan::{LocalDetector, ServicePlan, ServicePortPlan, prepare};
+use super::decisions::{LocalDetector, ServiceDecisions, ServicePortDecisions, prepare};
 use super::rendered::{Rendered, RenderedTable, TextBuf};
 use super::{NODEPORTS_TAIL_COMMENT, RenderOptions};
 use crate::proxier::endpoints::EndpointDetail;
@@ -79,24 +79,28 @@ pub fn render(
     facts: &NodeFacts,
     opts: RenderOptions,
 ) -> Rendered {
-    let (plan, work, planner) = prepare(state, config, facts, EndpointDetail::Lean);
-    let mut em = Emitter::new(&plan, facts);
+    let (decisions, work, decider) = prepare(state, config, facts, EndpointDetail::Lean);
+    let mut emitter = Emitter::new(&decisions, facts);
     for (info, endpoints) in work {
-        em.port(&planner.plan(info, endpoints));
+        emitter.port(&decider.decide(info, endpoints));
     }
-    em.finish(opts, plan.warnings)
+    emitter.finish(opts, decisions.warnings)
 }
 
-/// Renders an already computed [`ServicePlan`].
-pub fn render_plan(plan: &ServicePlan, facts: &NodeFacts, opts: RenderOptions) -> Rendered {
-    let mut em = Emitter::new(plan, facts);
-    for p in &plan.ports {
-        em.port(p);
+/// Renders an already computed [`ServiceDecisions`].
+pub fn render_decisions(
+    decisions: &ServiceDecisions,
+    facts: &NodeFacts,
+    opts: RenderOptions,
+) -> Rendered {
+    let mut emitter = Emitter::new(decisions, facts);
+    for p in &decisions.ports {
+        emitter.port(p);
     }
-    em.finish(opts, plan.warnings.clone())
+    emitter.finish(opts, decisions.warnings.clone())
 }
 
-/// Whole lines of one table, as [`render_plan_chunks`] hands them out.
+/// Whole lines of one table, as [`render_decisions_chunks`] hands them out.
 #[derive(Debug, Clone, Copy)]
 pub struct RenderChunk<'c> {
     /// `filter` or `nat`.
@@ -118,21 +122,21 @@ pub struct RenderSummary {
     pub warnings: Vec<Warning>,
 }
 
-/// Renders `plan` as [`render_plan`] does (without base jumps), handing the text to `sink` in
+/// Renders `decisions` as [`render_decisions`] does (without base jumps), handing the text to `sink` in
 /// chunks of whole lines (256 KiB each) as it is written and keeping none of it: readers that
 /// look at each rule once (verify) never hold a large render's text whole. Within one table and
 /// kind, chunks come in render order.
-pub fn render_plan_chunks(
-    plan: &ServicePlan,
+pub fn render_decisions_chunks(
+    decisions: &ServiceDecisions,
     facts: &NodeFacts,
     sink: &mut dyn FnMut(RenderChunk<'_>),
 ) -> RenderSummary {
-    let mut em = Emitter::new(plan, facts);
-    for p in &plan.ports {
-        em.port(p);
-        em.drain(sink);
+    let mut emitter = Emitter::new(decisions, facts);
+    for p in &decisions.ports {
+        emitter.port(p);
+        emitter.drain(sink);
     }
-    let rendered = em.finish(RenderOptions::default(), plan.warnings.clone());
+    let rendered = emitter.finish(RenderOptions::default(), decisions.warnings.clone());
     for t in &rendered.tables {
         for (declarations, buf) in [(true, &t.chain_lines), (false, &t.rule_lines)] {
             for text in buf.chunks().filter(|c| !c.is_empty()) {
@@ -159,7 +163,7 @@ struct Emitter {
     version: KubeProxyVersion,
     family: IpFamily,
     is_v6: bool,
-    mm: String,
+    mark_match: String,
     large: bool,
     nfacct_localhost: bool,
     nfacct_ct_state_invalid: bool,
@@ -191,8 +195,8 @@ impl Emitter {
     }
 
     /// Chain lines and the rules written before the services.
-    fn new(plan: &ServicePlan, facts: &NodeFacts) -> Emitter {
-        let is_v6 = plan.family == IpFamily::V6;
+    fn new(decisions: &ServiceDecisions, facts: &NodeFacts) -> Emitter {
+        let is_v6 = decisions.family == IpFamily::V6;
         let version = facts.kube_proxy_version;
         let mark = facts.masquerade_mark.as_str();
         let mut filter = RenderedTable::new("filter");
@@ -222,9 +226,9 @@ impl Emitter {
         ] {
             nat.chain(c);
         }
-        let mm = format!("{mark}/{mark}");
+        let mark_match = format!("{mark}/{mark}");
         Line::start(&mut nat.rule_lines, "KUBE-POSTROUTING")
-            .ws(&["-m", "mark", "!", "--mark", &mm, "-j", "RETURN"])
+            .ws(&["-m", "mark", "!", "--mark", &mark_match, "-j", "RETURN"])
             .end();
         Line::start(&mut nat.rule_lines, "KUBE-POSTROUTING")
             .ws(&["-j", "MARK", "--xor-mark", mark])
@@ -240,7 +244,8 @@ impl Emitter {
         Line::start(&mut nat.rule_lines, "KUBE-MARK-MASQ")
             .ws(&["-j", "MARK", "--or-mark", mark])
             .end();
-        let kube_firewall = !is_v6 && plan.localhost_node_ports && version.writes_kube_firewall();
+        let kube_firewall =
+            !is_v6 && decisions.localhost_node_ports && version.writes_kube_firewall();
         if kube_firewall {
             filter.chain("KUBE-FIREWALL");
             Line::start(&mut filter.rule_lines, "KUBE-FIREWALL")
@@ -264,11 +269,11 @@ impl Emitter {
         Emitter {
             filter,
             nat,
-            family: plan.family,
+            family: decisions.family,
             is_v6,
-            mm,
-            large: plan.large_cluster_mode,
-            nfacct_localhost: plan.localhost_node_ports
+            mark_match,
+            large: decisions.large_cluster_mode,
+            nfacct_localhost: decisions.localhost_node_ports
                 && !is_v6
                 && facts.nfacct_localhost_nodeports
                 && version.counts_with_nfacct(),
@@ -276,10 +281,10 @@ impl Emitter {
             tcp_be_liberal: facts.tcp_be_liberal && version.drops_invalid_conditionally(),
             version,
             kube_firewall,
-            localhost_node_ports: plan.localhost_node_ports,
-            match_all: plan.node_ports_match_all,
-            node_port_ips: plan.node_port_ips.clone(),
-            detector: plan.local_detector.clone(),
+            localhost_node_ports: decisions.localhost_node_ports,
+            match_all: decisions.node_ports_match_all,
+            node_port_ips: decisions.node_port_ips.clone(),
+            detector: decisions.local_detector.clone(),
             probabilities: Vec::new(),
             scratch: String::with_capacity(64),
         }
@@ -287,7 +292,7 @@ impl Emitter {
 
     /// The rules of one service port: the body of the service-port loop of `proxier.go`
     /// `syncProxyRules` (1.24 and later; [`Emitter::early_port`] before), in its order and with
-    /// its section comments. Its variables are fields of the plan under the same names
+    /// its section comments. Its variables are fields of the decisions under the same names
     /// (`hasEndpoints` is `p.categorized.has_any`, `hasInternalEndpoints`
     /// `p.has_internal_endpoints`, `usesExternalTrafficChain` `p.uses_external_chain`,
     /// `usesFWChain` `p.uses_fw_chain`); `serves_internal`/`serves_external` are
@@ -295,7 +300,7 @@ impl Emitter {
     /// on whenever the service had endpoints), and `int_target`/`int_comment`,
     /// `ext_target`/`ext_comment` are `internalTrafficFilterTarget`/`…Comment` and
     /// `externalTrafficFilterTarget`/`…Comment`.
-    fn port(&mut self, p: &ServicePortPlan) {
+    fn port(&mut self, p: &ServicePortDecisions) {
         if !self.version.uses_ext_chains() {
             self.early_port(p);
             return;
@@ -643,7 +648,7 @@ impl Emitter {
     }
 
     /// The `KUBE-SEP-…` chain of every endpoint the service's rules can reach.
-    fn endpoint_chains(&mut self, p: &ServicePortPlan) {
+    fn endpoint_chains(&mut self, p: &ServicePortDecisions) {
         let info = &p.info;
         let spn = info.name_string.as_str();
         let proto = info.name.protocol.lower();
@@ -741,7 +746,7 @@ impl Emitter {
         }
         Line::start(&mut self.filter.rule_lines, "KUBE-FORWARD")
             .comment_q(&["kubernetes forwarding rules"])
-            .ws(&["-m", "mark", "--mark", &self.mm, "-j", "ACCEPT"])
+            .ws(&["-m", "mark", "--mark", &self.mark_match, "-j", "ACCEPT"])
             .end();
         let conntrack_comments: &[&str] = if self.version.one_forward_conntrack_rule() {
             &["kubernetes forwarding conntrack rule"]
@@ -809,7 +814,7 @@ enum BalancingComments {
 
 fn write_service_to_endpoint_rules(
     out: &mut TextBuf,
-    p: &ServicePortPlan,
+    p: &ServicePortDecisions,
     chain: &str,
     eps: &[u32],
     large: bool,
@@ -829,7 +834,7 @@ fn write_service_to_endpoint_rules(
 /// affinity lists cover), then one probability rule per endpoint of `eps`.
 fn write_balancing_rules(
     out: &mut TextBuf,
-    p: &ServicePortPlan,
+    p: &ServicePortDecisions,
     chain: &str,
     (sticky_eps, eps): (&[u32], &[u32]),
     (comments, large): (BalancingComments, bool),

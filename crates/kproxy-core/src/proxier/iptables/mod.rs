@@ -12,22 +12,22 @@
 //! (namespace, name, port name, protocol), so the output is deterministic. Stale-chain deletion
 //! (`-X`) needs the node's current chains and is not part of a render.
 //!
-//! The parts, in the order a render runs: `plan.rs` (the decisions per service port),
+//! The parts, in the order a render runs: `decisions.rs` (what kube-proxy decides per service port),
 //! `emit.rs` (the rules, written as `syncProxyRules` writes them; `emit/early.rs` for releases
 //! before 1.24), `base_jumps.rs` (the jumps kube-proxy ensures in built-in chains) and
 //! `rendered.rs` (the resulting text, by table).
 
 mod base_jumps;
+mod decisions;
 mod emit;
-mod plan;
 mod rendered;
 
 pub use base_jumps::BASE_JUMPS;
-pub use emit::{RenderChunk, RenderSummary, render, render_plan, render_plan_chunks};
-pub use plan::{
-    ChainNames, LocalDetector, ServicePlan, ServicePortPlan, expected_service_ports, plan_each,
-    plan_with, plans_by_name,
+pub use decisions::{
+    ChainNames, LocalDetector, ServiceDecisions, ServicePortDecisions, decide_each, decide_with,
+    decisions_by_name, expected_service_ports,
 };
+pub use emit::{RenderChunk, RenderSummary, render, render_decisions, render_decisions_chunks};
 pub use rendered::{
     ChainJson, Rendered, RenderedJson, RenderedTable, RuleJson, TableJson, rule_chain, rule_words,
 };

@@ -3,13 +3,13 @@
 //! and the flags `syncProxyRules` computes (`usesClusterPolicyChain`, `hasInternalEndpoints`, …).
 //!
 //! The service ports, endpoints and their categorisation are the shared ones of every proxier
-//! ([`crate::proxier::iptables::plan_each`], built on `service_port` and `endpoints`); only what
+//! ([`crate::proxier::iptables::decide_each`], built on `service_port` and `endpoints`); only what
 //! differs in nftables mode is decided here.
 
 use super::names::{self, ChainNames};
 use super::objects::TableFamily;
 use crate::proxier::endpoints::{Categorized, Endpoint, EndpointDetail};
-use crate::proxier::iptables::{self, ServicePlan, ServicePortPlan};
+use crate::proxier::iptables::{self, ServiceDecisions, ServicePortDecisions};
 use crate::proxier::service_port::ServicePortInfo;
 use crate::state::config::{DetectLocalMode, ProxyConfig};
 use crate::state::ip::{Cidr, IpFamily};
@@ -99,7 +99,7 @@ impl LocalDetector {
 
 /// Node-wide facts of one family's table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NodePlan {
+pub struct NodeDecisions {
     /// The IP family.
     pub family: IpFamily,
     /// `ip` or `ip6`.
@@ -120,24 +120,24 @@ pub struct NodePlan {
     pub node_ip: IpAddr,
 }
 
-impl NodePlan {
+impl NodeDecisions {
     fn new(
-        plan: &ServicePlan,
+        decisions: &ServiceDecisions,
         config: &ProxyConfig,
         facts: &NodeFacts,
         service_cidrs: Vec<String>,
-    ) -> NodePlan {
-        NodePlan {
-            family: plan.family,
-            table_family: match plan.family {
+    ) -> NodeDecisions {
+        NodeDecisions {
+            family: decisions.family,
+            table_family: match decisions.family {
                 IpFamily::V4 => TableFamily::Ip,
                 IpFamily::V6 => TableFamily::Ip6,
             },
             masquerade_mark: facts.masquerade_mark.clone(),
             masquerade_all: config.masquerade_all,
-            local_detector: LocalDetector::new(config, &plan.local_detector),
-            node_ports_match_all: plan.node_ports_match_all,
-            node_port_ips: plan
+            local_detector: LocalDetector::new(config, &decisions.local_detector),
+            node_ports_match_all: decisions.node_ports_match_all,
+            node_port_ips: decisions
                 .node_port_ips
                 .iter()
                 .filter(|ip| !ip.is_loopback())
@@ -171,7 +171,7 @@ impl FilterVerdict {
 
 /// Everything `syncProxyRules` decides for one service port.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PortPlan {
+pub struct PortDecisions {
     /// The service port.
     pub info: ServicePortInfo,
     /// All its endpoints of this family, sorted by `ip:port`.
@@ -205,10 +205,10 @@ pub struct PortPlan {
     pub external_filter_verdict: Option<FilterVerdict>,
 }
 
-impl PortPlan {
-    /// Decides for one service port from the shared plan (`syncProxyRules`, per service port).
-    pub fn new(shared: ServicePortPlan, node: &NodePlan) -> PortPlan {
-        let ServicePortPlan {
+impl PortDecisions {
+    /// Decides for one service port from the shared decisions (`syncProxyRules`, per service port).
+    pub fn new(shared: ServicePortDecisions, node: &NodeDecisions) -> PortDecisions {
+        let ServicePortDecisions {
             info,
             endpoints,
             categorized,
@@ -247,7 +247,7 @@ impl PortPlan {
             .load_balancer_source_ranges
             .iter()
             .any(|c| c.contains(&node.node_ip));
-        PortPlan {
+        PortDecisions {
             info,
             endpoints,
             categorized,
@@ -293,13 +293,13 @@ impl PortPlan {
     }
 }
 
-/// The whole plan of one family's table.
+/// Everything kube-proxy decides for one family's table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
+pub struct TableDecisions {
     /// Node-wide facts.
-    pub node: NodePlan,
+    pub node: NodeDecisions,
     /// Per service port, sorted by (namespace, name, port name, protocol).
-    pub ports: Vec<PortPlan>,
+    pub ports: Vec<PortDecisions>,
     /// Objects skipped and oddities kube-proxy would log.
     pub warnings: Vec<Warning>,
 }
@@ -341,43 +341,44 @@ pub fn service_cidrs(
     out
 }
 
-/// Plans the table one service port at a time, in render order: `each` gets the node-wide plan
-/// and each port's plan. Returns the node-wide plan and the warnings.
+/// Decides for the table one service port at a time, in render order: `each` gets the node-wide
+/// decisions and each port's. Returns the node-wide decisions and the warnings.
 ///
 /// `config` is the configuration as kube-proxy reads it in nftables mode
 /// ([`ProxyConfig::for_nftables`]); `facts.masquerade_mark` the mark to write.
-pub fn plan_each(
+pub fn decide_each(
     state: &ClusterState,
     config: &ProxyConfig,
     facts: &NodeFacts,
     detail: EndpointDetail,
-    each: &mut dyn FnMut(&NodePlan, PortPlan),
-) -> (NodePlan, Vec<Warning>) {
+    each: &mut dyn FnMut(&NodeDecisions, PortDecisions),
+) -> (NodeDecisions, Vec<Warning>) {
     let mut warnings = Vec::new();
     let cidrs = service_cidrs(state, facts.family, &mut warnings);
-    let mut node: Option<NodePlan> = None;
+    let mut node: Option<NodeDecisions> = None;
     let mut cidrs = Some(cidrs);
-    let shared = iptables::plan_each(state, config, facts, detail, &mut |plan, port| {
+    let shared = iptables::decide_each(state, config, facts, detail, &mut |decisions, port| {
         let node = node.get_or_insert_with(|| {
-            NodePlan::new(plan, config, facts, cidrs.take().unwrap_or_default())
+            NodeDecisions::new(decisions, config, facts, cidrs.take().unwrap_or_default())
         });
-        let port = PortPlan::new(port, node);
+        let port = PortDecisions::new(port, node);
         each(node, port);
     });
-    let node = node
-        .unwrap_or_else(|| NodePlan::new(&shared, config, facts, cidrs.take().unwrap_or_default()));
+    let node = node.unwrap_or_else(|| {
+        NodeDecisions::new(&shared, config, facts, cidrs.take().unwrap_or_default())
+    });
     let mut all = shared.warnings;
     all.append(&mut warnings);
     (node, all)
 }
 
-/// The whole plan, every service port held (for explaining rules; the render streams instead).
-pub fn plan(state: &ClusterState, config: &ProxyConfig, facts: &NodeFacts) -> Plan {
+/// All the decisions, every service port held (for explaining rules; the render streams instead).
+pub fn decide(state: &ClusterState, config: &ProxyConfig, facts: &NodeFacts) -> TableDecisions {
     let mut ports = Vec::new();
-    let (node, warnings) = plan_each(state, config, facts, EndpointDetail::Full, &mut |_, p| {
+    let (node, warnings) = decide_each(state, config, facts, EndpointDetail::Full, &mut |_, p| {
         ports.push(p)
     });
-    Plan {
+    TableDecisions {
         node,
         ports,
         warnings,

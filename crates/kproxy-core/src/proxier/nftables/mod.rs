@@ -4,7 +4,7 @@
 //! configuration and the node facts.
 //!
 //! Layers:
-//! * [`plan`] — the decisions: node-wide facts and, per service port, the endpoints, names and
+//! * [`decisions`] — what kube-proxy decides: node-wide facts and, per service port, the endpoints, names and
 //!   flags (built on the service ports and endpoint categorisation all proxiers share);
 //! * [`sync`] — the objects in the order of kube-proxy's first full sync into an empty table
 //!   (`setupNFTables`, then one service port at a time; set and map elements last), given to
@@ -18,9 +18,9 @@
 //! node's current table and are not part of a render.
 
 pub mod canonical;
+pub mod decisions;
 pub mod names;
 pub mod objects;
-pub mod plan;
 pub mod sync;
 
 use crate::proxier::endpoints::EndpointDetail;
@@ -67,7 +67,7 @@ pub fn render_into(
     let mut emitter = sync::Emitter::new(table_family(facts.family), sink);
     let mut ports = 0usize;
     let mut set_up = false;
-    let (node, mut warnings) = plan::plan_each(
+    let (node, mut warnings) = decisions::decide_each(
         state,
         config,
         facts,

@@ -5,9 +5,9 @@
 //! element store keeps them). Every chain, set and map is added before the first rule or
 //! element that names it, so the output loads with `nft -f` as it stands.
 
+use super::decisions::{NodeDecisions, PortDecisions};
 use super::names::*;
 use super::objects::{BaseChain, Name, Object, Sink, TableFamily};
-use super::plan::{NodePlan, PortPlan};
 use crate::state::Warning;
 use crate::state::ip::{push_int, push_ip};
 use indexmap::IndexMap;
@@ -234,7 +234,7 @@ impl<'s> Emitter<'s> {
 
     /// `setupNFTables` on an empty table: the table, base chains, jumps, the fixed chains, sets
     /// and maps and their rules.
-    pub fn setup(&mut self, node: &NodePlan) {
+    pub fn setup(&mut self, node: &NodeDecisions) {
         let ip_x = self.ip_x;
         let addr_type = self.addr_type;
         let no_localhost = match node.table_family {
@@ -416,7 +416,7 @@ impl<'s> Emitter<'s> {
 
     /// One service port: the body of `syncProxyRules`' loop over the service map, for a full
     /// sync into a table that has none of the port's objects yet.
-    pub fn service_port(&mut self, node: &NodePlan, p: &PortPlan) {
+    pub fn service_port(&mut self, node: &NodeDecisions, p: &PortDecisions) {
         let info = &p.info;
         let protocol = info.name.protocol.lower();
         let port = info.port;
@@ -703,7 +703,7 @@ impl<'s> Emitter<'s> {
     }
 
     /// `writeServiceToEndpointRules`: affinity lookups, then the load-balancing vmap.
-    fn service_to_endpoint_rules(&mut self, p: &PortPlan, chain: Name<'_>, endpoints: &[u32]) {
+    fn service_to_endpoint_rules(&mut self, p: &PortDecisions, chain: Name<'_>, endpoints: &[u32]) {
         let ip_x = self.ip_x;
         if p.info.session_affinity_seconds.is_some() {
             for &i in endpoints {

@@ -3,7 +3,7 @@
 
 use super::plan::{Disposal, Ownership};
 use super::state::IpvsState;
-use crate::apply::guard::{InputFacts, unreadable_refusal};
+use crate::apply::guard::{InputConditions, unreadable_refusal};
 use crate::model::Ruleset;
 
 /// The facts the guard looks at.
@@ -14,7 +14,7 @@ pub struct IpvsGuardInput<'a> {
     /// Real servers kube-proxy should have (summed over virtual servers).
     pub expected_real_servers: usize,
     /// The configured mode and the state's age.
-    pub facts: InputFacts<'a>,
+    pub facts: InputConditions<'a>,
 }
 
 /// Reasons not to apply, one sentence each.
@@ -113,7 +113,7 @@ mod tests {
         IpvsGuardInput {
             expected_virtual_servers: vss,
             expected_real_servers: rss,
-            facts: InputFacts {
+            facts: InputConditions {
                 configured_mode: mode,
                 state_age: None,
                 max_age: None,

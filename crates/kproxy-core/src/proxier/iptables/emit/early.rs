@@ -6,7 +6,7 @@
 //! [`KubeProxyVersion`](crate::state::version::KubeProxyVersion) switches here.
 
 use super::{
-    BalancingComments, Emitter, Line, ServicePortPlan, host_prefix, write_balancing_rules,
+    BalancingComments, Emitter, Line, ServicePortDecisions, host_prefix, write_balancing_rules,
 };
 use std::net::IpAddr;
 
@@ -21,7 +21,7 @@ fn address(ip: &IpAddr, bare: bool) -> String {
 
 impl Emitter {
     /// The rules of one service port, as a release before 1.24 writes them.
-    pub(super) fn early_port(&mut self, p: &ServicePortPlan) {
+    pub(super) fn early_port(&mut self, p: &ServicePortDecisions) {
         let v = self.version;
         let info = &p.info;
         let spn = info.name_string.as_str();

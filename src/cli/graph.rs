@@ -119,7 +119,7 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
         .map(|input| graph_of(input, &args.dump))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.output == GraphFormat::Json {
-        // Streamed: the document of a node-sized dump is ~120 MB of text.
+        // Streamed: the document of a node-sized dump is large (see `output::write_json`).
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         output::write_json(out, &GraphDocument::new(&graphs))?;
         return Ok(Outcome::Clean);

@@ -276,7 +276,7 @@ fn run_packet(
 }
 
 /// kube-proxy's plan for the API state, when `--state` is given.
-fn plan_of(
+fn decisions_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
 ) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
@@ -339,7 +339,7 @@ fn run_path(
         TraceOutput::Yaml => PathFormat::Yaml,
         TraceOutput::Dot => PathFormat::Dot,
     };
-    let plan = plan_of(args, live)?;
+    let plan = decisions_of(args, live)?;
     let family_v6 = plan
         .as_ref()
         .is_some_and(|(p, _)| p.family == crate::state::ip::IpFamily::V6);

@@ -40,7 +40,8 @@ pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, OutputError> 
 }
 
 /// [`to_json`] written as it is produced (for documents of a node-sized dump, which would
-/// otherwise be held whole: `graph -o json` of 10,000 services is ~120 MB), then flushed.
+/// otherwise be held whole: `graph -o json` of a large node runs to a hundred megabytes and
+/// more, BENCHMARKS.md), then flushed.
 pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
     mut out: W,
     value: &T,

@@ -1,6 +1,6 @@
 //! What the API implies per service port on this node, as facts the graph level compares with the
 //! service graph of the dump: entries, endpoints per policy chain, masquerade, affinity, firewall
-//! and REJECT/DROP verdicts (spec §5.1–§5.10). An adapter over the proxier's own decisions
+//! and REJECT/DROP verdicts (`proxier.go` `syncProxyRules`). An adapter over the proxier's own decisions
 //! ([`ServiceDecisions`]), so `verify` and `render` cannot disagree about the API.
 
 use crate::proxier::iptables::{LocalDetector, ServiceDecisions, ServicePortDecisions};
@@ -248,7 +248,7 @@ pub fn detector_text(plan: &ServiceDecisions) -> Option<String> {
     }
 }
 
-/// The expected facts of every service port of the plan (the proxier's decisions, spec §5.1–§5.2),
+/// The expected facts of every service port of the plan (the proxier's decisions),
 /// in the plan's order.
 pub fn expected_ports(plan: &ServiceDecisions) -> Vec<ExpectedPort<'_>> {
     plan.ports

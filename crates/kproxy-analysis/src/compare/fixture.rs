@@ -11,7 +11,7 @@ pub(crate) fn read(path: &str) -> String {
 
 /// kube-proxy's IPv4 plan for `testdata/cluster` (as `verify node-1 --random-fully true
 /// --nfacct none` computes it), with the node facts it was made for.
-pub(crate) fn cluster_plan() -> (ServiceDecisions, NodeFacts) {
+pub(crate) fn cluster_decisions() -> (ServiceDecisions, NodeFacts) {
     let state = crate::state::load::from_str(&read("testdata/cluster/state.json"), "state.json")
         .expect("state");
     let (config, _) = crate::state::config::parse(&read("testdata/cluster/config.yaml"), "config")

@@ -1243,7 +1243,7 @@ mod tests {
     /// same order (a drifted dump of the testdata cluster).
     #[test]
     fn split_compare_finds_what_one_pass_finds() {
-        let (plan, _) = super::super::fixture::cluster_plan();
+        let (plan, _) = super::super::fixture::cluster_decisions();
         let expected = super::super::expected::expected_ports(&plan);
         let dump = super::super::fixture::drifted_dump();
         let rules =

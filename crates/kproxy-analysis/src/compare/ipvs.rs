@@ -1,7 +1,8 @@
 //! IPVS-mode verification (findings KP5xx, documented in `docs/findings.md` section "IPVS"): the
 //! virtual servers, real servers, ipsets, `kube-ipvs0` addresses and iptables rules kube-proxy should
 //! have installed ([`ExpectedIpvs`]) against what the node's dumps show ([`ActualIpvs`]).
-//! Comparison rules: IPVS spec §10 (keyed sets, never line order; weight-0 draining tolerated).
+//! Comparison rules (docs/ipvs.md, "What is compared"): keyed sets, never line order; weight-0
+//! draining tolerated.
 
 use super::catalogue::Check;
 use super::finding::{Finding, Severity};
@@ -516,8 +517,8 @@ fn with_prefix(a: &str) -> String {
     }
 }
 
-/// Canonical text of a rule body (after `-A CHAIN`), applying the `iptables-save` normalisations of
-/// IPVS spec §8.3: basic matches first (`-s -d -i -o -p`), addresses with prefix, marks unpadded,
+/// Canonical text of a rule body (after `-A CHAIN`), applying the normalisations `iptables-save`
+/// makes to what the IPVS proxier writes: basic matches first (`-s -d -i -o -p`), addresses with prefix, marks unpadded,
 /// `--or-mark`/`--xor-mark` as `--set-xmark`, REJECT with its default `--reject-with`, ipvs match values.
 pub fn canonical_rule(body: &[String], family: IpFamily) -> String {
     let order = |f: &str| match f {

@@ -14,7 +14,8 @@ use kproxy_parsers::iptables::{
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
-/// One jump kube-proxy ensures in a built-in chain at every full sync (spec §3.2), in the order
+/// One jump kube-proxy ensures in a built-in chain at every full sync (`proxier.go`
+/// `iptablesJumpChains`), in the order
 /// kube-proxy ensures them (each is prepended, so the resulting top-of-chain order is the reverse).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseJump {
@@ -37,7 +38,7 @@ pub struct BaseJump {
 /// Jumps that older kube-proxy versions do not write; required only when their target chain exists.
 const OPTIONAL_TARGETS: &[&str] = &["KUBE-NODEPORTS", "KUBE-PROXY-FIREWALL", "KUBE-FIREWALL"];
 
-/// The jumps of spec §3.2 (rows 1–14): the proxier's own table
+/// The jumps kube-proxy ensures: the proxier's own table
 /// ([`crate::proxier::iptables::BASE_JUMPS`]), with which of them every version writes.
 pub static BASE_JUMPS: std::sync::LazyLock<Vec<BaseJump>> = std::sync::LazyLock::new(|| {
     crate::proxier::iptables::BASE_JUMPS
@@ -53,13 +54,14 @@ pub static BASE_JUMPS: std::sync::LazyLock<Vec<BaseJump>> = std::sync::LazyLock:
         .collect()
 });
 
-/// The tables in which kube-proxy keeps its `KUBE-PROXY-CANARY` chain (spec §3.3).
+/// The tables in which kube-proxy keeps its `KUBE-PROXY-CANARY` chain (`proxier.go` `NewProxier`,
+/// the canary it monitors).
 pub const CANARY_TABLES: &[&str] = &["mangle", "nat", "filter"];
 
 /// The canary chain's name.
 pub const CANARY_CHAIN: &str = "KUBE-PROXY-CANARY";
 
-/// Chains only kube-proxy's IPVS mode writes (kube-proxy-ipvs-spec §8).
+/// Chains only kube-proxy's IPVS mode writes (`pkg/proxy/ipvs/proxier.go`).
 const IPVS_CHAINS: &[&str] = &[
     "KUBE-LOAD-BALANCER",
     "KUBE-NODE-PORT",

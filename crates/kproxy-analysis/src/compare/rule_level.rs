@@ -1,5 +1,5 @@
 //! Rule level (KP9xx): per chain kube-proxy writes, the difference between `render` and the dump
-//! under canonical rule equality (spec §16–§17) — missing, extra, changed and reordered rules —
+//! under canonical rule equality (`crate::model::canonical`) — missing, extra, changed and reordered rules —
 //! reported only where the graph level has not already explained it.
 //!
 //! What legitimately varies is never reported: service order in the service-keyed chains
@@ -778,7 +778,7 @@ mod tests {
     /// order (the testdata cluster's render against a drifted dump of it).
     #[test]
     fn split_screen_says_what_one_pass_says() {
-        let (plan, facts) = super::super::fixture::cluster_plan();
+        let (plan, facts) = super::super::fixture::cluster_decisions();
         let render = |sink: &mut dyn FnMut(RenderChunk<'_>)| {
             let _ = render_decisions_chunks(&plan, &facts, sink);
         };

@@ -55,8 +55,8 @@ pub struct VerifyInput<'a> {
 
 /// What kube-proxy would install on the node, computed from the API state: either before the
 /// dumps are read ([`NodePlans::new`]) or on a thread of its own while verify parses them
-/// ([`NodePlans::start`]). Either way the caller can let go of the state (the largest input:
-/// ~100 MB for 10,000 services) before verify allocates the dumps' models and graphs, which then
+/// ([`NodePlans::start`]). Either way the caller can let go of the state (the largest input)
+/// before verify allocates the dumps' models and graphs, which then
 /// reuse its memory.
 #[derive(Debug)]
 pub struct NodePlans {

@@ -1,5 +1,5 @@
 //! Service port names: from kube-proxy's rule comments, and from chain hashes when a dump has no
-//! comments (spec §2): `KUBE-SVC-` + `base32(sha256(servicePortName + lowercase protocol))[:16]`.
+//! comments (`proxier.go` `portProtoHash`): `KUBE-SVC-` + `base32(sha256(servicePortName + lowercase protocol))[:16]`.
 //! Without API state only the hash can be shown; a caller that knows the service ports (from
 //! `ClusterState`) passes them as a [`NameResolver`] to turn hashes back into names.
 
@@ -68,7 +68,8 @@ impl NameResolver {
     }
 }
 
-/// What a kube-proxy rule comment says about its rule (spec §5; older releases too).
+/// What a kube-proxy rule comment says about its rule (the comments `syncProxyRules` writes; older
+/// releases too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommentRole {
     /// `"<spn> cluster IP"`.

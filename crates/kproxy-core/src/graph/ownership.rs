@@ -2,7 +2,7 @@
 //! `KUBE-` prefix alone (kube-router's `KUBE-ROUTER-*`/`KUBE-POD-FW-*`/`KUBE-NWPLCY-*`, kubelet's
 //! `KUBE-KUBELET-CANARY`/`KUBE-IPTABLES-HINT` share the prefix and must never be touched).
 //!
-//! Patterns (spec §2.2, §2.3 and older releases):
+//! Patterns (`proxier.go` of every release since 1.20 and older ones):
 //! * per-service chains `KUBE-{SVC,SVL,EXT,FW,SEP,XLB}-` + 16 characters of base32 (`A–Z2–7`);
 //! * the fixed chains kube-proxy creates in each table.
 

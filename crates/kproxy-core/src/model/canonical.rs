@@ -1,5 +1,5 @@
 //! The canonical text of a rule: what `iptables-save` would print for it, so that what kube-proxy
-//! wrote and what a node prints compare equal (spec §17).
+//! wrote and what a node prints compare equal.
 //!
 //! Normalisations (each is how iptables-save prints the rule back):
 //! * basic matches first, in the order `-s -d -i -o -p -f`, then the match modules in written

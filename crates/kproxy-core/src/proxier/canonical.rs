@@ -1,4 +1,4 @@
-//! kube-proxy's test canonicalisation of restore text (`sortIPTablesRules`, spec §15.3), used to
+//! kube-proxy's test canonicalisation of restore text (`pkg/proxy/iptables/proxier_test.go` `sortIPTablesRules`), used to
 //! compare a render with golden dumps: tables by name, chains `KUBE-NODEPORTS`, `KUBE-SERVICES`,
 //! other `KUBE-*`, then the rest (alphabetically); rules of `KUBE-NODEPORTS`/`KUBE-SERVICES`
 //! stably sorted by the service name in their comment (nat `KUBE-SERVICES` tail rule last); all

@@ -1,6 +1,6 @@
 //! kube-proxy's IPVS proxier (mode `ipvs`) emulated: from API state, KubeProxyConfiguration and node
 //! facts, the virtual servers, real servers, ipsets, `kube-ipvs0` addresses and iptables rules it
-//! installs (shared docs `kube-proxy-ipvs-spec.md`; kube-proxy `pkg/proxy/ipvs/proxier.go`).
+//! installs (kube-proxy `pkg/proxy/ipvs/proxier.go`; docs/ipvs.md).
 //!
 //! Entry point: [`render`] (one family) → [`ExpectedIpvs`], printable as JSON ([`ExpectedIpvs`] is
 //! `Serialize`), as `ipvsadm -Sn` ([`ExpectedIpvs::to_ipvsadm_save`]), as `ipvsadm -Ln`
@@ -25,7 +25,7 @@ use std::net::IpAddr;
 /// `defaultDummyDevice`).
 pub const DUMMY_DEVICE: &str = "kube-ipvs0";
 
-/// What the IPVS proxier knows about its node (IPVS spec §2 items 3–4).
+/// What the IPVS proxier knows about its node (`pkg/proxy/ipvs/proxier.go` `NewProxier`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpvsNode {
     /// Node name (local endpoints have this `nodeName`).
@@ -265,7 +265,7 @@ fn duration_s(s: &str) -> u64 {
     total as u64
 }
 
-/// kube-proxy's node IP list for NodePort virtual servers (IPVS spec §4.4).
+/// kube-proxy's node IP list for NodePort virtual servers (`pkg/proxy/ipvs/proxier.go` `syncProxyRules`).
 pub fn node_port_ips(config: &ProxyConfig, node: &IpvsNode, family: IpFamily) -> Vec<IpAddr> {
     let mut cidrs: Vec<Cidr> = Vec::new();
     let mut primary = false;
@@ -577,7 +577,7 @@ pub fn render(
     }
 }
 
-/// ipvsadm's service comparator (formats §11): signed 32-bit wrapping differences over the address words.
+/// ipvsadm's service comparator (libipvs `ipvs_cmp_services`): signed 32-bit wrapping differences over the address words.
 fn ipvsadm_addr_cmp(a: &IpAddr, b: &IpAddr) -> std::cmp::Ordering {
     let words = |ip: &IpAddr| -> Vec<u32> {
         match ip {
@@ -633,7 +633,7 @@ fn proto_num(p: Protocol) -> u8 {
 }
 
 impl ExpectedIpvs {
-    /// Virtual servers in ipvsadm's listing order (formats §11).
+    /// Virtual servers in ipvsadm's listing order (libipvs `ipvs_sort_services`).
     pub fn in_ipvsadm_order(&self) -> Vec<ExpectedVs> {
         let mut v = self.virtual_servers.clone();
         merge_sort(&mut v, &|a: &ExpectedVs, b: &ExpectedVs| {

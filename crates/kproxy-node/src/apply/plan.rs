@@ -4,7 +4,7 @@
 //! The plan touches only chains kube-proxy owns ([`crate::graph::ownership`]); in built-in chains it
 //! only inserts the jump rules kube-proxy ensures (`-I CHAIN 1 …`) and never removes anything.
 //! Stale chains are deleted only when they are per-service chains (kube-proxy's own garbage
-//! collection rule, spec §12) and no rule outside the rewritten chains still jumps to them.
+//! collection rule: `proxier.go` `syncProxyRules`, "Delete chains no longer in use") and no rule outside the rewritten chains still jumps to them.
 
 use crate::graph::ownership::{is_kube_proxy_chain, service_chain};
 use crate::model::{Chain, Fingerprint, RuleEntry, Ruleset, TableRules};

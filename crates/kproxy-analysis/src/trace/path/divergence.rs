@@ -1,7 +1,7 @@
 //! Setting the path view against the plan (kube-proxy's decisions for the API state): missing
 //! service ports and entry points, stale and missing endpoints, wrong shares.
 
-use super::{AffinityView, PlanEndpoint};
+use super::{AffinityView, DecidedEndpoint};
 use super::{Branch, Divergence, DivergenceKind, EndpointPath, EntryPath, PodRef, PortPath};
 use crate::graph::{ChainKind, EntryKind, ownership::service_chain, percent};
 use crate::model::hashing::EndpointChain;
@@ -86,7 +86,7 @@ pub(super) fn missing_entries(
 fn expected_set<'p>(
     decisions: &'p ServicePortDecisions,
     policy_chain: &str,
-) -> Vec<(&'p PlanEndpoint, &'p str)> {
+) -> Vec<(&'p DecidedEndpoint, &'p str)> {
     let local = matches!(
         service_chain(policy_chain),
         Some((ChainKind::Svl | ChainKind::Xlb, _))
@@ -108,10 +108,10 @@ fn expected_set<'p>(
         .collect()
 }
 
-fn find_plan_endpoint<'p>(
+fn find_decided_endpoint<'p>(
     decisions: &'p ServicePortDecisions,
     ep: &EndpointPath,
-) -> Option<&'p PlanEndpoint> {
+) -> Option<&'p DecidedEndpoint> {
     decisions
         .endpoints
         .iter()
@@ -137,8 +137,8 @@ pub(super) fn compare_branch(b: &mut Branch, decisions: &ServicePortDecisions) {
     let n = expected.len();
     let even = (n > 0).then(|| 1.0 / n as f64);
     for ep in &mut b.endpoints {
-        let plan_ep = find_plan_endpoint(decisions, ep);
-        ep.pod = plan_ep.map(PodRef::from_plan);
+        let plan_ep = find_decided_endpoint(decisions, ep);
+        ep.pod = plan_ep.map(PodRef::from_decision);
         let in_set =
             plan_ep.is_some_and(|pe| expected.iter().any(|(e, _)| e.endpoint == pe.endpoint));
         if in_set {
@@ -161,7 +161,7 @@ pub(super) fn compare_branch(b: &mut Branch, decisions: &ServicePortDecisions) {
                 None => "not in any EndpointSlice of the service".to_string(),
                 Some(pe) if !(pe.ready || pe.serving && pe.terminating) => format!(
                     "the endpoint is {} in the API",
-                    PodRef::from_plan(pe).state()
+                    PodRef::from_decision(pe).state()
                 ),
                 Some(pe) if !pe.is_local && local_chain(&policy) => {
                     "the endpoint is not on this node, but this chain serves node-local endpoints only".into()
@@ -189,13 +189,13 @@ pub(super) fn compare_branch(b: &mut Branch, decisions: &ServicePortDecisions) {
                 line: None,
                 counters: None,
                 hairpin_masquerade: false,
-                pod: Some(PodRef::from_plan(pe)),
+                pod: Some(PodRef::from_decision(pe)),
                 live_flows: None,
                 divergence: Some(Divergence {
                     kind: DivergenceKind::MissingEndpoint,
                     message: format!(
                         "missing: the API has this {} endpoint but {policy} does not route to it",
-                        PodRef::from_plan(pe).state()
+                        PodRef::from_decision(pe).state()
                     ),
                 }),
             });

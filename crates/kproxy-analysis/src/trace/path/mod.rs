@@ -28,7 +28,7 @@ mod divergence;
 pub use build::build;
 
 use crate::graph::{Counters, EntryKind, MasqueradeReason, NameResolver, VerdictReason};
-use crate::proxier::endpoints::Endpoint as PlanEndpoint;
+use crate::proxier::endpoints::Endpoint as DecidedEndpoint;
 use crate::proxier::iptables::ServiceDecisions;
 use serde::Serialize;
 
@@ -164,7 +164,7 @@ pub struct PodRef {
 }
 
 impl PodRef {
-    fn from_plan(e: &PlanEndpoint) -> Self {
+    fn from_decision(e: &DecidedEndpoint) -> Self {
         PodRef {
             kind: e.target_ref().map(|t| t.kind.clone()),
             name: e

@@ -39,7 +39,8 @@ pub struct GraphOptions {
     /// Keep only what `verify`'s graph-level comparison reads: no [`ServicePort::edges`]
     /// (drawing and tracing read them) and no hairpin rules of endpoint chains in
     /// [`ServicePort::masquerade`] (each endpoint's [`Endpoint::hairpin_masquerade`] still says
-    /// whether it has one). On a 10k-service node that is ~15 MB and 200k allocations less.
+    /// whether it has one): on a large node, megabytes and hundreds of thousands of allocations
+    /// less (BENCHMARKS.md).
     ///
     /// [`ServicePort::edges`]: super::ServicePort::edges
     /// [`ServicePort::masquerade`]: super::ServicePort::masquerade
@@ -61,7 +62,7 @@ pub struct DumpSummary {
 }
 
 impl DumpSummary {
-    /// The facts of `dump` (call before handing the dump to [`Ruleset::from_dump`]).
+    /// The summary of `dump` (call before handing the dump to [`Ruleset::from_dump`]).
     pub fn of(dump: &Dump<'_>) -> Self {
         DumpSummary {
             backend: dump.backend,
@@ -880,7 +881,7 @@ fn counters(r: &Rule<'_>) -> Option<Counters> {
     })
 }
 
-/// Classifies a masquerade rule (spec §6).
+/// Classifies a masquerade rule (the `KUBE-MARK-MASQ` jumps of `proxier.go` `syncProxyRules`).
 fn masquerade_rule<'a>(
     chain: &'a str,
     kind: Option<ChainKind>,

@@ -3,7 +3,7 @@
 use crate::parsers::iptables::{AddrSpec, Match, Module, Neg, Recent, Rule, Statistic};
 use std::borrow::Cow;
 
-/// The facts of one rule that decide its place in the graph.
+/// What decides one rule's place in the graph, read from its matches.
 #[derive(Debug, Clone, Default)]
 pub(super) struct RuleSummary<'a> {
     /// The first comment, when written without escapes (escaped comments are never kube-proxy's:

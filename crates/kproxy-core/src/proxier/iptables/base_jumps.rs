@@ -6,7 +6,8 @@ use super::rendered::{RenderedTable, TextBuf};
 use crate::state::version::KubeProxyVersion;
 use std::fmt::Write as _;
 
-/// The jump rules kube-proxy ensures in built-in chains (spec §3.2), in final top-of-chain order
+/// The jump rules kube-proxy ensures in built-in chains (`proxier.go` `iptablesJumpChains`), in
+/// final top-of-chain order
 /// on a fresh node: `(table, chain, extra args, comment, target)`.
 pub const BASE_JUMPS: &[(&str, &str, &str, &str, &str)] = &[
     ("filter", "INPUT", "", "", "KUBE-FIREWALL"),

@@ -99,7 +99,8 @@ impl ChainNames {
     }
 }
 
-/// Everything kube-proxy decides for one service port (spec §5.1–5.2).
+/// Everything kube-proxy decides for one service port (`proxier.go` `syncProxyRules`, before it
+/// writes the port's rules).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServicePortDecisions {
     /// The service port.
@@ -321,7 +322,7 @@ pub fn decide_each(
     decisions
 }
 
-/// Decides per service port (spec §5.1–5.2) from node-wide facts.
+/// Decides per service port (as `syncProxyRules`) from node-wide facts.
 pub(super) struct PortDecider<'f> {
     node_name: &'f str,
     zone: &'f str,

@@ -1,4 +1,4 @@
-//! The iptables-restore payload of kube-proxy's IPVS proxier (IPVS spec §8.2): owned chains of the nat
+//! The iptables-restore payload of kube-proxy's IPVS proxier (`pkg/proxy/ipvs/proxier.go` `writeIptablesRules`): owned chains of the nat
 //! and filter tables, set-driven rules for the non-empty ipsets, in kube-proxy's order.
 
 use super::sets::{self, SetDef};
@@ -25,7 +25,7 @@ pub const FILTER_CHAINS: &[&str] = &[
     "KUBE-IPVS-OUT-FILTER",
 ];
 
-/// Jump rules kube-proxy inserts into built-in chains (IPVS spec §8.1): (table, from, to, comment).
+/// Jump rules kube-proxy inserts into built-in chains (`pkg/proxy/ipvs/proxier.go` `iptablesJumpChain`): (table, from, to, comment).
 pub const JUMPS: &[(&str, &str, &str, &str)] = &[
     (
         "nat",
@@ -83,7 +83,7 @@ pub const JUMPS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-/// How the KUBE-CLUSTER-IP masquerade rule tells local traffic (IPVS spec §8.2 nat 3).
+/// How the KUBE-CLUSTER-IP masquerade rule tells local traffic (`writeIptablesRules`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalDetector {
     /// `iptables.masqueradeAll`.

@@ -1,5 +1,5 @@
 //! The service ports and endpoint sets the IPVS proxier works from, built on the mode-independent
-//! [`crate::proxier::service_port`] and [`crate::proxier::endpoints`] modules (IPVS spec §2–§3).
+//! [`crate::proxier::service_port`] and [`crate::proxier::endpoints`] modules.
 
 use crate::proxier::endpoints::{self, CategorizeInput, Categorized, Endpoint};
 use crate::proxier::service_port::{self, ServicePortInfo};
@@ -28,7 +28,7 @@ impl PortView {
         }
     }
 
-    /// The endpoints backing a virtual server (IPVS spec §3.4): with a Local policy the local
+    /// The endpoints backing a virtual server (`pkg/proxy/ipvs/proxier.go` `syncEndpoint`): with a Local policy the local
     /// endpoints, falling back to the cluster endpoints when there is none (PR #97081).
     pub fn backends(&self, local_policy: bool) -> Vec<&Endpoint> {
         let c = &self.categorized;

@@ -1,4 +1,4 @@
-//! The 17 ipsets of kube-proxy's IPVS proxier (IPVS spec §7): base names, types and the comments
+//! The 17 ipsets of kube-proxy's IPVS proxier (`pkg/proxy/ipvs/proxier.go` `ipsetInfo`): base names, types and the comments
 //! their iptables rules carry.
 
 use crate::state::ip::IpFamily;

@@ -545,7 +545,7 @@ fn krew_caveats_name_the_rbac_and_real_flags() {
     );
 }
 
-/// The validator itself must reject what krew's rules reject.
+/// Our checker of krew's documented rules must itself reject what those rules reject.
 #[test]
 fn krew_rule_checker_rejects_bad_manifests() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -15,12 +15,14 @@
 //! * `kproxy-core`: [`model`], [`state`], [`proxier`], [`graph`];
 //! * `kproxy-analysis`: [`compare`], [`trace`], [`exit`];
 //! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`];
-//! * this crate: [`output`] (presentation) and [`cli`] (the commands), which the library
-//!   modules above never use.
+//! * this library: [`output`] (presentation), which the layers above never use, and the
+//!   allocator tuning of the binary.
+//!
+//! The commands (`cli/`) are the binary's own modules (`src/main.rs`), not part of this library:
+//! nothing here or below can reach them.
 #![deny(missing_docs)]
 
 pub mod allocator;
-pub mod cli;
 pub mod output;
 
 pub use kproxy_analysis::{compare, exit, trace};

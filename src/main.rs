@@ -5,7 +5,17 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The commands: private to the binary, so the library (and every layer below it) cannot use
+/// them.
+mod cli;
+
+// The library's layers, under the names cli/ uses for them (`crate::model::…`).
+use kproxy::{
+    allocator, apply, collect, compare, exit, graph, kube_client, model, output, parsers, proxier,
+    state, trace,
+};
+
 fn main() -> std::process::ExitCode {
-    kproxy::allocator::keep_freed_memory();
-    kproxy::cli::main()
+    allocator::keep_freed_memory();
+    cli::main()
 }

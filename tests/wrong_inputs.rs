@@ -276,3 +276,32 @@ fn a_missing_table_is_one_finding_not_many() {
         "no per-port nat findings next to KP011: {ids:?}"
     );
 }
+
+#[test]
+fn a_missing_drop_is_reported_in_words() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DUMP)).expect("dump");
+    let without: String = text
+        .lines()
+        .filter(|l| !(l.contains("has no local endpoints") && l.ends_with("-j DROP")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without.len(), text.len(), "the dump has such a DROP rule");
+    let file = dir.path().join("no-drop.save");
+    std::fs::write(&file, without).expect("write");
+    let file = file.display().to_string();
+    let (code, stdout, _) = run(&[
+        "verify",
+        "node-1",
+        "--state",
+        STATE,
+        "--config",
+        CONFIG,
+        "--iptables-save",
+        &file,
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("but is not dropped"), "{stdout}");
+    assert!(!stdout.contains("droped"), "{stdout}");
+}

@@ -72,6 +72,29 @@ seed ipset $(
 # conntrack: every captured listing form.
 seed conntrack $(find "$repo/testdata/conntrack" -type f -name '*.txt' ! -name 'topology.txt' | sort)
 
+# paste: dumps, listings, ipvsadm and ipset text (what pastes wrap and mix).
+seed paste $(
+    {
+        find "$repo/testdata/dumps" "$repo/testdata/listing" -type f ! -name '*.md' ! -name '*.sh'
+        if [ -d "$shared" ]; then
+            find "$shared/iptables/real-world" "$shared/ipvs/formats" -type f -name '*.txt'
+        fi
+    } 2>/dev/null | sort
+)
+
+# nftables: listings, JSON and command lines (the same files seed both forms; `nft::parse`
+# detects which it is given).
+seed nft $(
+    {
+        find "$repo/testdata/nft" -type f ! -name '*.sh'
+        if [ -d "$shared" ]; then
+            find "$shared/nftables/samples" -type f ! -name '*.md'
+            find "$shared/nftables/render" -type f \( -name '*.nft' -o -name 'expected-live.json' \)
+            find "$shared/nftables/packetflow/live" -type f
+        fi
+    } 2>/dev/null | sort
+)
+
 for d in "$corpus"/*/; do
     printf '%-14s %6d files\n' "$(basename "$d")" "$(find "$d" -type f | wc -l)"
 done

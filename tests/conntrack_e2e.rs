@@ -26,12 +26,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-const NODE_IP: &str = "192.168.77.2";
-const DNS: &str = "10.96.50.10:53";
+pub(crate) const NODE_IP: &str = "192.168.77.2";
+pub(crate) const DNS: &str = "10.96.50.10:53";
 const WEB: &str = "10.96.50.20:80";
 
 /// A Service with one port and the EndpointSlice of `endpoints` (pod IPs) on `target`.
-fn service(
+pub(crate) fn service(
     name: &str,
     ip: &str,
     port: u16,
@@ -130,7 +130,7 @@ fn install_rules(node: &Netns, state: &Path) {
 }
 
 /// `conntrack -L -o extended` of the node, as text and written to `dir/name`.
-fn listing(node: &Netns, dir: &Path, name: &str) -> (String, PathBuf) {
+pub(crate) fn listing(node: &Netns, dir: &Path, name: &str) -> (String, PathBuf) {
     let text = node
         .run(&["conntrack", "-L", "-o", "extended"])
         .expect("conntrack -L");
@@ -139,19 +139,19 @@ fn listing(node: &Netns, dir: &Path, name: &str) -> (String, PathBuf) {
     (text, path)
 }
 
-fn flows(text: &str) -> Vec<Flow<'_>> {
+pub(crate) fn flows(text: &str) -> Vec<Flow<'_>> {
     parse(text, ParseOptions::strict())
         .expect("listing parses")
         .flows
 }
 
 /// A flow's identity: protocol and original tuple (what stays the same while it lives).
-fn key(f: &Flow<'_>) -> String {
+pub(crate) fn key(f: &Flow<'_>) -> String {
     format!("{} {:?}", f.protocol, f.original)
 }
 
 /// A UDP socket of the client, bound to `port`, that keeps its source port (one conntrack entry).
-fn client_socket(client: &Netns, port: u16) -> UdpSocket {
+pub(crate) fn client_socket(client: &Netns, port: u16) -> UdpSocket {
     client
         .in_ns(move || {
             let s = UdpSocket::bind(("0.0.0.0", port)).expect("bind client socket");
@@ -163,7 +163,7 @@ fn client_socket(client: &Netns, port: u16) -> UdpSocket {
 }
 
 /// Sends one datagram to `dst` and returns the name of the echo server that answered.
-fn ask(sock: &UdpSocket, dst: SocketAddr) -> Option<String> {
+pub(crate) fn ask(sock: &UdpSocket, dst: SocketAddr) -> Option<String> {
     sock.send_to(b"ping\n", dst).ok()?;
     let mut buf = [0u8; 512];
     let n = sock.recv(&mut buf).ok()?;
@@ -173,7 +173,7 @@ fn ask(sock: &UdpSocket, dst: SocketAddr) -> Option<String> {
 }
 
 /// A bounded loop of `n` datagrams from `sock`: the servers that answered.
-fn ask_many(sock: &UdpSocket, dst: SocketAddr, n: usize) -> Vec<Option<String>> {
+pub(crate) fn ask_many(sock: &UdpSocket, dst: SocketAddr, n: usize) -> Vec<Option<String>> {
     (0..n)
         .map(|_| {
             let r = ask(sock, dst);
@@ -183,7 +183,7 @@ fn ask_many(sock: &UdpSocket, dst: SocketAddr, n: usize) -> Vec<Option<String>> 
         .collect()
 }
 
-fn topology(name: &str) -> Topology {
+pub(crate) fn topology(name: &str) -> Topology {
     Topology::builder(name)
         .node_addrs(&["192.168.77.2/24"])
         .client_addrs(&["192.168.77.3/24"])
@@ -195,7 +195,7 @@ fn topology(name: &str) -> Topology {
         .expect("topology")
 }
 
-fn pod_ip(name: &str) -> &'static str {
+pub(crate) fn pod_ip(name: &str) -> &'static str {
     match name {
         "dns-a" => "10.244.1.10",
         "dns-b" => "10.244.1.11",
@@ -205,7 +205,7 @@ fn pod_ip(name: &str) -> &'static str {
     }
 }
 
-fn other(name: &str) -> &'static str {
+pub(crate) fn other(name: &str) -> &'static str {
     match name {
         "dns-a" => "dns-b",
         "dns-b" => "dns-a",
@@ -335,7 +335,7 @@ fn udp_blackhole(prefix: &str) -> Blackhole {
 }
 
 /// The flows of a listing that go through the cluster IP to `reply_ip`.
-fn through_dns_to<'a>(flows: &'a [Flow<'a>], reply_ip: &str) -> Vec<&'a Flow<'a>> {
+pub(crate) fn through_dns_to<'a>(flows: &'a [Flow<'a>], reply_ip: &str) -> Vec<&'a Flow<'a>> {
     flows
         .iter()
         .filter(|f| {

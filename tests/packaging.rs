@@ -881,3 +881,35 @@ fn ci_runs_the_readme_test_command() {
     assert_eq!(last, command, ".ci/run must end with README's test command");
     assert!(ci.starts_with("#!/usr/bin/env bash") && ci.contains("set -euo pipefail"));
 }
+
+/// The quick start's output in README.md is what its command prints, byte for byte.
+#[test]
+fn readme_quick_start_output_is_what_the_command_prints() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## Quick start")
+        .nth(1)
+        .expect("README.md has a Quick start section");
+    let mut blocks = section.split("```").skip(1).step_by(2);
+    let command = blocks.next().expect("the command block");
+    let printed = blocks.next().expect("the output block");
+    let line = command
+        .lines()
+        .find(|l| l.contains("kubectl-kproxy "))
+        .expect("a kubectl-kproxy command");
+    let args: Vec<&str> = line
+        .split("kubectl-kproxy ")
+        .nth(1)
+        .expect("arguments")
+        .split_whitespace()
+        .collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
+        .args(&args)
+        .current_dir(repo())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run");
+    let expected = printed.strip_prefix("text\n").expect("a ```text block");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    assert_eq!(out.status.code(), Some(1), "README says exit status 1");
+}

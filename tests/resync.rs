@@ -2,6 +2,8 @@
 //! watch: the node namespace's rules follow added endpoints, deleted services and added services
 //! within 2 s (a deletion during an apiserver outage after the re-list), real client connections
 //! follow the rules, SIGTERM/SIGINT exit 0 leaving the rules in place; and the command refuses to start next to a running kube-proxy unless `--force`.
+//! After each sync it clears the conntrack entries that still DNAT to an endpoint the API no
+//! longer has, and only those.
 
 use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::netns::{Backend, Netns, Pod, Probe, Topology, addr, require_root_and_tools};
@@ -434,4 +436,198 @@ fn resync_refuses_to_start_next_to_kube_proxy_unless_forced() {
         "{stderr}"
     );
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{stderr}");
+}
+
+/// `resync --local --watch` clears stale flows after each sync, as kube-proxy does: a UDP client
+/// keeps one source port (one conntrack entry) to a service's cluster IP; its endpoint leaves the
+/// API during the watch; resync rewrites the rules and deletes exactly the entries that still
+/// DNAT to it — every other entry of the table survives — and the client's next datagram reaches
+/// the remaining endpoint.
+#[test]
+fn resync_watch_clears_stale_udp_flows_after_a_sync() {
+    use crate::conntrack_e2e::{
+        DNS, NODE_IP, ask, ask_many, client_socket, flows, key, listing, other, pod_ip, service,
+        through_dns_to, topology,
+    };
+    use std::collections::BTreeSet;
+    use std::net::SocketAddr;
+    let mut tools = vec!["ip", "conntrack"];
+    tools.extend(Backend::Nft.tools());
+    if !require_root_and_tools(&tools) {
+        return;
+    }
+    let _serial = KUBE_PROXY_NAME.lock().unwrap_or_else(|e| e.into_inner());
+    let api = FakeApiServer::start();
+    let mut objects: Vec<Value> = Vec::new();
+    objects.extend(service(
+        "udp-dns",
+        "10.96.50.10",
+        53,
+        5353,
+        "UDP",
+        &["10.244.1.10", "10.244.1.11"],
+    ));
+    objects.extend(service(
+        "web",
+        "10.96.50.20",
+        80,
+        8080,
+        "TCP",
+        &["10.244.1.20", "10.244.1.21"],
+    ));
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "spec": {"podCIDRs": ["10.244.1.0/24"]},
+        "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]},
+    }));
+    api.add_objects(objects);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = api.write_kubeconfig(dir.path());
+    let topo = topology("resync-ct");
+    let node = topo.node();
+    let resync = Resync::spawn(
+        dir.path(),
+        &kubeconfig,
+        &[
+            "--netns",
+            node.name(),
+            "--backend",
+            "nft",
+            "--node",
+            "node-1",
+            "--node-ip",
+            NODE_IP,
+            "--nfacct",
+            "none",
+            "--min-sync-period",
+            "200ms",
+        ],
+    );
+    follow(
+        node,
+        Backend::Nft,
+        Instant::now(),
+        Duration::from_secs(30),
+        "first sync",
+        &resync,
+        |s| s.contains("10.244.1.10:5353") && s.contains("10.244.1.11:5353"),
+    );
+
+    // The client under test: one source port, one entry, one endpoint.
+    let dns = addr(DNS);
+    let sock = client_socket(topo.client(), 40001);
+    let first = ask_many(&sock, dns, 5);
+    let stale = first[0].clone().expect("the service answers");
+    assert!(
+        first.iter().all(|s| s.as_deref() == Some(stale.as_str())),
+        "one entry, one endpoint: {first:?}"
+    );
+    let (stale_ip, keep) = (pod_ip(&stale), other(&stale));
+    // Other entries: more clients of the service, a flow straight to the other pod.
+    let others: Vec<_> = (40002..40010)
+        .map(|p| client_socket(topo.client(), p))
+        .collect();
+    for s in &others {
+        assert!(ask(s, dns).is_some(), "other clients get answers");
+    }
+    let direct = client_socket(topo.client(), 40100);
+    assert_eq!(
+        ask(
+            &direct,
+            SocketAddr::new(pod_ip(keep).parse().unwrap(), 5353)
+        )
+        .as_deref(),
+        Some(keep)
+    );
+    // A sync with nothing stale deletes nothing.
+    let (before_text, _) = listing(node, dir.path(), "before.txt");
+    let before = flows(&before_text);
+    let to_stale: BTreeSet<String> = through_dns_to(&before, stale_ip)
+        .into_iter()
+        .map(key)
+        .collect();
+    assert!(!to_stale.is_empty());
+    assert!(
+        !resync.stderr().contains("conntrack:"),
+        "{}",
+        resync.stderr()
+    );
+
+    // The endpoint leaves the API.
+    let mut slice = api
+        .object("EndpointSlice", Some("e2e"), "udp-dns-1")
+        .expect("dns slice");
+    slice["endpoints"]
+        .as_array_mut()
+        .expect("endpoints")
+        .retain(|e| e["addresses"][0] != stale_ip);
+    let t = Instant::now();
+    api.update_object(slice);
+    let rules = follow(
+        node,
+        Backend::Nft,
+        t,
+        // Generous: the whole suite runs in parallel on two cores.
+        Duration::from_secs(20),
+        "endpoint removed",
+        &resync,
+        |s| !s.contains(&format!("{stale_ip}:5353")),
+    );
+    // The entries through the service to the gone endpoint are deleted after the sync.
+    let cleared = loop {
+        let (text, _) = listing(node, dir.path(), "after.txt");
+        if through_dns_to(&flows(&text), stale_ip).is_empty() {
+            break (text, t.elapsed());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "stale entries not cleared:\n{text}\nresync stderr:\n{}",
+            resync.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (after_text, took) = cleared;
+    let after: BTreeSet<String> = flows(&after_text).iter().map(key).collect();
+    for f in &before {
+        let k = key(f);
+        assert_eq!(
+            after.contains(&k),
+            !to_stale.contains(&k),
+            "{k}: only the stale entries go\nbefore:\n{before_text}\nafter:\n{after_text}"
+        );
+    }
+    let command = format!(
+        "conntrack -D -f ipv4 -p udp --orig-dst 10.96.50.10 --orig-port-dst 53 --reply-src {stale_ip} --reply-port-src 5353"
+    );
+    // The deletion is logged after the flows are gone: the line may still be on its way.
+    let t = Instant::now();
+    let line = loop {
+        let log = resync.stderr();
+        if let Some(line) = log
+            .split_inclusive('\n')
+            .find(|l| l.contains("conntrack: KP601") && l.ends_with('\n'))
+        {
+            break line.trim_end().to_string();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no deletion logged:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        line.contains(&format!(
+            "e2e/udp-dns:p udp 10.96.50.10:53 → {stale_ip}:5353: deleted {}, listed again: 0 left ({command})",
+            to_stale.len()
+        )),
+        "{line}"
+    );
+    // The client's next datagram reaches the remaining endpoint.
+    assert_eq!(ask(&sock, dns).as_deref(), Some(keep));
+    println!(
+        "resync: endpoint removed → rules {rules:?}, {} stale entries deleted {took:?} after the change",
+        to_stale.len()
+    );
+    drop(others);
+    drop(direct);
 }

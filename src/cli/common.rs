@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 /// Flags accepted by every command (kubectl's global flags; kubectl rejects them before a plugin name).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Kubernetes connection")]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true, env = "KUBECONFIG", hide_env_values = true)]
@@ -14,25 +15,31 @@ pub struct GlobalArgs {
     #[arg(long, global = true)]
     pub context: Option<String>,
     /// The kubeconfig cluster to use.
-    #[arg(long, global = true)]
+    #[arg(hide_short_help = true, long, global = true)]
     pub cluster: Option<String>,
     /// The kubeconfig user to use.
-    #[arg(long, global = true)]
+    #[arg(hide_short_help = true, long, global = true)]
     pub user: Option<String>,
     /// Namespace (default: the context's namespace).
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
     /// All namespaces.
-    #[arg(short = 'A', long, global = true)]
+    #[arg(hide_short_help = true, short = 'A', long, global = true)]
     pub all_namespaces: bool,
     /// Timeout of a single API request, e.g. 30s, 1m (0 = none).
-    #[arg(long, global = true, default_value = "0", value_parser = parse_request_timeout)]
+    #[arg(hide_short_help = true, long, global = true, default_value = "0", value_parser = parse_request_timeout)]
     pub request_timeout: String,
     /// Omit table headers.
-    #[arg(long, global = true)]
+    #[arg(hide_short_help = true, long, global = true)]
     pub no_headers: bool,
     /// Log verbosity (0-9, as kubectl's -v).
-    #[arg(short = 'v', long = "v", global = true, default_value_t = 0)]
+    #[arg(
+        hide_short_help = true,
+        short = 'v',
+        long = "v",
+        global = true,
+        default_value_t = 0
+    )]
     pub verbosity: u8,
 }
 
@@ -51,6 +58,7 @@ impl GlobalArgs {
 
 /// The node facts kube-proxy learns at start-up, as flags (shared by render, verify, trace, repair).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Node facts")]
 pub struct NodeFactArgs {
     /// Node name (default: the config's hostnameOverride).
     #[arg(long)]
@@ -60,29 +68,33 @@ pub struct NodeFactArgs {
     pub node_ips: Vec<std::net::IpAddr>,
     /// IP family to render: 4, 6, or auto (the family of the cluster's service IPs when they
     /// are all of one family, else 4).
-    #[arg(long = "ip-family", value_parser = ["auto", "4", "6"], default_value = "auto")]
+    #[arg(hide_short_help = true, long = "ip-family", value_parser = ["auto", "4", "6"], default_value = "auto")]
     pub ip_family: String,
     /// Whether the node's iptables supports --random-fully.
-    #[arg(long = "random-fully", default_value = "true", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    #[arg(hide_short_help = true, long = "random-fully", default_value = "true", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub random_fully: bool,
     /// The nfacct counters present (comma-separated) or `none` (default: both of kube-proxy's).
-    #[arg(long, value_name = "COUNTERS|none")]
+    #[arg(hide_short_help = true, long, value_name = "COUNTERS|none")]
     pub nfacct: Option<String>,
     /// Whether net.netfilter.nf_conntrack_tcp_be_liberal is set on the node.
-    #[arg(long = "tcp-be-liberal", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    #[arg(hide_short_help = true, long = "tcp-be-liberal", default_value = "false", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub tcp_be_liberal: bool,
     /// Override the masquerade mark (hex such as 0x00004000, or decimal; default: as kube-proxy
     /// formats masqueradeBit).
-    #[arg(long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
+    #[arg(hide_short_help = true, long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
     /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
     /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
     /// through the API, else inferred from the dump (verify, repair), else the newest).
-    #[arg(long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
+    #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
     pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
     /// a node the state does not list is an error).
-    #[arg(long = "node-not-in-state", requires = "node_ips")]
+    #[arg(
+        hide_short_help = true,
+        long = "node-not-in-state",
+        requires = "node_ips"
+    )]
     pub node_not_in_state: bool,
 }
 
@@ -144,6 +156,7 @@ fn parse_mark(s: &str) -> Result<String, String> {
 
 /// API state and kube-proxy configuration inputs (offline form).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "API state (offline)")]
 pub struct StateArgs {
     /// `kubectl get services,endpointslices,nodes -A -o json|yaml` output (repeatable; `-` = stdin).
     #[arg(long = "state", value_name = "FILE")]
@@ -155,24 +168,31 @@ pub struct StateArgs {
 
 /// Node dump inputs (offline form).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Node dumps (offline)")]
 pub struct DumpArgs {
     /// `iptables-save` output (`-` = stdin).
     #[arg(long = "iptables-save", value_name = "FILE")]
     pub iptables_save: Option<PathBuf>,
     /// `ip6tables-save` output.
-    #[arg(long = "ip6tables-save", value_name = "FILE")]
+    #[arg(hide_short_help = true, long = "ip6tables-save", value_name = "FILE")]
     pub ip6tables_save: Option<PathBuf>,
     /// `iptables-legacy-save` output (the other backend).
-    #[arg(long = "iptables-legacy-save", value_name = "FILE")]
+    #[arg(
+        hide_short_help = true,
+        long = "iptables-legacy-save",
+        value_name = "FILE"
+    )]
     pub iptables_legacy_save: Option<PathBuf>,
-    /// Read pastes: strip shell prompts, markdown fences, log prefixes, diff prefixes, JSON
-    /// escapes; skip lines that are not rules (one warning each); read cut inputs, marked as such;
-    /// read `iptables -L` listings best-effort (graph, trace).
+    /// Read pastes and partial inputs, with a warning for each thing done.
+    ///
+    /// Strips shell prompts, markdown fences, log prefixes, diff prefixes, JSON escapes; skips
+    /// lines that are not rules; reads cut inputs, marked as such; reads `iptables -L` listings
+    /// best-effort. docs/testing.md lists what it accepts.
     #[arg(long)]
     pub lenient: bool,
     /// The table of `iptables -S` input, which names none (default: inferred from its chains,
     /// e.g. `-P PREROUTING` or DNAT rules → nat).
-    #[arg(long, value_parser = ["nat", "filter", "mangle", "raw", "security"])]
+    #[arg(hide_short_help = true, long, value_parser = ["nat", "filter", "mangle", "raw", "security"])]
     pub table: Option<String>,
 }
 

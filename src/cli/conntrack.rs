@@ -16,6 +16,7 @@ use std::path::PathBuf;
 
 /// The `--conntrack` flag.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Conntrack (offline)")]
 pub struct ConntrackArgs {
     /// The node's conntrack table: `conntrack -L [-o extended]` or `cat /proc/net/nf_conntrack`
     /// output (`-` = stdin). Its TCP/UDP/SCTP flows are checked against the services' serving

@@ -28,20 +28,21 @@ pub enum GraphFormat {
 /// Arguments of `graph`.
 #[derive(Debug, Args)]
 pub struct GraphArgs {
-    /// Node dumps (`-` = stdin).
-    #[command(flatten)]
-    pub dump: DumpArgs,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Table)]
     pub output: GraphFormat,
-    /// IPVS dumps (`--ipvsadm` selects the IPVS graph: virtual servers → real servers).
-    #[command(flatten)]
-    pub ipvs: super::ipvs::IpvsArgs,
     /// A paste of several commands' output (`iptables -t nat -S`, `ipset list`, `ipvsadm -Ln`,
     /// with prompts between): cut into its parts, each read by its own reader (implies
     /// --lenient; `--lenient --iptables-save FILE` does the same when FILE holds several kinds).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save", "ipvsadm"])]
     pub paste: Option<PathBuf>,
+
+    /// Node dumps (`-` = stdin).
+    #[command(flatten)]
+    pub dump: DumpArgs,
+    /// IPVS dumps (`--ipvsadm` selects the IPVS graph: virtual servers → real servers).
+    #[command(flatten)]
+    pub ipvs: super::ipvs::IpvsArgs,
 }
 
 impl GraphArgs {

@@ -3,6 +3,7 @@
 //! `proxier::ipvs`; this module reads files, calls them and formats.
 
 use super::common::{DumpArgs, NodeFactArgs, StateArgs, load_proxy_inputs, read_input, warn};
+use crate::compare::conntrack::{ServiceIndex, check_ipvs};
 use crate::compare::ipvs::{self as cmp, ActualIpvs};
 use crate::compare::{Finding, Report};
 use crate::graph::ipvs as g;
@@ -16,15 +17,16 @@ use std::path::PathBuf;
 
 /// IPVS-mode dump flags.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS dumps (offline)")]
 pub struct IpvsArgs {
     /// `ipvsadm -Ln` / `-Sn` / `-Ln --stats` / `-Lnc` output (repeatable; files may concatenate several).
     #[arg(long = "ipvsadm", value_name = "FILE")]
     pub ipvsadm: Vec<PathBuf>,
     /// `ipset save` or `ipset list` output.
-    #[arg(long = "ipset", value_name = "FILE")]
+    #[arg(hide_short_help = true, long = "ipset", value_name = "FILE")]
     pub ipset: Option<PathBuf>,
     /// `ip addr` / `ip -o addr` output covering `kube-ipvs0` (its addresses are compared).
-    #[arg(long = "ip-addr", value_name = "FILE")]
+    #[arg(hide_short_help = true, long = "ip-addr", value_name = "FILE")]
     pub ip_addr: Option<PathBuf>,
     /// Read pastes (the command's `--lenient`, set by the command).
     #[arg(skip)]
@@ -259,13 +261,15 @@ fn families(dump: &IpvsDump<'_>, main: IpFamily) -> Vec<IpFamily> {
     v
 }
 
-/// `verify` on an IPVS node from files: reads the flags' dumps and runs [`verify_texts`].
+/// `verify` on an IPVS node from files: reads the flags' dumps and runs [`verify_texts`]; with
+/// `--conntrack FILE` the conntrack table's flows are checked too.
 pub fn verify(
     ipvs: &IpvsArgs,
     state: &StateArgs,
     facts: &NodeFactArgs,
     dumps: &DumpArgs,
     node: Option<&str>,
+    conntrack: &super::conntrack::ConntrackArgs,
 ) -> anyhow::Result<Report> {
     let inputs = load_proxy_inputs(state, facts, node)?;
     let texts = IpvsTexts::read(ipvs)?;
@@ -291,7 +295,15 @@ pub fn verify(
         iptables_save: v4.as_deref(),
         ip6tables_save: v6.as_deref(),
     };
-    verify_texts(&inputs, &node_dumps, facts.masquerade_mark.clone())
+    let report = verify_texts(&inputs, &node_dumps, facts.masquerade_mark.clone())?;
+    let flows = super::conntrack::verify_findings(
+        conntrack,
+        None,
+        "",
+        ipvs.lenient,
+        (&inputs.state, &inputs.config, &inputs.facts),
+    )?;
+    Ok(super::conntrack::with_findings(report, flows))
 }
 
 /// The texts an IPVS node's verification reads (from files, a bundle or a live collector).
@@ -310,7 +322,8 @@ pub struct IpvsNodeDumps<'t> {
 }
 
 /// `verify` on an IPVS node: renders kube-proxy's expected IPVS state per family and compares it with
-/// the dumps; adds a KP523 finding when the configured mode and the node disagree.
+/// the dumps; adds a KP523 finding when the configured mode and the node disagree, and checks the
+/// connections of an `ipvsadm -Lnc` listing against the services' serving endpoints (KP6xx).
 pub fn verify_texts(
     inputs: &crate::state::ProxyInputs,
     dumps: &IpvsNodeDumps<'_>,
@@ -357,6 +370,11 @@ pub fn verify_texts(
     }
     let detected = cmp::detect_mode(Some(&dump), v4.or(v6));
     findings.extend(cmp::mode_finding(&inputs.config.mode, detected));
+    if !dump.connections.is_empty() {
+        let index = ServiceIndex::new(&inputs.state, &inputs.config, &inputs.facts);
+        let services = (!dump.listings.is_empty()).then(|| dump.merged_services());
+        findings.extend(check_ipvs(&dump.connections, services.as_deref(), &index).findings());
+    }
     Ok(Report::new(
         inputs.facts.node_name.clone(),
         "ipvs",
@@ -422,13 +440,20 @@ pub fn trace(
 
 /// `trace` flags for IPVS nodes.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS dumps (offline)")]
 pub struct IpvsTraceArgs {
+    /// The virtual server to trace: ADDR:PORT[/PROTO] (default: --packet's destination, else all).
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Options",
+        long = "vs",
+        value_name = "ADDR:PORT[/PROTO]"
+    )]
+    pub vs: Option<String>,
+
     /// IPVS dumps.
     #[command(flatten)]
     pub dumps: IpvsArgs,
-    /// The virtual server to trace: ADDR:PORT[/PROTO] (default: --packet's destination, else all).
-    #[arg(long = "vs", value_name = "ADDR:PORT[/PROTO]")]
-    pub vs: Option<String>,
 }
 
 /// Runs `trace` on IPVS dumps (`packet`: the `--packet` text, whose destination selects the VS).

@@ -44,18 +44,19 @@ pub enum CollectorChoice {
 
 /// Flags for reading a live cluster or a bundle (flattened into verify, trace and collect).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Live cluster")]
 pub struct LiveArgs {
     /// How to read the node's rules.
     #[arg(long, value_enum, default_value_t = CollectorChoice::Auto)]
     pub collector: CollectorChoice,
     /// Label selector of kube-proxy pods (namespace kube-system) for `--collector exec`.
-    #[arg(long, value_name = "SELECTOR", default_value = collect::exec::DEFAULT_PROXY_SELECTOR)]
+    #[arg(hide_short_help = true, long, value_name = "SELECTOR", default_value = collect::exec::DEFAULT_PROXY_SELECTOR)]
     pub proxy_selector: String,
     /// Image of the debug pod; it must have iptables, ip6tables, ipset and ipvsadm.
-    #[arg(long, value_name = "IMAGE", default_value = collect::debug_pod::DEFAULT_IMAGE)]
+    #[arg(hide_short_help = true, long, value_name = "IMAGE", default_value = collect::debug_pod::DEFAULT_IMAGE)]
     pub image: String,
     /// The ConfigMap holding kube-proxy's configuration in `config.conf`.
-    #[arg(long, value_name = "NS/NAME", default_value = DEFAULT_PROXY_CONFIGMAP)]
+    #[arg(hide_short_help = true, long, value_name = "NS/NAME", default_value = DEFAULT_PROXY_CONFIGMAP)]
     pub proxy_configmap: String,
     /// Read everything (dumps, API state, configuration) from a `kubectl kproxy collect` bundle.
     #[arg(long, value_name = "FILE.tar.gz")]
@@ -64,13 +65,18 @@ pub struct LiveArgs {
     #[arg(long)]
     pub all_nodes: bool,
     /// Node label selector for --all-nodes, e.g. `node-role.kubernetes.io/worker=`.
-    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    #[arg(hide_short_help = true, short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
     /// How many nodes --all-nodes works on at once.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallel: u16,
     /// Timeout of each command run on a node (e.g. 30s, 2m).
-    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "DURATION",
+        default_value = "30s"
+    )]
     pub exec_timeout: String,
 }
 

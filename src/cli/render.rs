@@ -32,12 +32,6 @@ pub enum RenderFormat {
 /// Arguments of `render`.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
-    /// API state and kube-proxy configuration.
-    #[command(flatten)]
-    pub state: StateArgs,
-    /// Node facts.
-    #[command(flatten)]
-    pub node: NodeFactArgs,
     /// Proxier mode to emulate.
     #[arg(long, value_enum, default_value = "iptables")]
     pub mode: Mode,
@@ -48,6 +42,13 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: RenderFormat,
+
+    /// API state and kube-proxy configuration.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Node facts.
+    #[command(flatten)]
+    pub node: NodeFactArgs,
 }
 
 /// Runs `render`.

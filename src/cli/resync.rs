@@ -2,6 +2,7 @@
 //! node's kube-proxy chains in sync until SIGTERM/SIGINT.
 
 use super::common::{BackendArg, GlobalArgs, NodeFactArgs};
+use crate::apply::conntrack::LocalConntrack;
 use crate::apply::host::IptablesHost;
 use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
 use crate::collect::local::kube_proxy_pid;
@@ -95,6 +96,9 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
             eprintln!("{}.{:03} {line}", now.as_secs(), now.subsec_millis());
+        }),
+        conntrack: Some(LocalConntrack {
+            netns: args.netns.clone(),
         }),
     };
     let rt = super::live::runtime()?;

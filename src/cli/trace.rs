@@ -66,8 +66,39 @@ pub struct TraceArgs {
     #[arg(value_name = "SERVICE", conflicts_with = "packet")]
     pub service: Option<String>,
     /// Path view: only this service port (name or number).
-    #[arg(long, requires = "service")]
+    #[arg(hide_short_help = true, long, requires = "service")]
     pub port: Option<String>,
+    /// Simulate one packet (syntax in the help text: source, destination, port, protocol).
+    #[arg(
+        long,
+        value_name = "SRC[:SPORT]->DST:PORT/PROTO",
+        help = "Simulate one packet: SRC[:SPORT]->DST:PORT[/PROTO] (IPv6 as [ADDR]:PORT; PROTO tcp|udp|sctp, default tcp)"
+    )]
+    pub packet: Option<String>,
+    /// Where the packet comes from.
+    ///
+    /// Default: node if SRC is one of the node's addresses, else pod.
+    #[arg(long, value_enum)]
+    pub from: Option<FromArg>,
+    /// A node address (repeatable).
+    ///
+    /// It decides `addrtype LOCAL`, routing (local vs forwarded) and the MASQUERADE
+    /// source. The kernel model adds every loopback address and --node-ip; the kube-proxy-test
+    /// model uses exactly this list (kube-proxy's tests pass 127.0.0.1, ::1 and the node IPs).
+    #[arg(long = "local-ip", value_name = "IP")]
+    pub local_ips: Vec<IpAddr>,
+    /// The simulation model.
+    #[arg(long, value_enum, default_value_t = ModelArg::Kernel)]
+    pub model: ModelArg,
+    /// The interface the packet arrives on (evaluates `-i`; undecidable otherwise).
+    #[arg(hide_short_help = true, long = "in-interface", value_name = "IFACE")]
+    pub in_interface: Option<String>,
+    /// The interface the packet leaves by (evaluates `-o`; undecidable otherwise).
+    #[arg(hide_short_help = true, long = "out-interface", value_name = "IFACE")]
+    pub out_interface: Option<String>,
+    /// Output format (default: text for --packet, tree for the path view).
+    #[arg(short = 'o', long = "output", value_enum)]
+    pub output: Option<TraceOutput>,
     /// The node's rules.
     #[command(flatten)]
     pub dump: DumpArgs,
@@ -77,33 +108,6 @@ pub struct TraceArgs {
     /// Node facts (path view with --state; `--node-ip` also counts as a local address for --packet).
     #[command(flatten)]
     pub node: NodeFactArgs,
-    /// Simulate one packet (syntax in the help text: source, destination, port, protocol).
-    #[arg(
-        long,
-        value_name = "SRC[:SPORT]->DST:PORT/PROTO",
-        help = "Simulate one packet: SRC[:SPORT]->DST:PORT[/PROTO] (IPv6 as [ADDR]:PORT; PROTO tcp|udp|sctp, default tcp)"
-    )]
-    pub packet: Option<String>,
-    /// Where the packet comes from (default: node if SRC is one of the node's addresses, else pod).
-    #[arg(long, value_enum)]
-    pub from: Option<FromArg>,
-    /// A node address (repeatable): `addrtype LOCAL`, routing (local vs forwarded) and the MASQUERADE
-    /// source. The kernel model adds every loopback address and --node-ip; the kube-proxy-test
-    /// model uses exactly this list (kube-proxy's tests pass 127.0.0.1, ::1 and the node IPs).
-    #[arg(long = "local-ip", value_name = "IP")]
-    pub local_ips: Vec<IpAddr>,
-    /// The simulation model.
-    #[arg(long, value_enum, default_value_t = ModelArg::Kernel)]
-    pub model: ModelArg,
-    /// The interface the packet arrives on (evaluates `-i`; undecidable otherwise).
-    #[arg(long = "in-interface", value_name = "IFACE")]
-    pub in_interface: Option<String>,
-    /// The interface the packet leaves by (evaluates `-o`; undecidable otherwise).
-    #[arg(long = "out-interface", value_name = "IFACE")]
-    pub out_interface: Option<String>,
-    /// Output format (default: text for --packet, tree for the path view).
-    #[arg(short = 'o', long = "output", value_enum)]
-    pub output: Option<TraceOutput>,
     /// Live cluster access: without --iptables-save, the node (--node) is read through the
     /// API (or from --bundle), with the API state and kube-proxy's configuration.
     #[command(flatten)]

@@ -33,6 +33,12 @@ pub struct VerifyArgs {
     /// The node to verify (default: --node, the config's hostnameOverride, or the only Node in the state).
     #[arg(value_name = "NODE")]
     pub node_name: Option<String>,
+    /// `nft list ruleset` output (finds an nftables-mode kube-proxy table).
+    #[arg(long = "nft-ruleset", value_name = "FILE")]
+    pub nft_ruleset: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = VerifyFormat::Table)]
+    pub output: VerifyFormat,
     /// API state and configuration.
     #[command(flatten)]
     pub state: StateArgs,
@@ -42,12 +48,6 @@ pub struct VerifyArgs {
     /// Node facts, as for render.
     #[command(flatten)]
     pub facts: NodeFactArgs,
-    /// `nft list ruleset` output (finds an nftables-mode kube-proxy table).
-    #[arg(long = "nft-ruleset", value_name = "FILE")]
-    pub nft_ruleset: Option<PathBuf>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = VerifyFormat::Table)]
-    pub output: VerifyFormat,
     /// Live cluster access (collector, bundle, --all-nodes).
     #[command(flatten)]
     pub live: super::live::LiveArgs,
@@ -72,6 +72,7 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
             &args.facts,
             &args.dumps,
             args.node_name.as_deref(),
+            &args.conntrack,
         )?
     } else {
         build_report(&args, global)?

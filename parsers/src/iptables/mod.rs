@@ -6,7 +6,7 @@
 pub mod ast;
 mod code;
 mod dump;
-mod lexer;
+pub(crate) mod lexer;
 pub mod listing;
 mod matches;
 mod rule;

@@ -27,16 +27,27 @@ use std::path::PathBuf;
 
 /// Offline inputs of an IPVS-mode repair plan.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS mode (offline plan)")]
 pub struct IpvsRepairArgs {
     /// IPVS mode: plan against a saved `ipvsadm-save -n` (or `ipvsadm -Ln`) file instead of the
     /// host (dry run only; with --ipset-save and --iptables-save).
     #[arg(long = "ipvsadm-save", value_name = "FILE", conflicts_with = "apply")]
     pub ipvsadm_save: Option<PathBuf>,
     /// IPVS mode: the saved `ipset save` output for the offline plan.
-    #[arg(long = "ipset-save", value_name = "FILE", requires = "ipvsadm_save")]
+    #[arg(
+        hide_short_help = true,
+        long = "ipset-save",
+        value_name = "FILE",
+        requires = "ipvsadm_save"
+    )]
     pub ipset_save: Option<PathBuf>,
     /// IPVS mode: saved `ip -o addr show dev kube-ipvs0` output for the offline plan.
-    #[arg(long = "kube-ipvs0", value_name = "FILE", requires = "ipvsadm_save")]
+    #[arg(
+        hide_short_help = true,
+        long = "kube-ipvs0",
+        value_name = "FILE",
+        requires = "ipvsadm_save"
+    )]
     pub kube_ipvs0: Option<PathBuf>,
 }
 

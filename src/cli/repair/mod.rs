@@ -57,39 +57,49 @@ pub struct RepairArgs {
     /// Where to save the backup taken before applying [default on the node: /var/lib/kproxy/backups;
     /// for a remote node the backup is written on this machine, default
     /// $XDG_STATE_HOME/kproxy/backups, else ~/.local/state/kproxy/backups, else ./kproxy-backups].
-    #[arg(long, value_name = "DIR")]
+    #[arg(hide_short_help = true, long, value_name = "DIR")]
     pub backup_dir: Option<PathBuf>,
     /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old state).
     #[arg(long)]
     pub force: bool,
     /// Refuse state files older than this (e.g. 10m, 1h; 0 = no limit).
-    #[arg(long, value_name = "DURATION", default_value = "0")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "DURATION",
+        default_value = "0"
+    )]
     pub max_age: String,
     /// Which iptables userspace to use on this host (for a remote node, `auto` means the
     /// backend that holds kube-proxy's rules, read from the node's dumps).
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    #[arg(hide_short_help = true, long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
-    #[arg(long, value_name = "NAME")]
+    #[arg(hide_short_help = true, long, value_name = "NAME")]
     pub netns: Option<String>,
     /// Seconds to wait for the xtables lock.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5
+    )]
     pub wait: u64,
     /// Print the iptables-restore input of the plan.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub show_restore: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = RepairFormat::Text)]
     pub output: RepairFormat,
+    /// Test only: make the last table's restore fail part-way (proves the rollback).
+    #[arg(long, hide = true)]
+    pub inject_fault: bool,
     /// API state and configuration.
     #[command(flatten)]
     pub state: StateArgs,
     /// Node facts, as for render.
     #[command(flatten)]
     pub facts: NodeFactArgs,
-    /// Test only: make the last table's restore fail part-way (proves the rollback).
-    #[arg(long, hide = true)]
-    pub inject_fault: bool,
     /// IPVS mode (`mode: ipvs` in the configuration, or these offline dumps given).
     #[command(flatten)]
     pub ipvs: ipvs::IpvsRepairArgs,

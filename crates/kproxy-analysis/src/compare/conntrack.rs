@@ -21,6 +21,15 @@
 //! client that keeps sending never makes a new entry and stays blackholed, so those are errors.
 //! Each finding is one group of flows with the same protocol, original destination and reply
 //! source — exactly what one `conntrack -D` filter ([`StaleGroup::delete_args`]) matches.
+//!
+//! On an IPVS node the same check runs on IPVS's own connection table ([`check_ipvs`], `ipvsadm
+//! -Lnc`: virtual address → destination), with the same IDs. IPVS keeps a connection on its real
+//! server whatever the rules say, and no command deletes one connection: kube-proxy's IPVS proxier
+//! deletes a UDP/SCTP real server at once and a TCP one once its connections are gone (weight 0
+//! until then, `pkg/proxy/ipvs/graceful_termination.go`), and sets
+//! `net.ipv4.vs.expire_nodest_conn=1`, so that the next packet of a connection whose real server is
+//! gone ends it. Its findings say where the real server stands in the `-Ln` listing and what that
+//! leaves the user to do.
 
 use super::catalogue::Check;
 use super::finding::{Finding, Severity};
@@ -31,6 +40,7 @@ use crate::state::config::ProxyConfig;
 use crate::state::ip::{Cidr, IpFamily, join_host_port};
 use crate::state::node::NodeFacts;
 use kproxy_parsers::conntrack::{Family, Flow};
+use kproxy_parsers::ipvsadm::{self, Connection, ServiceKey, VirtualService};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -111,10 +121,38 @@ pub enum StaleKind {
     UnknownService,
 }
 
+/// The table a flow was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlowTable {
+    /// The netfilter connection-tracking table (`conntrack -L`, `/proc/net/nf_conntrack`).
+    Conntrack,
+    /// IPVS's connection table (`ipvsadm -Lnc`).
+    Ipvs,
+}
+
+/// Where the destination of a group of IPVS connections stands in the `ipvsadm -Ln` listing of the
+/// same dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum RealServerState {
+    /// Still a real server of the virtual server with this weight (> 0): new flows go there too.
+    Scheduled {
+        /// Its weight.
+        weight: i32,
+    },
+    /// A real server with weight 0: kube-proxy drains it (TCP) until its connections end.
+    Draining,
+    /// No longer a real server of the virtual server (or the virtual server is gone).
+    Gone,
+}
+
 /// One group of stale flows: same kind, service port, protocol, original destination and reply
 /// source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StaleGroup {
+    /// The table the flows were read from.
+    pub table: FlowTable,
     /// Why the flows are stale.
     pub kind: StaleKind,
     /// The service port (`ns/name:port`), when one still has the destination.
@@ -145,6 +183,13 @@ pub struct StaleGroup {
     pub packets: Option<u64>,
     /// The listing's lines of the flows.
     pub lines: Vec<u32>,
+    /// Connections per IPVS state (`ESTABLISHED`, `UDP`, …; IPVS groups only).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub states: BTreeMap<String, usize>,
+    /// Where the destination stands in the dump's `ipvsadm -Ln` listing (IPVS groups, when the dump
+    /// has one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real_server: Option<RealServerState>,
 }
 
 impl StaleGroup {
@@ -189,10 +234,11 @@ impl StaleGroup {
         }
     }
 
-    /// Whether deleting the group's flows is part of a repair (errors only: TCP flows end on their
-    /// own, as kube-proxy leaves them too).
+    /// Whether deleting the group's flows with `conntrack -D` is part of a repair (conntrack
+    /// errors only: TCP flows end on their own, as kube-proxy leaves them too, and no command
+    /// deletes one IPVS connection).
     pub fn needs_deletion(&self) -> bool {
-        self.check().severity == Severity::Error
+        self.table == FlowTable::Conntrack && self.check().severity == Severity::Error
     }
 
     /// `udp 10.96.0.10:53` — protocol and original destination.
@@ -224,38 +270,54 @@ impl StaleGroup {
             (Some(f), Some(s)) => format!("{to} ({} of {s})", f.as_str()),
             _ => to.clone(),
         };
+        let (go_to, target, table, listing) = match self.table {
+            FlowTable::Conntrack => ("still DNAT to", "reply source", "conntrack", "listing"),
+            FlowTable::Ipvs => (
+                "still go to real server",
+                "destination",
+                "ipvs",
+                "ipvsadm -Lnc",
+            ),
+        };
         let mut message = match self.kind {
             StaleKind::StaleEndpoint => format!(
-                "{flows} to {what} still DNAT to {}, which is not a serving endpoint of it",
+                "{flows} to {what} {go_to} {}, which is not a serving endpoint of it",
                 self.reply_source()
             ),
             StaleKind::NoDnat => format!(
                 "{flows} to {what} were never DNATed (made while it had no endpoints) and bypass its endpoints"
             ),
             StaleKind::UnknownService => format!(
-                "{flows} to {to}, an address and port no service has, still DNAT to {}",
+                "{flows} to {to}, an address and port no service has, {go_to} {}",
                 self.reply_source()
             ),
         };
         message.push_str(&format!("; {}", self.activity()));
-        match (self.kind, self.protocol) {
-            (StaleKind::StaleEndpoint, "udp") if self.serving.is_empty() => message.push_str(
+        match (self.table, self.kind, self.protocol) {
+            (FlowTable::Ipvs, _, _) => message.push_str(&self.ipvs_note()),
+            (_, StaleKind::StaleEndpoint, "udp") if self.serving.is_empty() => message.push_str(
                 "; the port has no serving endpoints, and kube-proxy since v1.32 leaves the flows of such ports alone (kubernetes/kubernetes#139628)",
             ),
-            (_, "sctp") => message.push_str("; kube-proxy clears UDP flows only"),
+            (_, _, "sctp") => message.push_str("; kube-proxy clears UDP flows only"),
             _ => {}
         }
         let expected = match self.kind {
             StaleKind::UnknownService => "no flows (no service has this address and port)".into(),
             _ if self.serving.is_empty() => "no serving endpoints".to_string(),
+            _ if self.table == FlowTable::Ipvs => {
+                format!(
+                    "a serving endpoint as destination: {}",
+                    self.serving.join(", ")
+                )
+            }
             _ => format!("reply from a serving endpoint: {}", self.serving.join(", ")),
         };
         let mut f = check
             .finding(message)
-            .chain(format!("conntrack {}", self.destination()))
+            .chain(format!("{table} {}", self.destination()))
             .expected(expected)
             .actual(format!(
-                "reply source {} (listing lines {})",
+                "{target} {} ({listing} lines {})",
                 self.reply_source(),
                 line_list(&self.lines)
             ));
@@ -268,13 +330,67 @@ impl StaleGroup {
                 check.hint,
                 self.delete_args().join(" ")
             ));
+        } else if self.table == FlowTable::Ipvs && check.severity == Severity::Error {
+            f = f.hint(self.ipvs_hint());
         }
         f
     }
 
+    /// What the real server's place in the `-Ln` listing means for the connections (kube-proxy's
+    /// graceful termination, the kernel's `expire_nodest_conn`).
+    fn ipvs_note(&self) -> String {
+        let udp_like = self.protocol != "tcp";
+        match self.real_server {
+            Some(RealServerState::Scheduled { weight }) => format!(
+                "; it is still a real server of the virtual server (weight {weight}), so new flows go there too (KP506)"
+            ),
+            Some(RealServerState::Draining) if udp_like => "; it is a real server with weight 0, which kube-proxy does not keep for UDP/SCTP (it deletes those at once)".into(),
+            Some(RealServerState::Draining) => "; it is a real server with weight 0: kube-proxy drains it and deletes it once its connections are gone".into(),
+            Some(RealServerState::Gone) if udp_like => format!(
+                "; {}: with net.ipv4.vs.expire_nodest_conn=1 (kube-proxy sets it) the flow's next packet ends the connection{}; with 0, IPVS drops the flow's packets until the connection expires (they do not renew it)",
+                if self.kind == StaleKind::UnknownService {
+                    "its virtual server is gone"
+                } else {
+                    "it is no longer a real server of the virtual server"
+                },
+                if self.serving.is_empty() {
+                    ""
+                } else {
+                    " and the flow goes on to a serving endpoint"
+                }
+            ),
+            Some(RealServerState::Gone) => "; it is no longer a real server of the virtual server: with net.ipv4.vs.expire_nodest_conn=1 the next packet ends the connection".into(),
+            None => String::new(),
+        }
+    }
+
+    /// The hint of an IPVS error: what ends the connections, as no command deletes one.
+    fn ipvs_hint(&self) -> String {
+        let remove = match self.real_server {
+            Some(RealServerState::Gone) => String::new(),
+            _ => format!(
+                " (kubectl kproxy repair --local on the node, or ipvsadm -d {} {} -r {})",
+                match self.protocol {
+                    "udp" => "-u",
+                    "sctp" => "--sctp-service",
+                    _ => "-t",
+                },
+                ipvsadm::SocketText(self.orig_dst, self.orig_port),
+                ipvsadm::SocketText(self.reply_src, self.reply_port),
+            ),
+        };
+        format!(
+            "ipvsadm cannot delete one connection, and deleting the flow's conntrack entry (conntrack -D) does not end it: the real server must be gone from the virtual server{remove}, as kube-proxy deletes UDP/SCTP real servers at once, and net.ipv4.vs.expire_nodest_conn must be 1 (kube-proxy sets it; sysctl -w net.ipv4.vs.expire_nodest_conn=1): the flow's next packet then ends the connection and the flow goes on to a serving endpoint; otherwise the connection lasts until it expires"
+        )
+    }
+
     /// `2 assured, 1 unreplied, expiring in up to 118 s unless the clients keep sending`.
     fn activity(&self) -> String {
-        let mut parts = Vec::new();
+        let mut parts: Vec<String> = self
+            .states
+            .iter()
+            .map(|(state, n)| format!("{n} {state}"))
+            .collect();
         if self.assured > 0 {
             parts.push(format!("{} assured", self.assured));
         }
@@ -463,18 +579,87 @@ impl ServiceIndex {
     }
 
     /// The service port and frontend a flow's original destination belongs to.
-    fn frontend_of(&self, flow: &Flow<'_>, dport: u16) -> Option<(usize, Frontend)> {
-        let dst = flow.original.dst;
-        if let Some(hit) = self.frontends.get(&(flow.protocol, dst, dport)) {
+    fn frontend_of(&self, flow: &FlowView<'_>) -> Option<(usize, Frontend)> {
+        let dst = flow.orig_dst;
+        if let Some(hit) = self.frontends.get(&(flow.protocol, dst, flow.orig_port)) {
             return Some(*hit);
         }
-        let v6 = flow.family == Family::Ipv6;
-        let idx = *self.node_ports.get(&(flow.protocol, v6, dport))?;
+        let idx = *self
+            .node_ports
+            .get(&(flow.protocol, dst.is_ipv6(), flow.orig_port))?;
         // kube-proxy's NodePort rules match every local address (or those of nodePortAddresses);
         // a DNATed flow to an address that is neither a service's nor a pod's reached one too.
         let local = self.is_node_address(&dst)
-            || (flow.is_dnat() && !self.service_ips.contains(&dst) && !self.is_pod_address(&dst));
+            || (flow.dnat && !self.service_ips.contains(&dst) && !self.is_pod_address(&dst));
         local.then_some((idx, Frontend::NodePort))
+    }
+}
+
+/// What the check reads of one flow, from either table.
+struct FlowView<'a> {
+    line: u32,
+    /// Protocol number (6, 17, 132).
+    protocol: u8,
+    orig_dst: IpAddr,
+    orig_port: u16,
+    reply_src: IpAddr,
+    reply_port: u16,
+    /// The destination was translated (always so for an IPVS connection to another address).
+    dnat: bool,
+    assured: bool,
+    unreplied: bool,
+    timeout: Option<u32>,
+    packets: Option<u64>,
+    /// The IPVS state (conntrack's TCP state is not shown: `[ASSURED]` says more).
+    state: Option<&'a str>,
+}
+
+impl<'a> FlowView<'a> {
+    fn of_conntrack(flow: &Flow<'a>) -> Option<FlowView<'a>> {
+        debug_assert_eq!(flow.family == Family::Ipv6, flow.original.dst.is_ipv6());
+        Some(FlowView {
+            line: flow.line,
+            protocol: flow.protocol,
+            orig_dst: flow.original.dst,
+            orig_port: flow.original.dport()?,
+            reply_src: flow.reply.src,
+            reply_port: flow.reply.sport()?,
+            dnat: flow.is_dnat(),
+            assured: flow.assured,
+            unreplied: flow.unreplied,
+            timeout: flow.timeout,
+            packets: flow.original_counters.map(|c| c.packets),
+            state: None,
+        })
+    }
+
+    /// A connection of `ipvsadm -Lnc`; persistence templates (client port 0) are not flows: they
+    /// only pin a client to a real server, and the kernel drops a template whose real server is
+    /// unavailable when it is next used.
+    fn of_ipvs(conn: &Connection<'a>) -> Option<FlowView<'a>> {
+        if conn.is_template() {
+            return None;
+        }
+        let protocol = match ipvsadm::Protocol::from_name(conn.protocol)? {
+            ipvsadm::Protocol::Tcp => 6,
+            ipvsadm::Protocol::Udp => 17,
+            ipvsadm::Protocol::Sctp => 132,
+            ipvsadm::Protocol::Unknown => return None,
+        };
+        Some(FlowView {
+            line: u32::try_from(conn.line).unwrap_or(u32::MAX),
+            protocol,
+            orig_dst: conn.virtual_addr.0,
+            orig_port: conn.virtual_addr.1,
+            reply_src: conn.dest.0,
+            reply_port: conn.dest.1,
+            dnat: conn.dest != conn.virtual_addr,
+            assured: false,
+            unreplied: false,
+            timeout: Some(u32::try_from(conn.expire_s).unwrap_or(u32::MAX)),
+            packets: None,
+            state: Some(conn.state),
+        })
     }
 }
 
@@ -501,8 +686,55 @@ impl ConntrackCheck {
     }
 }
 
-/// Checks every TCP, UDP and SCTP flow against the services (see the module documentation).
+/// Checks every TCP, UDP and SCTP flow of a conntrack listing against the services (see the
+/// module documentation).
 pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
+    let views = flows.iter().filter_map(FlowView::of_conntrack);
+    check_views(FlowTable::Conntrack, flows.len(), views, index, |_| None)
+}
+
+/// Checks every TCP, UDP and SCTP connection of `ipvsadm -Lnc` against the services, the same way
+/// as [`check`]; `services` (the dump's `-Ln` listing, merged) says where each stale destination
+/// stands, when the dump has one.
+pub fn check_ipvs(
+    connections: &[Connection<'_>],
+    services: Option<&[VirtualService<'_>]>,
+    index: &ServiceIndex,
+) -> ConntrackCheck {
+    let views = connections.iter().filter_map(FlowView::of_ipvs);
+    check_views(FlowTable::Ipvs, connections.len(), views, index, |g| {
+        services.map(|s| real_server_state(s, g))
+    })
+}
+
+/// Where `g`'s destination stands among the real servers of its virtual server.
+fn real_server_state(services: &[VirtualService<'_>], g: &StaleGroup) -> RealServerState {
+    let protocol = ipvsadm::Protocol::from_name(g.protocol);
+    let vs = services.iter().find(|v| {
+        matches!(v.key, ServiceKey::Inet { protocol: p, addr, port }
+            if Some(p) == protocol && addr == g.orig_dst && port == g.orig_port)
+    });
+    let rs = vs.and_then(|v| {
+        v.real_servers
+            .iter()
+            .find(|r| r.addr == g.reply_src && r.port == g.reply_port)
+    });
+    match rs.map(|r| r.weight) {
+        None => RealServerState::Gone,
+        Some(Some(0)) => RealServerState::Draining,
+        Some(w) => RealServerState::Scheduled {
+            weight: w.unwrap_or(1),
+        },
+    }
+}
+
+fn check_views<'a>(
+    table: FlowTable,
+    listed: usize,
+    flows: impl Iterator<Item = FlowView<'a>>,
+    index: &ServiceIndex,
+    real_server: impl Fn(&StaleGroup) -> Option<RealServerState>,
+) -> ConntrackCheck {
     type Key = (StaleKind, Option<usize>, u8, IpAddr, u16, IpAddr, u16);
     let mut groups: BTreeMap<Key, StaleGroup> = BTreeMap::new();
     let mut service_flows = 0;
@@ -510,15 +742,12 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
         let Some(protocol) = protocol_word(flow.protocol) else {
             continue;
         };
-        let (Some(dport), Some(reply_port)) = (flow.original.dport(), flow.reply.sport()) else {
-            continue;
-        };
-        let reply_src = flow.reply.src;
-        let (kind, port) = match index.frontend_of(flow, dport) {
+        let (reply_src, reply_port) = (flow.reply_src, flow.reply_port);
+        let (kind, port) = match index.frontend_of(&flow) {
             Some((idx, frontend)) => {
                 service_flows += 1;
                 let entry = &index.ports[idx];
-                let kind = if !flow.is_dnat() {
+                let kind = if !flow.dnat {
                     if entry.serving.is_empty() {
                         continue;
                     }
@@ -531,8 +760,8 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
                 (kind, Some((idx, frontend)))
             }
             None => {
-                let dst = flow.original.dst;
-                let through_gone_service = flow.is_dnat()
+                let dst = flow.orig_dst;
+                let through_gone_service = flow.dnat
                     && (index.service_ips.contains(&dst)
                         || (!index.is_node_address(&dst)
                             && !index.is_pod_address(&dst)
@@ -547,8 +776,8 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
             kind,
             port.map(|(i, _)| i),
             flow.protocol,
-            flow.original.dst,
-            dport,
+            flow.orig_dst,
+            flow.orig_port,
             reply_src,
             reply_port,
         );
@@ -558,13 +787,14 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
                 .map(|e| e.serving.iter().copied().collect())
                 .unwrap_or_default();
             serving.sort();
-            StaleGroup {
+            let mut g = StaleGroup {
+                table,
                 kind,
                 service: entry.map(|e| e.name.clone()),
                 frontend: port.map(|(_, f)| f),
                 protocol,
-                orig_dst: flow.original.dst,
-                orig_port: dport,
+                orig_dst: flow.orig_dst,
+                orig_port: flow.orig_port,
                 reply_src,
                 reply_port,
                 serving: serving
@@ -577,14 +807,21 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
                 max_timeout: None,
                 packets: None,
                 lines: Vec::new(),
-            }
+                states: BTreeMap::new(),
+                real_server: None,
+            };
+            g.real_server = real_server(&g);
+            g
         });
         g.flows += 1;
         g.assured += usize::from(flow.assured);
         g.unreplied += usize::from(flow.unreplied);
         g.max_timeout = g.max_timeout.max(flow.timeout);
-        if let Some(c) = flow.original_counters {
-            g.packets = Some(g.packets.unwrap_or(0) + c.packets);
+        if let Some(p) = flow.packets {
+            g.packets = Some(g.packets.unwrap_or(0) + p);
+        }
+        if let Some(state) = flow.state {
+            *g.states.entry(state.to_string()).or_default() += 1;
         }
         g.lines.push(flow.line);
     }
@@ -607,7 +844,7 @@ pub fn check(flows: &[Flow<'_>], index: &ServiceIndex) -> ConntrackCheck {
             .then((a.reply_src, a.reply_port).cmp(&(b.reply_src, b.reply_port)))
     });
     ConntrackCheck {
-        flows: flows.len(),
+        flows: listed,
         service_flows,
         groups,
     }

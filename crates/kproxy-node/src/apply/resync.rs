@@ -1,11 +1,19 @@
 //! The resync loop: an emergency stand-in for a dead kube-proxy on one node. It watches Services,
-//! EndpointSlices and Nodes ([`ClusterWatch`]), coalesces changes, and syncs the node's rules: a
-//! partial sync (only the chains that differ) after changes, at most once per
-//! `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+//! EndpointSlices and Nodes ([`ClusterWatch`]), coalesces changes,
+//! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
+//! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+//!
+//! After each successful sync the stale conntrack flows are cleared, as kube-proxy's
+//! `CleanStaleEntries` (`pkg/proxy/conntrack/cleanup.go`) does after its syncs: the table is listed
+//! afresh, checked against the state just synced ([`crate::compare::conntrack`]) and its stale
+//! UDP/SCTP groups of the loop's family deleted by the exact filters of `repair`'s conntrack step
+//! ([`super::conntrack::apply`]).
 
+use super::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
 use super::host::{IptablesHost, RulesHost};
 use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
+use crate::compare::conntrack::{ServiceIndex, check};
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, render};
 use crate::state::ClusterState;
@@ -47,10 +55,12 @@ pub struct ResyncOptions {
     pub sync_period: Duration,
     /// Receives one line per sync (and per failure); the CLI prints them on stderr.
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Where stale conntrack flows are cleared after each sync (`None`: they are not).
+    pub conntrack: Option<LocalConntrack>,
 }
 
 /// What one sync did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncStats {
     /// Whether every chain was rewritten.
     pub full: bool,
@@ -58,6 +68,19 @@ pub struct SyncStats {
     pub chains_written: usize,
     /// Rules written.
     pub rules_written: usize,
+    /// The conntrack step after the rules.
+    pub flows: FlowCleanup,
+}
+
+/// The conntrack step of one sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowCleanup {
+    /// Not configured.
+    Off,
+    /// The table was listed and its stale groups deleted (the plan, run).
+    Cleared(ConntrackRepair),
+    /// The table could not be listed or cleared; the rules were synced all the same.
+    Failed(String),
 }
 
 /// One sync: render, read the node, plan, restore. Returns what was written.
@@ -100,11 +123,89 @@ pub fn sync_once(
             opts.host.restore_noflush(&input)?;
         }
     }
+    let flows = match &opts.conntrack {
+        None => FlowCleanup::Off,
+        Some(host) => match clear_stale_flows(host, state, opts, &facts) {
+            Ok(plan) => FlowCleanup::Cleared(plan),
+            Err(e) => FlowCleanup::Failed(format!("{e:#}")),
+        },
+    };
     Ok(SyncStats {
         full,
         chains_written,
         rules_written,
+        flows,
     })
+}
+
+/// Lists `host`'s conntrack table, checks it against `state` and deletes the stale UDP/SCTP
+/// groups of the loop's family (the other family's rules are not this loop's, as kube-proxy's
+/// cleanup is per family).
+fn clear_stale_flows(
+    host: &LocalConntrack,
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    facts: &NodeFacts,
+) -> anyhow::Result<ConntrackRepair> {
+    let text = ct::list(host)?;
+    let listing =
+        kproxy_parsers::conntrack::parse(&text, kproxy_parsers::conntrack::ParseOptions::strict())
+            .map_err(|e| e.in_source(format!("conntrack {}", ct::LIST_ARGS.join(" "))))?;
+    let mut stale = check(
+        &listing.flows,
+        &ServiceIndex::new(state, &opts.config, facts),
+    );
+    stale
+        .groups
+        .retain(|g| g.orig_dst.is_ipv6() == opts.host.ipv6);
+    let mut plan = ConntrackRepair::plan(
+        format!(
+            "conntrack {} on {}",
+            ct::LIST_ARGS.join(" "),
+            host.location()
+        ),
+        &stale,
+    );
+    if !plan.is_empty() {
+        ct::apply(host, &mut plan, &stale)?;
+    }
+    Ok(plan)
+}
+
+/// The log lines of a sync's conntrack step: one per deletion, or the failure (`last_failure`
+/// keeps a failure that repeats from being logged at every sync).
+fn flow_lines(flows: &FlowCleanup, last_failure: &mut Option<String>) -> Vec<String> {
+    match flows {
+        FlowCleanup::Off => Vec::new(),
+        FlowCleanup::Failed(e) => {
+            if last_failure.as_deref() == Some(e) {
+                return Vec::new();
+            }
+            *last_failure = Some(e.clone());
+            vec![format!("conntrack: stale flows not cleared: {e}")]
+        }
+        FlowCleanup::Cleared(plan) => {
+            *last_failure = None;
+            plan.deletions
+                .iter()
+                .map(|d| {
+                    format!(
+                        "conntrack: {} {}{} → {}: deleted {}, listed again: {} left ({})",
+                        d.id,
+                        d.service
+                            .as_deref()
+                            .map(|s| format!("{s} "))
+                            .unwrap_or_default(),
+                        d.destination,
+                        d.reply_source,
+                        d.deleted.unwrap_or(0),
+                        d.remaining.unwrap_or(0),
+                        d.command
+                    )
+                })
+                .collect()
+        }
+    }
 }
 
 /// Runs the loop until `shutdown` completes (also while waiting for the initial state; a sync in
@@ -129,6 +230,7 @@ pub async fn run(
     }
     let mut last_full = Instant::now();
     let mut full = true;
+    let mut conntrack_failure = None;
     loop {
         let state = watch.state();
         let started = Instant::now();
@@ -144,6 +246,9 @@ pub async fn run(
                     s.chains_written,
                     s.rules_written
                 ));
+                for line in flow_lines(&s.flows, &mut conntrack_failure) {
+                    (opts.log)(&line);
+                }
                 if s.full {
                     last_full = Instant::now();
                 }
@@ -179,5 +284,26 @@ pub async fn run(
         if Instant::now() >= next_full {
             full = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_conntrack_failure_is_logged_once() {
+        let mut last = None;
+        let failed = FlowCleanup::Failed("running conntrack on this host: not found".into());
+        assert_eq!(flow_lines(&failed, &mut last).len(), 1);
+        assert!(flow_lines(&failed, &mut last).is_empty());
+        let cleared = FlowCleanup::Cleared(ConntrackRepair::plan("listing", &Default::default()));
+        assert!(flow_lines(&cleared, &mut last).is_empty());
+        assert_eq!(
+            flow_lines(&failed, &mut last).len(),
+            1,
+            "again after a success"
+        );
+        assert!(flow_lines(&FlowCleanup::Off, &mut last).is_empty());
     }
 }

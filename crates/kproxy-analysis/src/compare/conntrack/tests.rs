@@ -13,6 +13,12 @@ fn state_json() -> Value {
 }
 
 fn run(state: &Value, listing: &str) -> ConntrackCheck {
+    let index = index(state);
+    let listing = parse(listing, ParseOptions::strict()).expect("listing");
+    check(&listing.flows, &index)
+}
+
+fn index(state: &Value) -> ServiceIndex {
     let state = crate::state::load::from_str(&state.to_string(), "state.json").expect("state");
     let config = crate::state::config::ProxyConfig::default();
     let args = crate::state::node::NodeInputs {
@@ -20,9 +26,7 @@ fn run(state: &Value, listing: &str) -> ConntrackCheck {
         ..Default::default()
     };
     let (facts, _) = crate::state::node::build(&args, &state, &config).expect("facts");
-    let index = ServiceIndex::new(&state, &config, &facts);
-    let listing = parse(listing, ParseOptions::strict()).expect("listing");
-    check(&listing.flows, &index)
+    ServiceIndex::new(&state, &config, &facts)
 }
 
 fn items(state: &mut Value) -> &mut Vec<Value> {
@@ -208,6 +212,159 @@ fn flows_held_without_dnat_once_the_port_has_endpoints() {
     items(&mut state).push(udp);
     let c = run(&state, &read("testdata/conntrack/list.txt"));
     assert_eq!(c.groups, vec![]);
+}
+
+/// `ipvsadm -Lnc` of a node with the services of `testdata/conntrack/state.json` (the layout of
+/// `../shared/conformance/ipvs/formats/Lnc.constructed.txt`): every connection goes to a serving
+/// endpoint, through the cluster IPs (both families), the NodePort on the node address and SCTP;
+/// one persistence template points to an address no endpoint has.
+const IPVS_CONNECTIONS: &str = "\
+IPVS connection entries
+pro expire state       source             virtual            destination
+UDP 04:59  UDP         10.244.1.9:38211   10.96.0.10:53      10.244.1.5:53
+UDP 04:12  UDP         10.244.1.9:38212   10.96.0.10:53      10.244.1.5:53
+UDP 02:30  UDP         10.244.1.9:38213   10.96.0.10:53      10.244.2.6:53
+UDP 03:10  UDP         192.168.50.7:40000 192.168.50.1:30053 10.244.2.6:53
+TCP 14:58  ESTABLISHED 10.244.1.9:45678   10.96.0.20:80      10.244.2.6:8080
+TCP 01:52  TIME_WAIT   10.244.1.9:45680   10.96.0.20:80      10.244.2.6:8080
+TCP 179:58 NONE        10.244.3.4:0       10.96.0.20:80      10.244.9.9:8080
+TCP 14:59  ESTABLISHED [fd00:244:1::9]:41234 [fd00:96::20]:80 [fd00:244:2::6]:8080
+SCTP 00:03  ESTABLISHED 10.244.1.9:40000   10.96.0.30:9000    10.244.1.5:9000
+";
+
+/// The `ipvsadm -Ln` of the same node, with `rs` as the real servers of UDP 10.96.0.10:53 and
+/// TCP 10.96.0.20:80.
+fn ipvs_listing(dns: &[(&str, i32)], web: &[(&str, i32)]) -> String {
+    let mut s = String::from(
+        "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n",
+    );
+    s.push_str("UDP  10.96.0.10:53 rr\n");
+    for (rs, w) in dns {
+        s.push_str(&format!(
+            "  -> {rs}:53               Masq    {w}      0          2\n"
+        ));
+    }
+    s.push_str("TCP  10.96.0.20:80 rr\n");
+    for (rs, w) in web {
+        s.push_str(&format!(
+            "  -> {rs}:8080             Masq    {w}      1          1\n"
+        ));
+    }
+    s
+}
+
+fn run_ipvs(state: &Value, listing: Option<&str>) -> ConntrackCheck {
+    let text = format!("{}{IPVS_CONNECTIONS}", listing.unwrap_or(""));
+    let dump = kproxy_parsers::ipvsadm::parse_dump(&text).expect("ipvsadm dump");
+    let services = listing.map(|_| dump.merged_services());
+    check_ipvs(&dump.connections, services.as_deref(), &index(state))
+}
+
+#[test]
+fn ipvs_connections_to_serving_endpoints_are_clean() {
+    let c = run_ipvs(&state_json(), None);
+    assert_eq!(c.groups, vec![], "{:#?}", c.groups);
+    assert_eq!(c.flows, 9);
+    // The template is no flow; the other eight go to service ports.
+    assert_eq!(c.service_flows, 8);
+}
+
+#[test]
+fn ipvs_udp_connections_to_a_removed_endpoint_are_errors_without_conntrack_deletion() {
+    let mut state = state_json();
+    remove_endpoint(&mut state, "kube-dns-v4", "10.244.1.5");
+    let listed = [("10.244.1.5", 1), ("10.244.2.6", 1)];
+    // The real server is still in the virtual server: kube-proxy did not sync.
+    let c = run_ipvs(&state, Some(&ipvs_listing(&listed, &[("10.244.2.6", 1)])));
+    assert_eq!(ids(&c), vec!["KP601"]);
+    let g = &c.groups[0];
+    assert_eq!(g.table, FlowTable::Ipvs);
+    assert_eq!(g.service.as_deref(), Some("kube-system/kube-dns:dns"));
+    assert_eq!((g.flows, g.max_timeout), (2, Some(299)));
+    assert_eq!(g.states.get("UDP"), Some(&2));
+    assert_eq!(g.lines, vec![3 + 8, 4 + 8]);
+    assert_eq!(
+        g.real_server,
+        Some(RealServerState::Scheduled { weight: 1 })
+    );
+    assert_eq!(
+        c.deletions().count(),
+        0,
+        "no conntrack -D for IPVS connections"
+    );
+    let f = g.finding();
+    assert_eq!((f.id, f.severity), ("KP601", Severity::Error));
+    assert_eq!(f.chain.as_deref(), Some("ipvs udp 10.96.0.10:53"));
+    assert!(
+        f.message
+            .contains("2 UDP flows to 10.96.0.10:53 (cluster IP of kube-system/kube-dns:dns) still go to real server 10.244.1.5:53")
+            && f.message.contains("2 UDP")
+            && f.message.contains("still a real server of the virtual server (weight 1)"),
+        "{}",
+        f.message
+    );
+    let hint = f.hint.as_deref().unwrap();
+    assert!(
+        hint.contains("ipvsadm -d -u 10.96.0.10:53 -r 10.244.1.5:53")
+            && hint.contains("expire_nodest_conn")
+            && !hint.contains("conntrack -D -f"),
+        "{hint}"
+    );
+
+    // kube-proxy deleted the real server (as it does for UDP at once): the next packet ends them.
+    let c = run_ipvs(
+        &state,
+        Some(&ipvs_listing(&[("10.244.2.6", 1)], &[("10.244.2.6", 1)])),
+    );
+    let g = &c.groups[0];
+    assert_eq!(g.real_server, Some(RealServerState::Gone));
+    let f = g.finding();
+    assert!(
+        f.message.contains("no longer a real server"),
+        "{}",
+        f.message
+    );
+    assert!(!f.hint.as_deref().unwrap().contains("ipvsadm -d"));
+
+    // Without an -Ln listing nothing is said about the real server.
+    let c = run_ipvs(&state, None);
+    assert_eq!(c.groups[0].real_server, None);
+    assert!(c.groups[0].finding().hint.unwrap().contains("ipvsadm -d"));
+}
+
+#[test]
+fn ipvs_tcp_connections_to_a_draining_real_server_are_info() {
+    let mut state = state_json();
+    remove_endpoint(&mut state, "web-v4", "10.244.2.6");
+    let dns = [("10.244.1.5", 1), ("10.244.2.6", 1)];
+    let c = run_ipvs(&state, Some(&ipvs_listing(&dns, &[("10.244.2.6", 0)])));
+    assert_eq!(ids(&c), vec!["KP602"]);
+    let g = &c.groups[0];
+    // ESTABLISHED and TIME_WAIT; not the template to 10.244.9.9.
+    assert_eq!(g.flows, 2);
+    assert_eq!(g.real_server, Some(RealServerState::Draining));
+    let f = g.finding();
+    assert_eq!(f.severity, Severity::Info);
+    assert!(
+        f.message.contains("1 ESTABLISHED, 1 TIME_WAIT") && f.message.contains("drains it"),
+        "{}",
+        f.message
+    );
+}
+
+#[test]
+fn ipvs_sctp_through_a_deleted_service_is_an_error() {
+    let mut state = state_json();
+    remove_object(&mut state, "Service", "assoc");
+    let c = run_ipvs(&state, None);
+    assert_eq!(ids(&c), vec!["KP605"]);
+    let f = c.groups[0].finding();
+    assert!(
+        f.message
+            .contains("still go to real server 10.244.1.5:9000"),
+        "{}",
+        f.message
+    );
 }
 
 #[test]

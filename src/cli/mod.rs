@@ -9,8 +9,6 @@ pub mod ipvs;
 pub mod live;
 pub mod render;
 pub mod repair;
-pub mod repair_ipvs;
-pub mod repair_remote;
 pub mod resync;
 pub mod trace;
 pub mod verify;

@@ -1,0 +1,473 @@
+//! `verify` and `repair` of nftables-mode nodes on the real kernel, in fresh network namespaces:
+//! the render of the example cluster (`testdata/cluster`, read in nftables mode) loads with
+//! `nft -f`; `nft list ruleset` and `nft -j list ruleset` of it verify clean; drifts made with
+//! real `nft` commands are each reported with the service port named; `repair --local --apply`
+//! fixes each (verify clean after, a second apply changes nothing) and never touches a foreign
+//! table; a failing transaction is rolled back. Also: kube-proxy's golden live captures
+//! (`../shared/conformance/nftables/render/*/expected-live.{nft,json}`) verify clean against
+//! the render of their case.
+
+use crate::render::{get, text_of, yaml};
+use crate::support::netns::{Netns, require_root_and_tools};
+use crate::support::repair::{cluster_file, expect_exit, json_doc, outcome, text};
+use kproxy_parsers::nft::{self, ParseOptions};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The example cluster's configuration with `mode: nftables`, written into `dir`.
+fn nft_config(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
+    assert!(
+        text.contains("\nmode: iptables\n"),
+        "config.yaml names its mode"
+    );
+    let path = dir.join("config-nftables.yaml");
+    std::fs::write(
+        &path,
+        text.replace("\nmode: iptables\n", "\nmode: nftables\n"),
+    )
+    .expect("write config");
+    path
+}
+
+/// `kubectl-kproxy ARGS… --state … --config CONFIG` without colour.
+fn kproxy(config: &Path, args: &[&str]) -> Command {
+    let mut cmd = crate::support::kproxy();
+    cmd.args(args)
+        .arg("--state")
+        .arg(cluster_file("state.json"))
+        .arg("--config")
+        .arg(config)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn run(mut cmd: Command) -> Output {
+    cmd.output().expect("run kubectl-kproxy")
+}
+
+/// `render --mode nftables` of one family.
+fn render(config: &Path, family: &str) -> String {
+    let o = run(kproxy(
+        config,
+        &["render", "--mode", "nftables", "--ip-family", family],
+    ));
+    expect_exit(&o, 0, "render");
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+/// Verifies a listing saved in `dir` as `name`; returns the report and the exit code.
+fn verify(config: &Path, dir: &Path, name: &str, listing: &str) -> (Value, Option<i32>) {
+    let path = dir.join(name);
+    std::fs::write(&path, listing).expect("write listing");
+    let o = run(kproxy(
+        config,
+        &[
+            "verify",
+            "--nft-ruleset",
+            path.to_str().expect("utf-8 path"),
+            "-o",
+            "json",
+        ],
+    ));
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "verify could not run: {}",
+        text(&o)
+    );
+    (json_doc(&o), o.status.code())
+}
+
+/// `repair --local --apply --netns NS` (extra args after).
+fn repair(config: &Path, ns: &Netns, backups: &Path, extra: &[&str]) -> Output {
+    let mut cmd = kproxy(config, &["repair", "--local", "--netns", ns.name()]);
+    cmd.arg("--backup-dir").arg(backups).args(extra);
+    run(cmd)
+}
+
+/// The (id, service, chain) of every finding that is not info.
+fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
+    report["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|f| f["severity"] != "info")
+                .map(|f| {
+                    (
+                        f["id"].as_str().unwrap_or_default().to_string(),
+                        f["service"].as_str().map(str::to_string),
+                        f["chain"].as_str().map(str::to_string),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A foreign table that repair must never touch.
+const FOREIGN: &str = "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\ttcp dport 22 counter accept comment \"ssh\"\n\t}\n}\n";
+
+/// A namespace holding the example cluster's rendered tables (both families) and [`FOREIGN`].
+fn loaded(config: &Path, prefix: &str) -> Netns {
+    let ns = Netns::new(prefix).expect("netns");
+    ns.nft_load(&render(config, "4"))
+        .expect("load the ip table");
+    ns.nft_load(&render(config, "6"))
+        .expect("load the ip6 table");
+    ns.nft_load(FOREIGN).expect("load the foreign table");
+    ns
+}
+
+/// The name of the first chain of the listing with `prefix` whose name contains `part`.
+fn chain_named(listing: &str, prefix: &str, part: &str) -> String {
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain "))
+        .map(|l| l.trim_end_matches(" {").to_string())
+        .find(|c| c.starts_with(prefix) && c.contains(part))
+        .unwrap_or_else(|| panic!("no chain {prefix}…{part}… in\n{listing}"))
+}
+
+#[test]
+fn render_loads_and_its_listings_verify_clean() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-clean");
+    let text = ns.nft(&["list", "ruleset"]).expect("nft list ruleset");
+    let json = ns
+        .nft(&["-j", "list", "ruleset"])
+        .expect("nft -j list ruleset");
+    for (name, listing) in [("ruleset.nft", &text), ("ruleset.json", &json)] {
+        let (report, code) = verify(&config, dir.path(), name, listing);
+        assert_eq!(code, Some(0), "{name}: {report:#}");
+        assert_eq!(report["mode"], "nftables", "{report}");
+        assert!(
+            report["summary"]["service_ports"].as_u64() >= Some(10),
+            "{report}"
+        );
+    }
+    // The table of one family alone, as a collector fetches it (`nft -j list table ip
+    // kube-proxy`): the other family is not checked, which is no drift.
+    let ip = ns
+        .nft(&["-j", "list", "table", "ip", "kube-proxy"])
+        .expect("nft -j list table");
+    let (report, code) = verify(&config, dir.path(), "ip.json", &ip);
+    assert_eq!(code, Some(0), "{report:#}");
+}
+
+/// One drift: what it is, the nft commands that make it, and the finding it must give.
+struct Drift {
+    what: &'static str,
+    /// `nft -f` input making the drift.
+    script: String,
+    /// (id, service, chain) that must be among the findings.
+    finding: (&'static str, Option<&'static str>, Option<String>),
+}
+
+#[test]
+fn drifts_are_found_and_repaired_without_touching_other_tables() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backups = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-drift");
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    let foreign_before = ns.nft(&["list", "table", "inet", "fw"]).expect("list fw");
+
+    let endpoint = chain_named(&listing, "endpoint-", "shop/legacy-gateway/");
+    let service = chain_named(&listing, "service-", "shop/legacy-gateway/");
+    let handle = {
+        let chain = ns
+            .nft(&["-a", "list", "chain", "ip", "kube-proxy", &service])
+            .expect("list chain");
+        chain
+            .lines()
+            .find(|l| l.contains("numgen"))
+            .and_then(|l| l.rsplit("# handle ").next())
+            .map(|h| h.trim().to_string())
+            .expect("the numgen rule's handle")
+    };
+    let stale = "endpoint-AAAAAAAA-shop/legacy-gateway/tcp/http__10.244.9.9/8080";
+    let drifts = vec![
+        Drift {
+            what: "endpoint chain flushed",
+            script: format!("flush chain ip kube-proxy {endpoint}\n"),
+            finding: (
+                "KP735",
+                Some("shop/legacy-gateway:http"),
+                Some(endpoint.clone()),
+            ),
+        },
+        Drift {
+            what: "service-ips element deleted",
+            script: "delete element ip kube-proxy service-ips { 10.96.100.20 . tcp . 443 }\n"
+                .into(),
+            finding: (
+                "KP721",
+                Some("shop/frontend:https"),
+                Some("service-ips".into()),
+            ),
+        },
+        Drift {
+            what: "masquerading chain flushed",
+            script: "flush chain ip kube-proxy masquerading\n".into(),
+            finding: ("KP704", None, Some("masquerading".into())),
+        },
+        Drift {
+            what: "stale endpoint added",
+            script: format!(
+                "add chain ip kube-proxy {stale}\n\
+                 add rule ip kube-proxy {stale} ip saddr 10.244.9.9 jump mark-for-masquerade\n\
+                 add rule ip kube-proxy {stale} meta l4proto tcp dnat to 10.244.9.9:8080\n\
+                 replace rule ip kube-proxy {service} handle {handle} numgen random mod 2 vmap {{ 0 : goto {endpoint} , 1 : goto {stale} }}\n"
+            ),
+            finding: (
+                "KP733",
+                Some("shop/legacy-gateway:http"),
+                Some(service.clone()),
+            ),
+        },
+    ];
+    for d in &drifts {
+        ns.nft_load(&d.script)
+            .unwrap_or_else(|e| panic!("{}: {e}", d.what));
+        let text = ns.nft(&["list", "ruleset"]).expect("list");
+        let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
+        let mut text_findings = None;
+        for (name, listing) in [("drift.nft", &text), ("drift.json", &json)] {
+            let (report, code) = verify(&config, dir.path(), name, listing);
+            assert_eq!(code, Some(1), "{} ({name}): {report:#}", d.what);
+            let got = findings(&report);
+            let (id, svc, chain) = &d.finding;
+            assert!(
+                got.iter()
+                    .any(|(i, s, c)| i == id && s.as_deref() == *svc && c == chain),
+                "{} ({name}): no {id} for {svc:?} in {got:#?}",
+                d.what
+            );
+            // Every finding names the service port it concerns (the masquerading chain serves
+            // all of them and is node-wide).
+            assert!(
+                got.iter()
+                    .all(|(_, s, c)| s.is_some() || c.as_deref() == Some("masquerading")),
+                "{} ({name}): {got:#?}",
+                d.what
+            );
+            // The text and JSON listings of one ruleset give the same findings.
+            match &text_findings {
+                None => text_findings = Some(got),
+                Some(t) => assert_eq!(t, &got, "{}: text and JSON differ", d.what),
+            }
+        }
+
+        let dry = repair(&config, &ns, backups.path(), &["-o", "json"]);
+        expect_exit(&dry, 1, d.what);
+        assert_eq!(outcome(&json_doc(&dry)), "dry_run");
+        let fixed = repair(&config, &ns, backups.path(), &["--apply", "-o", "json"]);
+        expect_exit(&fixed, 0, d.what);
+        let doc = json_doc(&fixed);
+        assert_eq!(outcome(&doc), "applied", "{}: {doc:#}", d.what);
+        assert_eq!(doc["applied"], true);
+        let input = doc["nft_input"].as_str().unwrap_or_default();
+        assert!(
+            input
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .all(|l| l.contains(" ip kube-proxy ") || l.contains(" ip6 kube-proxy ")),
+            "{}: the transaction names another table:\n{input}",
+            d.what
+        );
+        let backup = PathBuf::from(doc["backup"].as_str().expect("backup dir"));
+        for f in ["ip-kube-proxy.nft", "ip-kube-proxy.json"] {
+            let meta = std::fs::metadata(backup.join(f)).expect("backup file");
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+        }
+
+        let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
+        let (report, code) = verify(&config, dir.path(), "fixed.json", &json);
+        assert_eq!(code, Some(0), "{} after repair: {report:#}", d.what);
+        let again = repair(&config, &ns, backups.path(), &["--apply", "-o", "json"]);
+        expect_exit(&again, 0, d.what);
+        assert_eq!(
+            outcome(&json_doc(&again)),
+            "nothing_to_do",
+            "{}: a second apply must change nothing",
+            d.what
+        );
+        assert_eq!(
+            ns.nft(&["list", "table", "inet", "fw"]).expect("list fw"),
+            foreign_before,
+            "{}: the foreign table changed",
+            d.what
+        );
+    }
+    // The stale endpoint's chain is gone, not only flushed (this kernel releases it at once).
+    let after = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    assert!(!after.contains(stale), "{after}");
+}
+
+/// The node's `kube-proxy` tables, parsed and normalised (what a rollback must give back).
+fn tables(ns: &Netns) -> String {
+    let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
+    let mut rs = nft::parse(&json, &ParseOptions::strict()).expect("parse");
+    rs.normalize();
+    rs.tables.retain(|t| t.name == "kube-proxy");
+    format!("{rs}")
+}
+
+#[test]
+fn a_failed_apply_is_rolled_back_and_an_empty_node_is_installed() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backups = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-rollback");
+    ns.nft_load("flush chain ip kube-proxy masquerading\ndelete element ip kube-proxy service-ips { 10.96.100.20 . tcp . 443 }\n")
+        .expect("drift");
+    // Filled by packets in real life: the rollback must keep it.
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    let affinity = listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("set "))
+        .map(|l| l.trim_end_matches(" {").to_string())
+        .find(|s| s.starts_with("affinity-"))
+        .expect("cart's affinity set");
+    ns.nft_load(&format!(
+        "add element ip kube-proxy {affinity} {{ 10.1.2.3 }}\n"
+    ))
+    .expect("affinity element");
+    let before = tables(&ns);
+    let foreign_before = ns.nft(&["list", "table", "inet", "fw"]).expect("list fw");
+    let failed = repair(
+        &config,
+        &ns,
+        backups.path(),
+        &["--apply", "--inject-fault", "-o", "json"],
+    );
+    expect_exit(&failed, 2, "injected fault");
+    let doc = json_doc(&failed);
+    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
+    assert!(doc["backup"].is_string(), "{doc}");
+    assert_eq!(tables(&ns), before, "the rollback restores the tables");
+    assert!(
+        ns.nft(&["list", "set", "ip", "kube-proxy", &affinity])
+            .expect("list set")
+            .contains("10.1.2.3"),
+        "the affinity element survives the rollback"
+    );
+
+    // From nothing: kube-proxy never ran here.
+    ns.nft_load("delete table ip kube-proxy\ndelete table ip6 kube-proxy\n")
+        .expect("delete tables");
+    let dry = repair(&config, &ns, backups.path(), &[]);
+    expect_exit(&dry, 1, "dry run from nothing");
+    let applied = repair(&config, &ns, backups.path(), &["--apply"]);
+    expect_exit(&applied, 0, "install from nothing");
+    let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
+    let (report, code) = verify(&config, dir.path(), "installed.json", &json);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(
+        ns.nft(&["list", "table", "inet", "fw"]).expect("list fw"),
+        foreign_before
+    );
+}
+
+/// The node-fact flags of a golden case (`conformance.py harness_flags`).
+fn harness_flags(case: &Value) -> Vec<String> {
+    let a = crate::render::harness_args(case);
+    let mut f: Vec<String> = Vec::new();
+    let mut flag = |k: &str, v: String| {
+        f.push(k.to_string());
+        f.push(v);
+    };
+    if let Some(n) = a.node {
+        flag("--node", n);
+    }
+    let v6 = a.family == Some(kproxy::state::ip::IpFamily::V6);
+    flag("--ip-family", if v6 { "6" } else { "4" }.into());
+    for ip in a.node_ips {
+        flag("--node-ip", ip.to_string());
+    }
+    if let Some(m) = a.masquerade_mark {
+        flag("--masquerade-mark", m);
+    }
+    flag("--random-fully", a.random_fully.to_string());
+    let counters = a.nfacct.unwrap_or_default();
+    flag(
+        "--nfacct",
+        if counters.is_empty() {
+            "none".into()
+        } else {
+            counters.join(",")
+        },
+    );
+    flag("--tcp-be-liberal", a.tcp_be_liberal.to_string());
+    f
+}
+
+/// kube-proxy's golden render cases that were loaded into a kernel and listed back
+/// (`expected-live.nft`, `expected-live.json`): each verifies clean against the render of its
+/// case (flushed stale chains included, as kube-proxy's own comparison ignores them).
+#[test]
+fn golden_live_captures_verify_clean() {
+    let Some(root) = crate::support::shared("nftables_verify", "conformance/nftables/render")
+    else {
+        return;
+    };
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).expect("render cases") {
+        let dir = entry.expect("entry").path();
+        let case = yaml(&dir.join("case.yaml"));
+        if text_of(get(&case, &["compare", "mode"])).as_deref() != Some("full-dump") {
+            continue;
+        }
+        for live in ["expected-live.nft", "expected-live.json"] {
+            let path = dir.join(live);
+            if !path.exists() {
+                continue;
+            }
+            let mut cmd = crate::support::kproxy();
+            cmd.arg("verify")
+                .arg("--state")
+                .arg(dir.join("state.json"))
+                .arg("--config")
+                .arg(dir.join("config.yaml"))
+                .arg("--nft-ruleset")
+                .arg(&path)
+                .args(["-o", "json"])
+                .args(harness_flags(&case));
+            let o = run(cmd);
+            assert_eq!(o.status.code(), Some(0), "{}: {}", path.display(), text(&o));
+            checked += 1;
+        }
+    }
+    // Every live capture of the suite (two cases, each in text and JSON) was checked.
+    let captures = std::fs::read_dir(&root)
+        .expect("render cases")
+        .flat_map(|e| {
+            let dir = e.expect("entry").path();
+            ["expected-live.nft", "expected-live.json"].map(|f| dir.join(f).exists())
+        })
+        .filter(|&present| present)
+        .count();
+    assert!(captures >= 4, "only {captures} live captures in the suite");
+    assert_eq!(
+        checked, captures,
+        "captures of cases that are not full dumps"
+    );
+}

@@ -8,6 +8,7 @@
 //! the render of their case.
 
 use crate::render::{get, text_of, yaml};
+use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
 use crate::support::netns::{Netns, require_root_and_tools};
 use crate::support::repair::{cluster_file, expect_exit, json_doc, outcome, text};
 use kproxy_parsers::nft::{self, ParseOptions};
@@ -469,5 +470,217 @@ fn golden_live_captures_verify_clean() {
     assert_eq!(
         checked, captures,
         "captures of cases that are not full dumps"
+    );
+}
+
+/// What the fake kube-proxy pod's `nft` answers.
+#[derive(Clone)]
+enum NftAnswer {
+    /// `nft -j list table FAMILY kube-proxy` prints these listings (ip, ip6).
+    Tables(String, String),
+    /// The node has neither table (nft's own error).
+    Absent,
+    /// The image has no `nft`.
+    Missing,
+}
+
+/// A fake cluster: the example cluster's API state, kube-proxy's ConfigMap in nftables mode, a
+/// kube-proxy pod on node-1 whose `nft` answers from `answer`.
+fn nft_cluster(
+    config: &Path,
+    answer: std::sync::Arc<std::sync::Mutex<NftAnswer>>,
+) -> FakeApiServer {
+    let api = FakeApiServer::start();
+    api.add_list_file(&cluster_file("state.json"));
+    let text = std::fs::read_to_string(config).expect("config");
+    api.add_configmap("kube-system", "kube-proxy", &[("config.conf", &text)]);
+    api.add_proxy_pod("node-1");
+    api.on_exec(move |req: &ExecRequest| {
+        let argv: Vec<&str> = req.command.iter().map(String::as_str).collect();
+        match argv.as_slice() {
+            // An nftables node: the iptables-nft view shows no kube-proxy chains.
+            ["iptables-save"] => ExecReply::ok("*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"),
+            ["nft", "-j", "list", "table", family, "kube-proxy"] => {
+                match &*answer.lock().expect("answer") {
+                    NftAnswer::Tables(ip, ip6) => ExecReply::ok(if *family == "ip" {
+                        ip.clone()
+                    } else {
+                        ip6.clone()
+                    }),
+                    NftAnswer::Absent => ExecReply::Output {
+                        stdout: String::new(),
+                        stderr: format!(
+                            "Error: No such file or directory\nlist table {family} kube-proxy\n"
+                        ),
+                        exit_code: 1,
+                    },
+                    NftAnswer::Missing => ExecReply::Missing,
+                }
+            }
+            _ => ExecReply::Missing,
+        }
+    });
+    api
+}
+
+/// `kubectl-kproxy ARGS… --kubeconfig K -o json` against a fake cluster: (exit code, report or
+/// null, stderr).
+fn live(kubeconfig: &Path, home: &Path, args: &[&str]) -> (Option<i32>, Value, String) {
+    let o = crate::support::kproxy()
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .env("NO_COLOR", "1")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("run kubectl-kproxy");
+    let doc = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (
+        o.status.code(),
+        doc,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The live collectors (`exec` through the fake apiserver) fetch `nft -j list table ip|ip6
+/// kube-proxy`; `verify NODE` of an nftables-mode node compares them, bundles carry them, and
+/// a missing `nft` or a missing table is no collection failure.
+#[test]
+fn live_verify_and_bundles_use_the_collected_tables() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-live");
+    let list = |family: &str| {
+        ns.nft(&["-j", "list", "table", family, "kube-proxy"])
+            .expect("nft -j list table")
+    };
+    let (ip, ip6) = (list("ip"), list("ip6"));
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(NftAnswer::Tables(
+        ip.clone(),
+        ip6.clone(),
+    )));
+    let api = nft_cluster(&config, answer.clone());
+    let kubeconfig = api.write_kubeconfig(dir.path());
+    let home = dir.path();
+
+    let (code, report, stderr) = live(&kubeconfig, home, &["verify", "node-1", "-o", "json"]);
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(report["mode"], "nftables", "{report}");
+    assert!(
+        report["summary"]["service_ports"].as_u64() >= Some(10),
+        "{report}"
+    );
+
+    // The bundle carries both listings as collected, and verifies the same.
+    let bundle = dir.path().join("bundle.tar.gz");
+    let b = bundle.to_str().expect("utf-8");
+    let (code, _, stderr) = live(&kubeconfig, home, &["collect", "node-1", "-o", b]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let read = kproxy::collect::bundle::read(&bundle).expect("bundle");
+    assert_eq!(read.snapshot.nft_kube_proxy.as_deref(), Some(ip.as_str()));
+    assert_eq!(read.snapshot.nft_kube_proxy6.as_deref(), Some(ip6.as_str()));
+    let (code, report, stderr) = live(&kubeconfig, home, &["verify", "--bundle", b, "-o", "json"]);
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(report["mode"], "nftables", "{report}");
+
+    // Drift on the node is found through the collector, with the service named.
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    let endpoint = chain_named(&listing, "endpoint-", "shop/legacy-gateway/");
+    ns.nft_load(&format!("flush chain ip kube-proxy {endpoint}\n"))
+        .expect("drift");
+    *answer.lock().expect("answer") = NftAnswer::Tables(list("ip"), ip6.clone());
+    let (code, report, stderr) = live(&kubeconfig, home, &["verify", "node-1", "-o", "json"]);
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    assert!(
+        findings(&report).contains(&(
+            "KP735".into(),
+            Some("shop/legacy-gateway:http".into()),
+            Some(endpoint.clone())
+        )),
+        "{report:#}"
+    );
+
+    // No tables on the node: collected (empty), and verify says the table is missing.
+    *answer.lock().expect("answer") = NftAnswer::Absent;
+    let (code, _, stderr) = live(&kubeconfig, home, &["collect", "node-1", "-o", b]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("nft"),
+        "an absent table is no warning: {stderr}"
+    );
+    let (code, report, stderr) = live(&kubeconfig, home, &["verify", "node-1", "-o", "json"]);
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    assert!(
+        findings(&report).iter().any(|(id, _, _)| id == "KP701"),
+        "{report:#}"
+    );
+
+    // No nft in the image: collection warns once and succeeds; verify of an nftables node
+    // cannot compare and says why.
+    *answer.lock().expect("answer") = NftAnswer::Missing;
+    let (code, _, stderr) = live(&kubeconfig, home, &["collect", "node-1", "-o", b]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("`nft` is not installed").count(),
+        1,
+        "{stderr}"
+    );
+    let (code, _, stderr) = live(&kubeconfig, home, &["verify", "node-1", "-o", "json"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nftables mode") && stderr.contains("nft"),
+        "{stderr}"
+    );
+}
+
+/// `verify --collector local` run on an nftables node (inside its namespace) reads the tables
+/// with nft itself.
+#[test]
+fn the_local_collector_reads_the_tables_with_nft() {
+    if !require_root_and_tools(&["nft", "iptables-save"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-local");
+    let verify_local = || {
+        let mut cmd = ns.command(&[
+            env!("CARGO_BIN_EXE_kubectl-kproxy"),
+            "verify",
+            "node-1",
+            "--collector",
+            "local",
+            "--state",
+            cluster_file("state.json").to_str().expect("utf-8"),
+            "--config",
+            config.to_str().expect("utf-8"),
+            "-o",
+            "json",
+        ]);
+        cmd.env("NO_COLOR", "1");
+        let o = cmd.output().expect("run");
+        (o.status.code(), json_doc(&o), text(&o))
+    };
+    let (code, report, out) = verify_local();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(report["mode"], "nftables", "{report}");
+    ns.nft_load("delete element ip kube-proxy service-ips { 10.96.100.20 . tcp . 443 }\n")
+        .expect("drift");
+    let (code, report, out) = verify_local();
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        findings(&report).contains(&(
+            "KP721".into(),
+            Some("shop/frontend:https".into()),
+            Some("service-ips".into())
+        )),
+        "{report:#}"
     );
 }

@@ -42,9 +42,11 @@ pub struct NodeSnapshot {
     pub ipvsadm: Option<String>,
     /// `conntrack -L -o extended` output, or `/proc/net/nf_conntrack` when the tool is missing.
     pub conntrack: Option<String>,
-    /// `nft -j list table ip kube-proxy` output (nftables mode), when the table exists.
+    /// `nft -j list table ip kube-proxy` output (nftables mode) when `nft` ran; empty when the
+    /// node has no such table.
     pub nft_kube_proxy: Option<String>,
-    /// `nft -j list table ip6 kube-proxy` output, when the table exists.
+    /// `nft -j list table ip6 kube-proxy` output when `nft` ran; empty when the node has no
+    /// such table.
     pub nft_kube_proxy6: Option<String>,
     /// Which collector produced it, e.g. `exec (kube-system/kube-proxy-x7k2p)`, `files`, `bundle`.
     pub collector: String,
@@ -147,9 +149,10 @@ pub enum Need {
     Warn,
     /// Run only when present; absence is normal.
     IfPresent,
-    /// Run only when present, and the object it lists may not exist: a missing binary or a
-    /// command that fails because the object is absent (`No such file or directory`, as `nft
-    /// list table` says of a table the node does not have) is normal.
+    /// The object it lists may not exist: a command that fails because the object is absent
+    /// (`No such file or directory`, as `nft list table` says of a table the node does not
+    /// have) is normal; a missing binary is a warning (once per program: the commands after
+    /// it that need the same program are not run).
     IfExists,
 }
 
@@ -391,9 +394,9 @@ impl From<crate::kube_client::ApiError> for CollectError {
 
 /// Runs [`DUMP_COMMANDS`] through `runner`, checks each output's shape, and fills a snapshot.
 ///
-/// A missing `Warn` binary, a failing `Warn` command or garbage from one becomes a warning;
-/// the same for the `Required` `iptables-save` is an error; `IfPresent` commands that are
-/// missing are skipped silently.
+/// A missing `Warn` or `IfExists` binary, a failing `Warn` command or garbage from one becomes
+/// a warning; the same for the `Required` `iptables-save` is an error; `IfPresent` commands
+/// that are missing are skipped silently, `IfExists` ones that list an absent object too.
 pub async fn collect_with<R: CommandRunner>(
     runner: &R,
     collector: &str,
@@ -404,6 +407,7 @@ pub async fn collect_with<R: CommandRunner>(
         collector: collector.to_string(),
         ..NodeSnapshot::default()
     };
+    let mut missing: Vec<&str> = Vec::new();
     for cmd in DUMP_COMMANDS {
         if cmd.kind.get(&snap).is_some() {
             // An earlier command already filled this slot (the conntrack fallback).
@@ -411,6 +415,10 @@ pub async fn collect_with<R: CommandRunner>(
         }
         let line = cmd.argv.join(" ");
         let program = cmd.argv.first().copied().unwrap_or_default();
+        if missing.contains(&program) {
+            // Already reported (`nft` lists two tables).
+            continue;
+        }
         let problem: CollectError = match runner.run(cmd.argv, timeout).await {
             Ok(out) if out.exit_code == 0 => match check_shape(cmd.kind, &out.stdout) {
                 Ok(()) => {
@@ -446,11 +454,19 @@ pub async fn collect_with<R: CommandRunner>(
             },
             Err(RunError::Fatal(e)) => return Err(e),
         };
+        if matches!(problem, CollectError::BinaryMissing { .. }) {
+            missing.push(program);
+        }
         match (cmd.need, &problem) {
             (Need::Required, _) => return Err(problem),
-            (Need::IfPresent | Need::IfExists, CollectError::BinaryMissing { .. }) => {}
+            (Need::IfPresent, CollectError::BinaryMissing { .. }) => {}
+            // Listed, and absent: an empty listing (kube-proxy's nftables table on a node of
+            // another mode, or one whose table was deleted, which verify reports).
             (Need::IfExists, CollectError::CommandFailed { stderr, .. })
-                if stderr.contains("No such file or directory") => {}
+                if stderr.contains("No such file or directory") =>
+            {
+                *cmd.kind.slot(&mut snap) = Some(String::new());
+            }
             _ => snap.warnings.push(problem.to_string()),
         }
     }

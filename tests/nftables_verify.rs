@@ -684,3 +684,154 @@ fn the_local_collector_reads_the_tables_with_nft() {
         "{report:#}"
     );
 }
+
+/// A child `resync` killed (if still running) when dropped; stderr goes to a file.
+struct Resync {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Resync {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Resync {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls until `ok` holds of the namespace's `table ip kube-proxy` (its `nft list` text, ""
+/// when absent), or panics after `limit`.
+fn until(
+    ns: &Netns,
+    resync: &Resync,
+    limit: std::time::Duration,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        let listing = ns
+            .nft(&["list", "table", "ip", "kube-proxy"])
+            .unwrap_or_default();
+        if ok(&listing) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not within {limit:?}\n{listing}\nresync log:\n{}",
+            resync.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `resync --local --watch` on an nftables-mode node (mode from the configuration): it installs
+/// the tables, follows the API, puts back drift at its full sync, and never touches another
+/// table.
+#[test]
+fn resync_keeps_an_nftables_node_in_sync() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = Netns::new("nftv-resync").expect("netns");
+    ns.nft_load(FOREIGN).expect("foreign table");
+    let foreign_before = ns.nft(&["list", "table", "inet", "fw"]).expect("list fw");
+    let api = FakeApiServer::start();
+    api.add_list_file(&cluster_file("state.json"));
+    let kubeconfig = api.write_kubeconfig(dir.path());
+    let log = dir.path().join("resync.log");
+    let child = crate::support::kproxy()
+        .args(["resync", "--local", "--watch", "--netns", ns.name()])
+        .args([
+            "--node",
+            "node-1",
+            "--min-sync-period",
+            "200ms",
+            "--sync-period",
+            "3s",
+        ])
+        // Another test of the suite runs a process named kube-proxy.
+        .arg("--force")
+        .arg("--config")
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", dir.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn resync");
+    let mut resync = Resync { child, log };
+    let limit = std::time::Duration::from_secs(20);
+
+    // The first sync installs both families' tables from nothing: verify is clean.
+    until(&ns, &resync, limit, "the first sync", |l| {
+        l.contains("service-ips")
+    });
+    let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
+    let (report, code) = verify(&config, dir.path(), "synced.json", &json);
+    assert_eq!(code, Some(0), "{report:#}\n{}", resync.log());
+    assert!(resync.log().contains("sync: full"), "{}", resync.log());
+
+    // A deleted Service leaves the service-ips map at the next sync.
+    let listing = ns.nft(&["list", "table", "ip", "kube-proxy"]).expect("list");
+    assert!(listing.contains("10.96.100.30 . tcp . 8080"), "{listing}");
+    assert!(api.delete_object("Service", Some("shop"), "legacy-gateway"));
+    until(&ns, &resync, limit, "the deletion", |l| {
+        l.contains("service-ips") && !l.contains("10.96.100.30 . tcp . 8080")
+    });
+
+    // Drift made by hand is put back by the periodic full sync.
+    ns.nft_load("flush chain ip kube-proxy masquerading\n")
+        .expect("drift");
+    until(&ns, &resync, limit, "the full sync", |l| {
+        l.split("chain masquerading {").nth(1).is_some_and(|rest| {
+            rest.split('}')
+                .next()
+                .is_some_and(|c| c.contains("masquerade"))
+        })
+    });
+    assert_eq!(
+        ns.nft(&["list", "table", "inet", "fw"]).expect("list fw"),
+        foreign_before,
+        "the foreign table changed"
+    );
+    assert!(!resync.log().contains("sync failed"), "{}", resync.log());
+
+    // SIGTERM: a clean exit that leaves the tables in place.
+    let pid = i32::try_from(resync.child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = resync.child.try_wait() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "resync did not exit:\n{}",
+            resync.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}\n{}", resync.log());
+    assert!(
+        ns.nft(&["list", "table", "ip", "kube-proxy"])
+            .expect("list")
+            .contains("service-ips")
+    );
+}

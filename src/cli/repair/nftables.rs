@@ -14,11 +14,9 @@ use crate::apply::nftables::repair::{
     NftRepairError, NftRepairOptions, NftRepairReport, Target, repair,
 };
 use crate::cli::common::{GlobalArgs, load_config};
-use crate::compare::nftables::expected::ExpectedTable;
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::state::ProxyInputs;
-use crate::state::ip::IpFamily;
 use anyhow::{Context, bail};
 use clap::Args;
 use kproxy_parsers::nft::Family;
@@ -106,14 +104,6 @@ fn offline_error() -> crate::apply::host::HostError {
     }
 }
 
-/// The other IP family.
-fn other(family: IpFamily) -> IpFamily {
-    match family {
-        IpFamily::V4 => IpFamily::V6,
-        IpFamily::V6 => IpFamily::V4,
-    }
-}
-
 /// Runs `repair` for an nftables-mode node.
 pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let offline = args.nftables.nft_ruleset.clone();
@@ -134,25 +124,12 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if inputs.config.mode.is_empty() {
         guard_facts.configured_mode = "nftables";
     }
-    let main = ExpectedTable::build(&inputs.state, &inputs.config, &inputs.facts);
-    let mut facts2 = inputs.facts.clone();
-    facts2.family = other(inputs.facts.family);
-    let second = ExpectedTable::build(&inputs.state, &inputs.config, &facts2);
-    for w in main.warnings.iter().chain(&second.warnings) {
+    let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
+    for w in targets.iter().flat_map(|t| &t.expected.warnings) {
         crate::cli::common::warn(w);
     }
-    let ports = main.index.ports.len() + second.index.ports.len();
-    let endpoints = main.endpoint_chains + second.endpoint_chains;
-    let targets = vec![
-        Target {
-            expected: main,
-            required: true,
-        },
-        Target {
-            expected: second,
-            required: false,
-        },
-    ];
+    let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();
+    let endpoints: usize = targets.iter().map(|t| t.expected.endpoint_chains).sum();
     let painter = Painter::for_stdout();
     let opts = NftRepairOptions {
         full: args.full,

@@ -2,6 +2,8 @@
 //! EndpointSlices and Nodes ([`ClusterWatch`]), coalesces changes,
 //! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
 //! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+//! The rules are the iptables chains (`iptables-restore --noflush`), or on an nftables-mode node
+//! kube-proxy's `table ip|ip6 kube-proxy` (one `nft -f` transaction per family).
 //!
 //! After each successful sync the stale conntrack flows are cleared, as kube-proxy's
 //! `CleanStaleEntries` (`pkg/proxy/conntrack/cleanup.go`) does after its syncs: the table is listed
@@ -11,6 +13,8 @@
 
 use super::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
 use super::host::{IptablesHost, RulesHost};
+use super::nftables::host::LocalNft;
+use super::nftables::repair::{Target, sync as nft_sync};
 use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
 use crate::compare::conntrack::{ServiceIndex, check};
@@ -57,6 +61,10 @@ pub struct ResyncOptions {
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
     /// Where stale conntrack flows are cleared after each sync (`None`: they are not).
     pub conntrack: Option<LocalConntrack>,
+    /// An nftables-mode node: each sync makes `table ip|ip6 kube-proxy` what kube-proxy's
+    /// nftables proxier writes, one `nft -f` transaction per family ([`sync_nftables`]);
+    /// `config` is then the configuration as that proxier reads it. `None`: iptables.
+    pub nftables: Option<LocalNft>,
 }
 
 /// What one sync did.
@@ -83,17 +91,45 @@ pub enum FlowCleanup {
     Failed(String),
 }
 
-/// One sync: render, read the node, plan, restore. Returns what was written.
+/// One sync: render, read the node, plan, write (iptables-restore, or nft -f on an nftables
+/// node), then clear stale conntrack flows. Returns what was written.
 pub fn sync_once(
     state: &ClusterState,
     opts: &ResyncOptions,
     full: bool,
 ) -> anyhow::Result<SyncStats> {
     let facts = (opts.facts)(state)?;
+    let (chains_written, rules_written) = match &opts.nftables {
+        Some(host) => sync_nftables(host, state, opts, &facts, full)?,
+        None => sync_iptables(state, opts, &facts, full)?,
+    };
+    let flows = match &opts.conntrack {
+        None => FlowCleanup::Off,
+        Some(host) => match clear_stale_flows(host, state, opts, &facts) {
+            Ok(plan) => FlowCleanup::Cleared(plan),
+            Err(e) => FlowCleanup::Failed(format!("{e:#}")),
+        },
+    };
+    Ok(SyncStats {
+        full,
+        chains_written,
+        rules_written,
+        flows,
+    })
+}
+
+/// The rules of one sync on an iptables-mode node: render, read the node, plan, restore.
+/// Returns (chains written, rules written).
+fn sync_iptables(
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    facts: &NodeFacts,
+    full: bool,
+) -> anyhow::Result<(usize, usize)> {
     let expected_text = render(
         state,
         &opts.config,
-        &facts,
+        facts,
         RenderOptions {
             with_base_jumps: true,
         },
@@ -123,19 +159,27 @@ pub fn sync_once(
             opts.host.restore_noflush(&input)?;
         }
     }
-    let flows = match &opts.conntrack {
-        None => FlowCleanup::Off,
-        Some(host) => match clear_stale_flows(host, state, opts, &facts) {
-            Ok(plan) => FlowCleanup::Cleared(plan),
-            Err(e) => FlowCleanup::Failed(format!("{e:#}")),
-        },
-    };
-    Ok(SyncStats {
-        full,
-        chains_written,
-        rules_written,
-        flows,
-    })
+    Ok((chains_written, rules_written))
+}
+
+/// The tables of one sync on an nftables-mode node: both families rendered, the node's tables
+/// listed, and what differs applied, one `nft -f` transaction per family (the other family only
+/// when the node has its table, as `repair` does). Returns (chains, sets and maps written;
+/// rules and elements written).
+fn sync_nftables(
+    host: &LocalNft,
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    facts: &NodeFacts,
+    full: bool,
+) -> anyhow::Result<(usize, usize)> {
+    let targets = Target::both(state, &opts.config, facts);
+    let plan = nft_sync(host, &targets, full)?;
+    let changes = plan.families.iter().flat_map(|f| &f.changes);
+    Ok((
+        changes.clone().count(),
+        changes.map(|c| c.added.len()).sum(),
+    ))
 }
 
 /// Lists `host`'s conntrack table, checks it against `state` and deletes the stale UDP/SCTP

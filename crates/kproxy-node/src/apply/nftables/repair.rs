@@ -13,6 +13,10 @@ use crate::compare::nftables::expected::ExpectedTable;
 use crate::compare::nftables::{
     NftText, NftVerifyError, kube_proxy_table, parse_expected, parse_listings,
 };
+use crate::state::ClusterState;
+use crate::state::config::ProxyConfig;
+use crate::state::ip::IpFamily;
+use crate::state::node::NodeFacts;
 use kproxy_parsers::nft::{Family, Ruleset, Table};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -64,6 +68,15 @@ pub enum NftRepairError {
         backup: PathBuf,
         /// `None` if the backup was restored, else why restoring it failed.
         rollback: Option<String>,
+    },
+    /// A sync's transaction failed; `nft -f` applies all of it or nothing, so that family's
+    /// table is as it was (families synced before it keep their change).
+    #[error("syncing table {family} kube-proxy failed (its transaction changed nothing): {source}")]
+    Sync {
+        /// The family whose transaction failed.
+        family: String,
+        /// The nft error.
+        source: Box<HostError>,
     },
 }
 
@@ -120,6 +133,29 @@ pub struct Target {
     pub expected: ExpectedTable,
     /// Create the table when the node lacks it.
     pub required: bool,
+}
+
+impl Target {
+    /// The node's two families: `facts.family` (created when the node lacks it) and the other
+    /// one (only when the node has its table: kube-proxy writes it on dual-stack nodes).
+    /// `config` is the configuration as kube-proxy reads it in nftables mode.
+    pub fn both(state: &ClusterState, config: &ProxyConfig, facts: &NodeFacts) -> [Target; 2] {
+        let mut other = facts.clone();
+        other.family = match facts.family {
+            IpFamily::V4 => IpFamily::V6,
+            IpFamily::V6 => IpFamily::V4,
+        };
+        [
+            Target {
+                expected: ExpectedTable::build(state, config, facts),
+                required: true,
+            },
+            Target {
+                expected: ExpectedTable::build(state, config, &other),
+                required: false,
+            },
+        ]
+    }
 }
 
 /// The result of a repair.
@@ -370,4 +406,25 @@ pub fn repair(
     }
     report.applied = true;
     Ok((report, refusals))
+}
+
+/// One sync of `resync` on an nftables-mode node, as kube-proxy's nftables proxier syncs: list
+/// the node's tables, plan each family against `targets` and apply its transaction with `nft
+/// -f` (atomic per family). No check, backup or read-back: kube-proxy takes none, and the next
+/// sync plans from what the node then has. Returns the plan applied.
+pub fn sync(
+    host: &impl NftHost,
+    targets: &[Target],
+    full: bool,
+) -> Result<NftPlan, NftRepairError> {
+    let reads = read(host, targets)?;
+    let (plan, _, _) = plan_all(targets, &reads, full, host.same_transaction_delete())?;
+    for f in plan.families.iter().filter(|f| !f.is_empty()) {
+        host.apply(&f.script)
+            .map_err(|source| NftRepairError::Sync {
+                family: f.family.clone(),
+                source: Box::new(source),
+            })?;
+    }
+    Ok(plan)
 }

@@ -160,6 +160,72 @@ fn render_loads_and_its_listings_verify_clean() {
     assert_eq!(code, Some(0), "{report:#}");
 }
 
+/// iptables-mode kube-proxy chains written with iptables-nft beside kube-proxy's nftables table
+/// show in `nft list ruleset` as `table ip nat`: a leftover of the other mode (KP708), while
+/// kubelet's own `KUBE-FIREWALL` is not.
+#[test]
+fn iptables_mode_leftovers_in_the_ruleset_are_found() {
+    use crate::support::netns::Backend;
+    if !require_root_and_tools(&["nft", "iptables-nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftv-left");
+    ns.iptables(Backend::Nft, &["-t", "filter", "-N", "KUBE-FIREWALL"])
+        .expect("kubelet's chain");
+    for (name, listing) in [
+        ("kubelet.nft", ns.nft(&["list", "ruleset"]).expect("list")),
+        (
+            "kubelet.json",
+            ns.nft(&["-j", "list", "ruleset"]).expect("list"),
+        ),
+    ] {
+        let (report, code) = verify(&config, dir.path(), name, &listing);
+        assert_eq!(
+            code,
+            Some(0),
+            "{name}: kubelet's chain is no leftover: {report:#}"
+        );
+    }
+    for args in [
+        &["-t", "nat", "-N", "KUBE-SERVICES"][..],
+        &["-t", "nat", "-N", "KUBE-SVC-ABCDEFGHIJKLMNOP"],
+        &["-t", "nat", "-A", "PREROUTING", "-j", "KUBE-SERVICES"],
+        &[
+            "-t",
+            "nat",
+            "-A",
+            "KUBE-SERVICES",
+            "-d",
+            "10.96.100.20/32",
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "KUBE-SVC-ABCDEFGHIJKLMNOP",
+        ],
+    ] {
+        ns.iptables(Backend::Nft, args).expect("iptables-nft");
+    }
+    for (name, listing) in [
+        ("left.nft", ns.nft(&["list", "ruleset"]).expect("list")),
+        (
+            "left.json",
+            ns.nft(&["-j", "list", "ruleset"]).expect("list"),
+        ),
+    ] {
+        let (report, code) = verify(&config, dir.path(), name, &listing);
+        assert_eq!(code, Some(1), "{name}: {report:#}");
+        assert_eq!(
+            findings(&report),
+            [("KP708".to_string(), None, Some("table ip nat".to_string()))],
+            "{name}: {report:#}"
+        );
+    }
+}
+
 /// One drift: what it is, the nft commands that make it, and the finding it must give.
 struct Drift {
     what: &'static str,
@@ -485,10 +551,12 @@ enum NftAnswer {
 }
 
 /// A fake cluster: the example cluster's API state, kube-proxy's ConfigMap in nftables mode, a
-/// kube-proxy pod on node-1 whose `nft` answers from `answer`.
+/// kube-proxy pod on node-1 whose `nft` answers from `answer` and `ipvsadm` from `ipvsadm`
+/// (missing when `None`).
 fn nft_cluster(
     config: &Path,
     answer: std::sync::Arc<std::sync::Mutex<NftAnswer>>,
+    ipvsadm: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 ) -> FakeApiServer {
     let api = FakeApiServer::start();
     api.add_list_file(&cluster_file("state.json"));
@@ -517,6 +585,10 @@ fn nft_cluster(
                     NftAnswer::Missing => ExecReply::Missing,
                 }
             }
+            ["ipvsadm", ..] => match &*ipvsadm.lock().expect("ipvsadm") {
+                Some(text) => ExecReply::ok(text.clone()),
+                None => ExecReply::Missing,
+            },
             _ => ExecReply::Missing,
         }
     });
@@ -564,7 +636,8 @@ fn live_verify_and_bundles_use_the_collected_tables() {
         ip.clone(),
         ip6.clone(),
     )));
-    let api = nft_cluster(&config, answer.clone());
+    let ipvsadm = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let api = nft_cluster(&config, answer.clone(), ipvsadm.clone());
     let kubeconfig = api.write_kubeconfig(dir.path());
     let home = dir.path();
 
@@ -575,6 +648,22 @@ fn live_verify_and_bundles_use_the_collected_tables() {
         report["summary"]["service_ports"].as_u64() >= Some(10),
         "{report}"
     );
+
+    // IPVS virtual servers left over from IPVS mode, seen through the collector.
+    *ipvsadm.lock().expect("ipvsadm") = Some(
+        "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\nTCP  10.96.0.1:443 rr\n  -> 192.168.77.2:6443            Masq    1      0          0\n".into(),
+    );
+    let (code, report, stderr) = live(&kubeconfig, home, &["verify", "node-1", "-o", "json"]);
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    assert_eq!(
+        findings(&report)
+            .iter()
+            .map(|f| f.0.as_str())
+            .collect::<Vec<_>>(),
+        ["KP709"],
+        "{report:#}"
+    );
+    *ipvsadm.lock().expect("ipvsadm") = None;
 
     // The bundle carries both listings as collected, and verifies the same.
     let bundle = dir.path().join("bundle.tar.gz");
@@ -786,7 +875,9 @@ fn resync_keeps_an_nftables_node_in_sync() {
     assert!(resync.log().contains("sync: full"), "{}", resync.log());
 
     // A deleted Service leaves the service-ips map at the next sync.
-    let listing = ns.nft(&["list", "table", "ip", "kube-proxy"]).expect("list");
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
     assert!(listing.contains("10.96.100.30 . tcp . 8080"), "{listing}");
     assert!(api.delete_object("Service", Some("shop"), "legacy-gateway"));
     until(&ns, &resync, limit, "the deletion", |l| {

@@ -230,6 +230,46 @@ fn masquerading_and_base_chains_are_node_wide() {
 }
 
 #[test]
+fn cluster_ips_and_base_chain_hooks_are_checked() {
+    // An active cluster IP gone from `cluster-ips`, a stray one in it.
+    let text = edited(
+        |l| l == "add element ip kube-proxy cluster-ips { 10.96.0.10 }",
+        "add element ip kube-proxy cluster-ips { 10.96.99.99 }\n",
+    );
+    let r = verify_text(&text);
+    assert_eq!(ids(&r), [("KP706", None)], "{:#?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(f.chain.as_deref(), Some("cluster-ips"), "{f:#?}");
+    let said = format!("{:?} {:?} {}", f.expected, f.actual, f.message);
+    assert!(
+        said.contains("10.96.0.10") && said.contains("10.96.99.99"),
+        "{said}"
+    );
+
+    // A base chain on another hook, and one missing.
+    let text = edited(
+        |l| {
+            l.starts_with("add chain ip kube-proxy filter-input ")
+                || l.starts_with("add rule ip kube-proxy filter-input ")
+        },
+        "",
+    );
+    let text = text.replace(
+        "add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }",
+        "add chain ip kube-proxy nat-postrouting { type nat hook input priority 100 ; }",
+    );
+    let r = verify_text(&text);
+    let base: Vec<Option<&str>> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "KP702")
+        .map(|f| f.chain.as_deref())
+        .collect();
+    assert!(base.contains(&Some("filter-input")), "{:#?}", r.findings);
+    assert!(base.contains(&Some("nat-postrouting")), "{:#?}", r.findings);
+}
+
+#[test]
 fn affinity_and_flushed_stale_chains() {
     // A session-affinity set with another timeout; a flushed chain of a gone service (which
     // kube-proxy keeps for a while) is no finding.

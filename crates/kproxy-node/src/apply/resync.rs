@@ -175,11 +175,30 @@ fn sync_nftables(
 ) -> anyhow::Result<(usize, usize)> {
     let targets = Target::both(state, &opts.config, facts);
     let plan = nft_sync(host, &targets, full)?;
-    let changes = plan.families.iter().flat_map(|f| &f.changes);
-    Ok((
-        changes.clone().count(),
-        changes.map(|c| c.added.len()).sum(),
-    ))
+    Ok(script_counts(&plan.script()))
+}
+
+/// (chains, sets and maps written; rules added) of an `nft -f` transaction: the objects its
+/// commands name (`add rule ip kube-proxy NAME …`, `flush chain …`, `delete element …`) and
+/// its `add rule` lines.
+fn script_counts(script: &str) -> (usize, usize) {
+    let mut objects = std::collections::HashSet::new();
+    let mut rules = 0;
+    for line in script.lines().filter(|l| !l.starts_with('#')) {
+        let mut words = line.split_whitespace();
+        let (verb, kind) = (words.next(), words.next());
+        if kind == Some("rule") && verb == Some("add") {
+            rules += 1;
+        }
+        // `VERB KIND FAMILY kube-proxy NAME …`; a table command names no object.
+        let (family, name) = (words.next(), words.nth(1));
+        if kind != Some("table")
+            && let Some(name) = name
+        {
+            objects.insert((family, name));
+        }
+    }
+    (objects.len(), rules)
 }
 
 /// Lists `host`'s conntrack table, checks it against `state` and deletes the stale UDP/SCTP
@@ -334,6 +353,19 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nft_transactions_are_counted_by_object() {
+        let script = "# kubectl-kproxy repair: table ip kube-proxy\n\
+            add table ip kube-proxy { comment \"rules for kube-proxy\" ; }\n\
+            flush chain ip kube-proxy masquerading\n\
+            add rule ip kube-proxy masquerading masquerade fully-random\n\
+            add rule ip kube-proxy masquerading mark set mark xor 0x4000\n\
+            delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 443 }\n\
+            add chain ip6 kube-proxy masquerading\n";
+        assert_eq!(script_counts(script), (3, 2));
+        assert_eq!(script_counts(""), (0, 0));
+    }
 
     #[test]
     fn a_repeated_conntrack_failure_is_logged_once() {

@@ -43,14 +43,14 @@ pub enum NftRepairError {
     },
     /// Applying failed; the backup was restored (or restoring it failed too, see `rollback`).
     #[error(
-        "applying table {family} kube-proxy failed: {source}; {}",
+        "applying table {family} kube-proxy failed: {error}; {}",
         rollback_text(rollback, backup)
     )]
     Apply {
         /// The family whose transaction failed.
         family: String,
         /// The nft error.
-        source: Box<HostError>,
+        error: Box<HostError>,
         /// The backup directory.
         backup: PathBuf,
         /// `None` if the backup was restored, else why restoring it failed.
@@ -71,12 +71,12 @@ pub enum NftRepairError {
     },
     /// A sync's transaction failed; `nft -f` applies all of it or nothing, so that family's
     /// table is as it was (families synced before it keep their change).
-    #[error("syncing table {family} kube-proxy failed (its transaction changed nothing): {source}")]
+    #[error("syncing table {family} kube-proxy failed (its transaction changed nothing): {error}")]
     Sync {
         /// The family whose transaction failed.
         family: String,
         /// The nft error.
-        source: Box<HostError>,
+        error: Box<HostError>,
     },
 }
 
@@ -386,7 +386,7 @@ pub fn repair(
         if let Err(source) = host.apply(&script) {
             return Err(NftRepairError::Apply {
                 family: f.family.clone(),
-                source: Box::new(source),
+                error: Box::new(source),
                 backup: dir,
                 rollback: roll_back(),
             });
@@ -423,7 +423,7 @@ pub fn sync(
         host.apply(&f.script)
             .map_err(|source| NftRepairError::Sync {
                 family: f.family.clone(),
-                source: Box::new(source),
+                error: Box::new(source),
             })?;
     }
     Ok(plan)

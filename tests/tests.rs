@@ -16,6 +16,7 @@ mod live;
 mod netns_harness;
 mod nft_parse;
 mod nftables_render;
+mod nftables_verify;
 mod packaging;
 mod packetflow;
 mod parse;

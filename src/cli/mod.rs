@@ -8,6 +8,7 @@ pub mod graph;
 pub mod ipvs;
 pub mod live;
 pub mod nft_graph;
+pub mod nft_trace;
 pub mod render;
 pub mod repair;
 pub mod repair_ipvs;

@@ -20,7 +20,7 @@
 
 use crate::graph::{
     ChainKind, Counters, EntryKind, MasqueradeReason, NameResolver, ServiceGraph, ServicePort,
-    VerdictReason, ownership::service_chain,
+    VerdictReason, nftables::port_chain_kind,
 };
 use crate::output::color::{Painter, Role};
 use crate::output::dot::{Cluster, Digraph};
@@ -679,8 +679,8 @@ fn expected_set<'p>(
     policy_chain: &str,
 ) -> Vec<(&'p PlanEndpoint, &'p str)> {
     let local = matches!(
-        service_chain(policy_chain),
-        Some((ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(policy_chain),
+        Some(ChainKind::Svl | ChainKind::Xlb)
     );
     let idx = if local {
         &pp.categorized.local
@@ -791,8 +791,8 @@ fn compare_branch(b: &mut Branch, pp: &ServicePortPlan) {
 
 fn local_chain(chain: &str) -> bool {
     matches!(
-        service_chain(chain),
-        Some((ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(chain),
+        Some(ChainKind::Svl | ChainKind::Xlb)
     )
 }
 
@@ -802,7 +802,7 @@ fn entry_path(
     _pp: Option<&ServicePortPlan>,
 ) -> EntryPath {
     let mut branches = Vec::new();
-    if service_chain(&e.target).is_some() {
+    if port_chain_kind(&e.target).is_some() {
         walk(dp, &e.target, Vec::new(), Vec::new(), &mut branches);
     }
     let chains_on_path: BTreeSet<&str> = branches
@@ -832,10 +832,16 @@ fn entry_path(
                 .flat_map(|b| &b.endpoints)
                 .any(|ep| ep.chain == m.chain)
     }) {
+        // The endpoint chains' prefix and source match, in the mode's own words.
+        let (chain, condition) = if h.chain.starts_with("KUBE-") {
+            ("KUBE-SEP-*", "-s <endpoint>")
+        } else {
+            ("endpoint-*", "ip saddr <endpoint>")
+        };
         masquerade.push(MasqStep {
-            chain: "KUBE-SEP-*".into(),
+            chain: chain.into(),
             reason: MasqueradeReason::Hairpin,
-            condition: Some("-s <endpoint>".into()),
+            condition: Some(condition.into()),
             line: h.line,
             counters: None,
             why: masq_why(MasqueradeReason::Hairpin, None),
@@ -915,13 +921,13 @@ fn walk(
     }
     chains.push(chain.to_string());
     let is_policy = matches!(
-        service_chain(chain),
-        Some((ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(chain),
+        Some(ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb)
     );
     let picks_endpoints = dp
         .edges
         .iter()
-        .any(|e| e.from == chain && matches!(service_chain(e.to), Some((ChainKind::Sep, _))));
+        .any(|e| e.from == chain && matches!(port_chain_kind(e.to), Some(ChainKind::Sep)));
     if is_policy || picks_endpoints {
         let endpoints = dp
             .endpoints
@@ -953,7 +959,7 @@ fn walk(
     // Jumps to the same chain are one way on (e.g. several source ranges of a FW chain).
     let mut onward: Vec<(&str, Vec<&str>)> = Vec::new();
     for e in dp.edges.iter().filter(|e| e.from == chain) {
-        if matches!(service_chain(e.to), Some((ChainKind::Sep, _)) | None) {
+        if matches!(port_chain_kind(e.to), Some(ChainKind::Sep) | None) {
             continue;
         }
         match onward.iter_mut().find(|(to, _)| *to == e.to) {
@@ -1458,12 +1464,18 @@ fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
         ));
     }
     for m in &e.masquerade {
+        // kube-proxy's masquerading chain: KUBE-POSTROUTING (iptables), masquerading (nftables).
+        let snat_chain = if m.chain.starts_with("KUBE-") {
+            "KUBE-POSTROUTING"
+        } else {
+            "masquerading"
+        };
         node.push(TreeNode::new(format!(
             "masquerade: {}  {}",
             p.paint(Role::Warn, &m.why),
             p.paint(
                 Role::Dim,
-                &format!("[{} line {}; SNAT in KUBE-POSTROUTING]", m.chain, m.line)
+                &format!("[{} line {}; SNAT in {snat_chain}]", m.chain, m.line)
             )
         )));
     }

@@ -167,7 +167,12 @@ impl DnatTarget {
 
 /// The `dnat to ADDR[:PORT]` of a rule, if it has one with a plain address.
 pub fn dnat_of(rule: &Rule<'_>) -> Option<DnatTarget> {
-    rule.stmts.iter().find_map(|s| match s {
+    rule.stmts.iter().find_map(dnat_target)
+}
+
+/// The target of a `dnat to ADDR[:PORT]` statement with a plain address.
+pub fn dnat_target(stmt: &Stmt<'_>) -> Option<DnatTarget> {
+    match stmt {
         Stmt::Nat(n) if n.kind == NatKind::Dnat => {
             let ip = match n.addr.as_ref()? {
                 Expr::Addr(a) => *a,
@@ -180,7 +185,7 @@ pub fn dnat_of(rule: &Rule<'_>) -> Option<DnatTarget> {
             Some(DnatTarget { ip, port })
         }
         _ => None,
-    })
+    }
 }
 
 /// The chain a verdict goes to, and whether by `goto`.
@@ -192,7 +197,7 @@ fn verdict_chain<'r>(v: &'r NftVerdict<'_>) -> Option<&'r str> {
 }
 
 /// The parts of a concatenated key (`a . b . c`), or the key itself.
-fn key_parts<'e, 'a>(e: &'e Expr<'a>) -> &'e [Expr<'a>] {
+pub fn key_parts<'e, 'a>(e: &'e Expr<'a>) -> &'e [Expr<'a>] {
     match e {
         Expr::Concat(parts) => parts,
         other => std::slice::from_ref(other),
@@ -200,7 +205,7 @@ fn key_parts<'e, 'a>(e: &'e Expr<'a>) -> &'e [Expr<'a>] {
 }
 
 /// `tcp`, `udp`, `sctp` from a protocol key part (a name or its number).
-fn protocol_of(e: &Expr<'_>) -> Option<&'static str> {
+pub fn protocol_of(e: &Expr<'_>) -> Option<&'static str> {
     match e {
         Expr::Symbol(s) => match &**s {
             "tcp" => Some("tcp"),

@@ -54,7 +54,7 @@ fn main() {
     // The parts: what the model keeps, and what building the graph adds on top of it.
     let base = counting::live();
     let dump_ast = parse_dump(dump, &strict).expect("parses");
-    let facts = graph::DumpFacts::of(&dump_ast);
+    let facts = graph::DumpSummary::of(&dump_ast);
     let rs = Ruleset::from_dump(dump_ast);
     report("  model kept", counting::live() - base);
     let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &GraphOptions::default()));
@@ -99,12 +99,12 @@ fn main() {
     report("  expected ports kept", counting::live() - base);
     drop(expected);
     let (rendered, p) = counting::peak_of(|| {
-        kproxy::proxier::iptables::render_plan(&plan, &scale.facts, Default::default())
+        kproxy::proxier::iptables::render_decisions(&plan, &scale.facts, Default::default())
     });
     report("  render (from the plan)", p);
     drop(rendered);
     let render = |sink: &mut dyn FnMut(kproxy::proxier::iptables::RenderChunk<'_>)| {
-        let _ = kproxy::proxier::iptables::render_plan_chunks(&plan, &scale.facts, sink);
+        let _ = kproxy::proxier::iptables::render_decisions_chunks(&plan, &scale.facts, sink);
     };
     let base = counting::live();
     let (keys, p) = counting::peak_of(|| {

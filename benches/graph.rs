@@ -10,7 +10,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kproxy::graph::{self, DumpFacts, GraphOptions};
+use kproxy::graph::{self, DumpSummary, GraphOptions};
 use kproxy::model::Ruleset;
 use kproxy_parsers::iptables::{ParseOptions, parse_dump};
 use std::hint::black_box;
@@ -37,7 +37,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     let dump = parse_dump(&text, &parse).unwrap_or_else(|e| panic!("{e}"));
-    let facts = DumpFacts::of(&dump);
+    let facts = DumpSummary::of(&dump);
     let rs = Ruleset::from_dump(dump);
     g.bench_function("build_ruleset/10k_services_x10", |b| {
         b.iter(|| {
@@ -48,7 +48,7 @@ fn benches(c: &mut Criterion) {
     });
     let built = graph::build_ruleset(&rs, &facts, &opts);
     g.bench_function("table/10k_services_x10", |b| {
-        b.iter(|| graph::render::table_text(black_box(&built), false, false).len())
+        b.iter(|| kproxy::output::graph::table_text(black_box(&built), false, false).len())
     });
     g.finish();
 }

@@ -25,6 +25,7 @@ static PEAK: AtomicIsize = AtomicIsize::new(0);
 static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 // SAFETY: delegates to mimalloc (the binary's allocator); only adds bookkeeping.
+#[expect(unsafe_code, reason = "a global allocator is an unsafe trait")]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
@@ -201,7 +202,7 @@ fn cpu_benches(c: &mut Criterion<CpuTime>) {
 /// Prints the thread CPU time of render's phases (one run each, after a warm-up run).
 fn phases(state: &kproxy::state::ClusterState, config: &ProxyConfig, facts: &NodeFacts) {
     use kproxy::proxier::endpoints::{EndpointDetail, endpoints_map_with};
-    use kproxy::proxier::iptables::{plan_with, render_plan};
+    use kproxy::proxier::iptables::{decide_with, render_decisions};
     drop(render(state, config, facts, RenderOptions::default()));
     let t = thread_cpu_ns();
     let m = endpoints_map_with(
@@ -214,10 +215,10 @@ fn phases(state: &kproxy::state::ClusterState, config: &ProxyConfig, facts: &Nod
     let t_map = thread_cpu_ns() - t;
     drop(m);
     let t = thread_cpu_ns();
-    let plan = plan_with(state, config, facts, EndpointDetail::Lean);
+    let plan = decide_with(state, config, facts, EndpointDetail::Lean);
     let t_plan = thread_cpu_ns() - t;
     let t = thread_cpu_ns();
-    let r = render_plan(&plan, facts, RenderOptions::default());
+    let r = render_decisions(&plan, facts, RenderOptions::default());
     let t_emit = thread_cpu_ns() - t;
     let t = thread_cpu_ns();
     drop(r);

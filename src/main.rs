@@ -1,11 +1,21 @@
 //! The `kubectl-kproxy` binary: parse arguments, run, map the result to exit codes 0/1/2.
 
-/// mimalloc: parsing and graphing a node's dump makes millions of small allocations, and glibc's
-/// allocator spent about a fifth of `verify`'s instructions on them.
+/// mimalloc: parsing and graphing a node's dump makes millions of small allocations, which glibc's
+/// allocator serves markedly slower (BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The commands: private to the binary, so the library (and every layer below it) cannot use
+/// them.
+mod cli;
+
+// The library's layers, under the names cli/ uses for them (`crate::model::…`).
+use kproxy::{
+    allocator, apply, collect, compare, exit, graph, kube_client, model, output, parsers, proxier,
+    state, trace,
+};
+
 fn main() -> std::process::ExitCode {
-    kproxy::allocator::keep_freed_memory();
-    kproxy::cli::main()
+    allocator::keep_freed_memory();
+    cli::main()
 }

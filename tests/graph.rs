@@ -183,11 +183,9 @@ fn services_without_endpoints_show_filter_rejects_and_counters() {
     assert_eq!(dns.verdicts[0].verdict, "REJECT");
     assert_eq!(dns.verdicts[0].reason, VerdictReason::NoEndpoints);
     assert_eq!(dns.verdicts[0].address.as_deref(), Some("10.43.0.10"));
-    // hash computed from comment + protocol matches kube-proxy's
-    assert_eq!(
-        dns.hash.as_deref(),
-        Some(port_proto_hash("kube-system/kube-dns:dns-tcp", "tcp").as_str())
-    );
+    // The hash of the comment's service port is the one kube-proxy gives it (its
+    // KUBE-SVC-ERIFXISQEP7F7OF4 in every cluster: kind, EKS and k3s captures alike).
+    assert_eq!(dns.hash.as_deref(), Some("ERIFXISQEP7F7OF4"));
     let api = port(&g, "default/kubernetes:https");
     assert!(api.entries[0].counters.is_some(), "-c counters are kept");
 }
@@ -288,6 +286,55 @@ fn build(text: &str, resolver: NameResolver) -> ServiceGraph<'_> {
             ..GraphOptions::default()
         },
     )
+}
+
+/// The chain-name hashes the graph reads comments and chains with are kube-proxy's: its own test
+/// fixtures (`pkg/proxy/iptables/proxier_test.go`: ns1/svc1, ns2/svc2 and their endpoints) and
+/// the chains kube-proxy writes for the services every cluster has.
+#[test]
+fn chain_hashes_are_kube_proxys() {
+    use kproxy::model::hashing::{endpoint_chain, service_chain};
+    for (service_port, protocol, chain) in [
+        ("ns1/svc1:p80", "tcp", "KUBE-SVC-XPGD46QRK7WJZT7O"),
+        ("ns2/svc2:p80", "tcp", "KUBE-SVC-GNZBNJ2PO5MGZ6GT"),
+        (
+            "default/kubernetes:https",
+            "tcp",
+            "KUBE-SVC-NPX46M4PTMTKRN6Y",
+        ),
+        (
+            "kube-system/kube-dns:dns",
+            "udp",
+            "KUBE-SVC-TCOU7JCQXEZGVUNU",
+        ),
+        (
+            "kube-system/kube-dns:dns-tcp",
+            "tcp",
+            "KUBE-SVC-ERIFXISQEP7F7OF4",
+        ),
+        (
+            "kube-system/kube-dns:metrics",
+            "tcp",
+            "KUBE-SVC-JD5MR3NA4I4DYORP",
+        ),
+    ] {
+        assert_eq!(
+            service_chain(service_port, protocol),
+            chain,
+            "{service_port}"
+        );
+        assert_eq!(
+            format!("KUBE-SVC-{}", port_proto_hash(service_port, protocol)),
+            chain,
+            "{service_port}"
+        );
+    }
+    for (service_port, endpoint, chain) in [
+        ("ns1/svc1:p80", "10.180.0.1:80", "KUBE-SEP-SXIVWICOYRO3J4NJ"),
+        ("ns2/svc2:p80", "10.180.0.2:80", "KUBE-SEP-RS4RBKLTHTF2IUXJ"),
+    ] {
+        assert_eq!(endpoint_chain(service_port, "tcp", endpoint), chain);
+    }
 }
 
 /// A modern LoadBalancer service with source ranges, three endpoints, written as restore input.
@@ -652,7 +699,7 @@ fn cli_every_real_world_sample() {
 #[test]
 fn snapshot_gke_xlb_wide_table() {
     let Some(g) = graph_of("27-") else { return };
-    insta::assert_snapshot!(kproxy::graph::render::table_text(&g, true, false));
+    insta::assert_snapshot!(kproxy::output::graph::table_text(&g, true, false));
 }
 
 #[test]

@@ -76,6 +76,7 @@ fn cited_docs_exist_in_the_repository() {
     for (dir, exts) in [
         ("docs", &[".md"][..]),
         ("src", &[".rs"]),
+        ("crates", &[".rs"]),
         ("parsers/src", &[".rs"]),
         ("tests", &[".rs"]),
         ("testdata", &[".sh", ".py"]),
@@ -269,4 +270,114 @@ fn ipvs_example_runs_from_the_repository_alone() {
     let (cmd, code, out) = &runs[3];
     assert_eq!(*code, 0, "{cmd}\n{out}");
     assert!(out.starts_with("UDP 10.96.0.10:53  scheduler rr"), "{out}");
+}
+
+/// The `crate::<module>` paths `file` names outside comments: the modules of its crate it uses.
+fn crate_modules_used(file: &std::path::Path) -> BTreeSet<String> {
+    let path = regex::Regex::new(r"\bcrate::([a-z_]+)").expect("regex");
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .flat_map(|l| {
+            path.captures_iter(l)
+                .map(|c| c[1].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The files of module `module` (a folder or a `.rs` file) under a crate's `src`.
+fn module_files(src: &str, module: &str) -> Vec<PathBuf> {
+    let file = repo().join(src).join(format!("{module}.rs"));
+    if file.is_file() {
+        vec![file]
+    } else {
+        files_under(&format!("{src}/{module}"), &[".rs"])
+    }
+}
+
+/// README "Architecture": each layer uses only the ones below it. Between crates the compiler
+/// keeps the order (kproxy-parsers ← kproxy-core ← kproxy-analysis ← kproxy-node ← the `kproxy`
+/// library with output/ ← the binary with cli/); inside a crate, this test does: no module names
+/// a module of its crate that it must not use (the observed side, graph/, and the expected side,
+/// proxier/, know nothing of each other).
+#[test]
+fn no_module_uses_a_layer_above_it() {
+    // (crate src, module, modules of the same crate it must not use)
+    let rules: &[(&str, &str, &[&str])] = &[
+        (
+            "crates/kproxy-core/src",
+            "model",
+            &["state", "proxier", "graph"],
+        ),
+        ("crates/kproxy-core/src", "state", &["proxier", "graph"]),
+        ("crates/kproxy-core/src", "proxier", &["graph"]),
+        ("crates/kproxy-core/src", "graph", &["state", "proxier"]),
+        ("crates/kproxy-analysis/src", "exit", &["compare", "trace"]),
+        ("crates/kproxy-analysis/src", "compare", &["trace"]),
+        ("crates/kproxy-analysis/src", "trace", &["compare"]),
+        (
+            "crates/kproxy-node/src",
+            "kube_client",
+            &["collect", "apply"],
+        ),
+        ("crates/kproxy-node/src", "collect", &["apply"]),
+    ];
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (src, module, above) in rules {
+        let files = module_files(src, module);
+        assert!(!files.is_empty(), "{src}/{module}: no such module");
+        for f in files {
+            checked += 1;
+            for used in crate_modules_used(&f) {
+                if above.contains(&used.as_str()) {
+                    wrong.push(format!("{} uses crate::{used}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 60, "only {checked} files checked");
+    assert!(
+        wrong.is_empty(),
+        "a layer uses one above it:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// README "Architecture": `collect/` and `kube_client.rs` (kproxy-node) are the only code that
+/// runs programs, calls the API or reads another process's `/proc` entries; the rest reads
+/// only the files it is given.
+#[test]
+fn only_collect_and_the_client_run_programs_or_call_the_api() {
+    let io = regex::Regex::new(
+        r#"Command::new|std::process::Command|tokio::process|kube::api::|kube::runtime|\bApi::<|\bApi<|read_dir\("/proc"\)"#,
+    )
+    .expect("regex");
+    let allowed = [
+        repo().join("crates/kproxy-node/src/collect"),
+        repo().join("crates/kproxy-node/src/kube_client.rs"),
+    ];
+    let mut found = Vec::new();
+    let mut checked = 0;
+    for dir in ["src", "crates", "parsers/src"] {
+        for f in files_under(dir, &[".rs"]) {
+            if allowed.iter().any(|a| f.starts_with(a)) {
+                continue;
+            }
+            checked += 1;
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            for (n, line) in text.lines().enumerate() {
+                if !line.trim_start().starts_with("//") && io.is_match(line) {
+                    found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} files checked");
+    assert!(
+        found.is_empty(),
+        "I/O outside collect/ and kube_client.rs:\n{}",
+        found.join("\n")
+    );
 }

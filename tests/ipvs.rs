@@ -538,7 +538,9 @@ fn verify_real(
     dir: &Path,
     ipvsadm_files: &[&str],
 ) -> Vec<kproxy::compare::Finding> {
-    use kproxy::compare::ipvs::{ActualIpvs, parse_kube_ipvs0_addrs, verify};
+    use kproxy::compare::ipvs::{ActualIpvs, verify};
+    use kproxy::parsers::ip_addr::interface_addresses;
+    use kproxy::proxier::ipvs::DUMMY_DEVICE;
     let ipvsadm_text: String = ipvsadm_files
         .iter()
         .map(|f| read(&dump_path(dir, f)))
@@ -553,7 +555,7 @@ fn verify_real(
             ipset::parse_ipset(&sets).unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
         ),
         iptables_save: Some(&ipt),
-        kube_ipvs0: Some(parse_kube_ipvs0_addrs(&addrs)),
+        kube_ipvs0: Some(interface_addresses(&addrs, DUMMY_DEVICE)),
     };
     verify(exp, &actual)
 }

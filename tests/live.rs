@@ -3,12 +3,8 @@
 
 use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
 use assert_cmd::Command;
-use kproxy::cli::common::StateArgs;
-use kproxy::cli::live::{self, LiveArgs, NodeSummary};
-use kproxy::exit::Outcome;
+use kproxy::kube_client::ClientOptions;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The conformance case the live tests serve (read from `../shared`, never copied).
@@ -115,16 +111,12 @@ impl Cluster {
     }
 }
 
-fn global_for(kubeconfig: &Path) -> kproxy::cli::common::GlobalArgs {
-    use clap::Parser;
-    kproxy::cli::Cli::parse_from([
-        "kubectl-kproxy",
-        "--kubeconfig",
-        kubeconfig.to_str().expect("utf-8 path"),
-        "completion",
-        "bash",
-    ])
-    .global
+fn client_for(kubeconfig: &Path) -> ClientOptions {
+    ClientOptions {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        request_timeout: "0".into(),
+        ..ClientOptions::default()
+    }
 }
 
 #[test]
@@ -514,6 +506,8 @@ fn failure_garbage_output() {
     assert_one_error(code, &stderr, &["exited with status 3", "can't initialize"]);
 }
 
+/// `verify --all-nodes --parallel N` reads every node, never more than N at a time (exactly one
+/// with `--parallel 1`), prints one row per node and exits with the worst row's outcome.
 #[test]
 fn all_nodes_fan_out_honours_parallel() {
     if !have_shared() {
@@ -529,33 +523,35 @@ fn all_nodes_fan_out_honours_parallel() {
     api.set_exec_delay(Duration::from_millis(20));
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = api.write_kubeconfig(dir.path());
-    let global = global_for(&kubeconfig);
     for parallel in [1u16, 4] {
-        let seen = Arc::new(AtomicUsize::new(0));
-        let live = LiveArgs {
-            all_nodes: true,
-            parallel,
-            ..LiveArgs::default()
-        };
-        let seen2 = Arc::clone(&seen);
-        let outcome = live::run_all_nodes(&global, &live, &StateArgs::default(), move |inputs| {
-            seen2.fetch_add(1, Ordering::SeqCst);
-            assert!(inputs.snapshot.iptables_save.is_some());
-            Ok(NodeSummary {
-                mode: "iptables".into(),
-                service_ports_checked: inputs.state.services.len(),
-                errors: 0,
-                warnings: 0,
-                outcome: if inputs.node == "node-07" {
-                    Outcome::Drift
+        let out = Command::cargo_bin("kubectl-kproxy")
+            .expect("binary")
+            .env_remove("KUBECONFIG")
+            .env("HOME", dir.path())
+            .env("NO_COLOR", "1")
+            .timeout(Duration::from_secs(120))
+            .args(["verify", "--all-nodes", "--no-headers", "--parallel"])
+            .arg(parallel.to_string())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .expect("verify --all-nodes");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let rows: Vec<&str> = stdout.lines().collect();
+        assert_eq!(rows.len(), 50, "one row per node\n{stdout}");
+        let worst = rows
+            .iter()
+            .map(|r| {
+                if r.ends_with(" ok") {
+                    0
+                } else if r.ends_with(" drift") {
+                    1
                 } else {
-                    Outcome::Clean
-                },
+                    2
+                }
             })
-        })
-        .expect("fan-out");
-        assert_eq!(seen.load(Ordering::SeqCst), 50);
-        assert_eq!(outcome, Outcome::Drift, "worst exit code");
+            .max();
+        assert_eq!(out.status.code(), worst, "worst row wins\n{stdout}");
         let max = api.max_concurrent_execs();
         assert!(
             max <= usize::from(parallel),
@@ -578,10 +574,10 @@ fn watch_and_label_selectors_work_on_the_fake() {
     api.add_node("a", "10.0.0.1");
     api.add_node("b", "10.0.0.2");
     let dir = tempfile::tempdir().expect("tempdir");
-    let global = global_for(&api.write_kubeconfig(dir.path()));
-    let rt = live::runtime().expect("runtime");
+    let client = client_for(&api.write_kubeconfig(dir.path()));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let conn = kproxy::kube_client::connect(&global.client_options())
+        let conn = kproxy::kube_client::connect(&client)
             .await
             .expect("connect");
         let nodes: Api<Node> = Api::all(conn.client.clone());

@@ -519,15 +519,7 @@ fn krew_caveats_name_the_rbac_and_real_flags() {
         );
     }
 
-    use clap::CommandFactory;
-    let cli = kproxy::cli::Cli::command();
-    let mut flags: BTreeSet<String> = BTreeSet::new();
-    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
-        flags.extend(
-            cmd.get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string)),
-        );
-    }
+    let flags = cli_flags();
     let text = format!("{caveats}\n{}", plugin.spec.description.unwrap_or_default());
     let named = regex::Regex::new(r"--([a-z][a-z0-9-]*)").expect("regex");
     let mut checked = 0;
@@ -545,7 +537,45 @@ fn krew_caveats_name_the_rbac_and_real_flags() {
     );
 }
 
-/// The validator itself must reject what krew's rules reject.
+/// The long flags of the binary and of every command, read from their `--help`.
+fn cli_flags() -> BTreeSet<String> {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
+            .args(args)
+            .arg("--help")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run --help");
+        assert!(out.status.success(), "{args:?} --help");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let option = regex::Regex::new(r"^\s+(?:-[A-Za-z], )?--([a-z][a-z0-9-]*)").expect("regex");
+    let top = help(&[]);
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(commands.len() >= 5, "commands of --help: {commands:?}");
+    let mut flags = BTreeSet::new();
+    for text in std::iter::once(top).chain(commands.iter().map(|c| help(&[c.as_str()]))) {
+        flags.extend(
+            text.lines()
+                .filter_map(|l| option.captures(l).map(|c| c[1].to_string())),
+        );
+    }
+    assert!(
+        flags.contains("kubeconfig") && flags.contains("apply"),
+        "{flags:?}"
+    );
+    flags
+}
+
+/// Our checker of krew's documented rules must itself reject what those rules reject.
 #[test]
 fn krew_rule_checker_rejects_bad_manifests() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -850,4 +880,36 @@ fn ci_runs_the_readme_test_command() {
         .expect("a command in .ci/run");
     assert_eq!(last, command, ".ci/run must end with README's test command");
     assert!(ci.starts_with("#!/usr/bin/env bash") && ci.contains("set -euo pipefail"));
+}
+
+/// The quick start's output in README.md is what its command prints, byte for byte.
+#[test]
+fn readme_quick_start_output_is_what_the_command_prints() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## Quick start")
+        .nth(1)
+        .expect("README.md has a Quick start section");
+    let mut blocks = section.split("```").skip(1).step_by(2);
+    let command = blocks.next().expect("the command block");
+    let printed = blocks.next().expect("the output block");
+    let line = command
+        .lines()
+        .find(|l| l.contains("kubectl-kproxy "))
+        .expect("a kubectl-kproxy command");
+    let args: Vec<&str> = line
+        .split("kubectl-kproxy ")
+        .nth(1)
+        .expect("arguments")
+        .split_whitespace()
+        .collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
+        .args(&args)
+        .current_dir(repo())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run");
+    let expected = printed.strip_prefix("text\n").expect("a ```text block");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    assert_eq!(out.status.code(), Some(1), "README says exit status 1");
 }

@@ -392,7 +392,7 @@ fn canon(line: &str, family: Family) -> CanonicalRule {
     CanonicalRule::of(&r, family)
 }
 
-/// The §17 table: what kube-proxy writes ≡ what iptables-save prints.
+/// The normalisations of `model::canonical`: what kube-proxy writes ≡ what iptables-save prints.
 #[test]
 fn restore_text_and_save_text_are_canonically_equal() {
     let pairs = [
@@ -778,7 +778,7 @@ mod properties {
     }
 }
 
-/// The §17 normalisation checked against the real thing: every rendered restore payload is loaded
+/// The normalisations of `model::canonical` checked against the real thing: every rendered restore payload is loaded
 /// with `iptables-restore` (both backends) into a throw-away network namespace, read back with
 /// `iptables-save` and `iptables -t nat -S`, and every chain of the payload must be canonically
 /// equal to the chain the kernel gives back.

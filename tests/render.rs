@@ -842,12 +842,14 @@ fn by_table_and_kind(r: &Rendered) -> Vec<(String, bool, String)> {
     out
 }
 
-/// The streamed render (`render_plan_chunks`, what verify reads) hands out exactly the lines of
+/// The streamed render (`render_decisions_chunks`, what verify reads) hands out exactly the lines of
 /// the render, in order per table and kind: every conformance case, and a 2,000-service state
 /// whose render (~7 MB) spans many chunks.
 #[test]
 fn streamed_render_is_the_render() {
-    use kproxy::proxier::iptables::{expected_service_ports, render_plan, render_plan_chunks};
+    use kproxy::proxier::iptables::{
+        expected_service_ports, render_decisions, render_decisions_chunks,
+    };
     let mut inputs: Vec<(
         String,
         kproxy::state::ClusterState,
@@ -898,13 +900,13 @@ fn streamed_render_is_the_render() {
     let mut chunks_seen = 0;
     for (name, state, cfg, facts) in &inputs {
         let plan = expected_service_ports(state, cfg, facts);
-        let whole = by_table_and_kind(&render_plan(&plan, facts, RenderOptions::default()));
+        let whole = by_table_and_kind(&render_decisions(&plan, facts, RenderOptions::default()));
         let mut streamed: Vec<(String, bool, String)> = whole
             .iter()
             .map(|(t, d, _)| (t.clone(), *d, String::new()))
             .collect();
         chunks_seen = 0;
-        render_plan_chunks(&plan, facts, &mut |c| {
+        render_decisions_chunks(&plan, facts, &mut |c| {
             chunks_seen += 1;
             let slot = streamed
                 .iter_mut()

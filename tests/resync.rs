@@ -596,14 +596,25 @@ fn resync_watch_clears_stale_udp_flows_after_a_sync() {
             "{k}: only the stale entries go\nbefore:\n{before_text}\nafter:\n{after_text}"
         );
     }
-    let log = resync.stderr();
     let command = format!(
         "conntrack -D -f ipv4 -p udp --orig-dst 10.96.50.10 --orig-port-dst 53 --reply-src {stale_ip} --reply-port-src 5353"
     );
-    let line = log
-        .lines()
-        .find(|l| l.contains("conntrack: KP601"))
-        .unwrap_or_else(|| panic!("no deletion logged:\n{log}"));
+    // The deletion is logged after the flows are gone: the line may still be on its way.
+    let t = Instant::now();
+    let line = loop {
+        let log = resync.stderr();
+        if let Some(line) = log
+            .split_inclusive('\n')
+            .find(|l| l.contains("conntrack: KP601") && l.ends_with('\n'))
+        {
+            break line.trim_end().to_string();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no deletion logged:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         line.contains(&format!(
             "e2e/udp-dns:p udp 10.96.50.10:53 → {stale_ip}:5353: deleted {}, listed again: 0 left ({command})",

@@ -24,6 +24,32 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// `verify node-1` of the example cluster against `dump` (written to a file named `name`), with
+/// `extra` flags; the file's path is returned too.
+fn verify_dump(name: &str, dump: &str, extra: &[&str]) -> (Option<i32>, String, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(name);
+    std::fs::write(&file, dump).expect("write");
+    let file = file.display().to_string();
+    let mut args = vec![
+        "verify",
+        "node-1",
+        "--state",
+        STATE,
+        "--config",
+        CONFIG,
+        "--iptables-save",
+        &file,
+    ];
+    args.extend(extra);
+    let (code, stdout, stderr) = run(&args);
+    (code, stdout, stderr, file)
+}
+
+fn example_dump() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DUMP)).expect("dump")
+}
+
 /// The example configuration with `mode:` set to `mode`, in a temporary file.
 fn config_with_mode(dir: &Path, mode: &str) -> String {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG))
@@ -214,54 +240,22 @@ fn bad_flag_values_are_refused_by_the_parser() {
 
 #[test]
 fn a_parse_error_is_printed_once_with_the_file_name() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bad = dir.path().join("bad.save");
-    std::fs::write(
-        &bad,
-        "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j\nCOMMIT\n",
-    )
-    .expect("write");
-    let bad = bad.display().to_string();
-    let (code, _, stderr) = run(&[
-        "verify",
-        "node-1",
-        "--state",
-        STATE,
-        "--config",
-        CONFIG,
-        "--iptables-save",
-        &bad,
-    ]);
+    let bad = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j\nCOMMIT\n";
+    let (code, _, stderr, file) = verify_dump("bad.save", bad, &[]);
     assert_eq!(code, Some(2));
     assert_eq!(stderr.matches("expected").count(), 1, "{stderr}");
-    assert!(stderr.contains(&format!("{bad}:3:")), "{stderr}");
+    assert!(stderr.contains(&format!("{file}:3:")), "{stderr}");
     assert!(!stderr.contains("<input>"), "{stderr}");
 }
 
 #[test]
 fn a_missing_table_is_one_finding_not_many() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DUMP)).expect("dump");
+    let text = example_dump();
     // The dump without its nat table.
     let start = text.find("*nat").expect("nat");
     let end = start + text[start..].find("COMMIT\n").expect("commit") + 7;
     let no_nat = format!("{}{}", &text[..start], &text[end..]);
-    let file = dir.path().join("no-nat.save");
-    std::fs::write(&file, no_nat).expect("write");
-    let file = file.display().to_string();
-    let (code, stdout, _) = run(&[
-        "verify",
-        "node-1",
-        "--state",
-        STATE,
-        "--config",
-        CONFIG,
-        "--iptables-save",
-        &file,
-        "-o",
-        "json",
-    ]);
+    let (code, stdout, _, _) = verify_dump("no-nat.save", &no_nat, &["-o", "json"]);
     assert_eq!(code, Some(1));
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("json");
     let ids: Vec<&str> = doc["findings"]
@@ -275,4 +269,19 @@ fn a_missing_table_is_one_finding_not_many() {
         !ids.contains(&"KP101"),
         "no per-port nat findings next to KP011: {ids:?}"
     );
+}
+
+#[test]
+fn a_missing_drop_is_reported_in_words() {
+    let text = example_dump();
+    let without: String = text
+        .lines()
+        .filter(|l| !(l.contains("has no local endpoints") && l.ends_with("-j DROP")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without.len(), text.len(), "the dump has such a DROP rule");
+    let (code, stdout, _, _) = verify_dump("no-drop.save", &without, &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("but is not dropped"), "{stdout}");
+    assert!(!stdout.contains("droped"), "{stdout}");
 }

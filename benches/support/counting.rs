@@ -12,6 +12,7 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 // SAFETY: delegates to mimalloc (the binary's allocator); only adds bookkeeping.
+#[expect(unsafe_code, reason = "a global allocator is an unsafe trait")]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         let size = l.size() as isize;

@@ -1,13 +1,13 @@
 //! Whatever parses round-trips: parse (lenient) → canonical restore text → parse (strict) gives
 //! the same rules, and the canonical text is a fixed point.
 //!
-//! The canonical model and serialiser are the main crate's `src/model`, compiled in by path: it
-//! depends only on std and `kproxy-parsers`, and this keeps the fuzz build free of the main crate's
-//! Kubernetes dependencies.
+//! The canonical model and serialiser are `kproxy-core`'s `model`, compiled in by path: it
+//! depends only on std, `kproxy-parsers` and a few hashing and serialisation crates, and this
+//! keeps the fuzz build free of `kproxy-core`'s Kubernetes dependencies.
 #![no_main]
 
 #[allow(dead_code, unused_imports)]
-#[path = "../../src/model/mod.rs"]
+#[path = "../../crates/kproxy-core/src/model/mod.rs"]
 mod model;
 
 use kproxy_parsers::iptables::ParseOptions;

@@ -1,6 +1,6 @@
 //! Parsers for `ipset save` (`create`/`add` lines) and `ipset list` (`Name:`/`Type:`/…/`Members:` blocks),
 //! including entry options (`timeout`, `packets`/`bytes` counters, `comment "…"`, `skbmark`, `nomatch`).
-//! Grammar: shared docs `ipvsadm-formats.md` §14. Errors are [`IpvsParseError`] with `line:col`.
+//! Grammar: what `ipset save` and `ipset list` print. Errors are [`IpvsParseError`] with `line:col`.
 
 pub use crate::ipvsadm::IpvsParseError;
 use crate::ipvsadm::error;

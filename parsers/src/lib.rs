@@ -9,6 +9,7 @@
 
 pub mod conntrack;
 pub mod error;
+pub mod ip_addr;
 pub mod ipset;
 pub mod iptables;
 pub mod ipvsadm;

@@ -1,5 +1,6 @@
 //! Flag groups shared by several commands, defined once.
 
+use crate::apply::host::Backend;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -85,8 +86,8 @@ pub struct NodeFactArgs {
     /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
     /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
     /// through the API, else inferred from the dump (verify, repair), else the newest).
-    #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::proxier::version::KubeProxyVersion::parse)]
-    pub kube_proxy_version: Option<crate::proxier::version::KubeProxyVersion>,
+    #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
+    pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
     /// a node the state does not list is an error).
     #[arg(
@@ -337,24 +338,13 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     }
 }
 
-/// The inputs of the proxier emulation, loaded from the offline flags.
-#[derive(Debug)]
-pub struct ProxyInputs {
-    /// Services, EndpointSlices, Nodes.
-    pub state: crate::state::ClusterState,
-    /// kube-proxy's configuration (defaults when `--config` is absent).
-    pub config: crate::state::config::ProxyConfig,
-    /// The node facts.
-    pub facts: crate::state::node::NodeFacts,
-}
-
 /// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the
 /// warnings (skipped objects, unknown config fields) on stderr. The one loader every command uses.
 pub fn load_proxy_inputs(
     state: &StateArgs,
     facts: &NodeFactArgs,
     node: Option<&str>,
-) -> anyhow::Result<ProxyInputs> {
+) -> anyhow::Result<crate::state::ProxyInputs> {
     use anyhow::Context;
     if state.state.is_empty() {
         anyhow::bail!(
@@ -371,7 +361,7 @@ pub fn load_proxy_inputs(
     let (facts, warnings) =
         crate::state::node::build(&fact_args.inputs(), &cluster, &config).context("node facts")?;
     warnings.iter().for_each(warn);
-    Ok(ProxyInputs {
+    Ok(crate::state::ProxyInputs {
         state: cluster,
         config,
         facts,
@@ -415,4 +405,25 @@ pub fn print_notes(notes: &[String]) {
 /// Prints warnings on stderr as `warning: …`, one per line.
 pub fn print_warnings(warnings: &[crate::state::Warning]) {
     warnings.iter().for_each(warn);
+}
+
+/// `--backend`: which iptables userspace to run ([`Backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// Whatever `iptables-save`/`iptables-restore` point to on this host.
+    Auto,
+    /// `iptables-nft-*`.
+    Nft,
+    /// `iptables-legacy-*`.
+    Legacy,
+}
+
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Backend {
+        match b {
+            BackendArg::Auto => Backend::Auto,
+            BackendArg::Nft => Backend::Nft,
+            BackendArg::Legacy => Backend::Legacy,
+        }
+    }
 }

@@ -347,16 +347,16 @@ fn live_list(g: &GlobalArgs, what: Lookup) -> Vec<String> {
             return Vec::new();
         };
         let names = match what {
-            Lookup::Nodes => crate::state::api::list_nodes(&conn, None)
+            Lookup::Nodes => crate::collect::api::list_nodes(&conn, None)
                 .await
                 .map(|ns| ns.into_iter().filter_map(|n| n.metadata.name).collect()),
-            Lookup::Namespaces => crate::state::api::list_namespace_names(&conn).await,
+            Lookup::Namespaces => crate::collect::api::list_namespace_names(&conn).await,
             Lookup::Services => {
                 let ns = g
                     .namespace
                     .clone()
                     .unwrap_or_else(|| conn.client.default_namespace().to_string());
-                crate::state::api::list_service_names(&conn, &ns).await
+                crate::collect::api::list_service_names(&conn, &ns).await
             }
         };
         let mut names = names.unwrap_or_default();

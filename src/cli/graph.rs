@@ -128,7 +128,7 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
         .map(|input| graph_of(input, &args.dump))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.output == GraphFormat::Json {
-        // Streamed: the document of a node-sized dump is ~120 MB of text.
+        // Streamed: the document of a node-sized dump is large (see `output::write_json`).
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         output::write_json(out, &GraphDocument::new(&graphs))?;
         return Ok(Outcome::Clean);
@@ -311,7 +311,7 @@ pub fn render(
     Ok(match format {
         GraphFormat::Json => output::to_json(&GraphDocument::new(graphs))?,
         GraphFormat::Yaml => output::to_yaml(&GraphDocument::new(graphs))?,
-        GraphFormat::Dot => graphs.iter().map(graph::render::dot).collect(),
+        GraphFormat::Dot => graphs.iter().map(crate::output::graph::dot).collect(),
         GraphFormat::Table | GraphFormat::Wide => {
             let wide = format == GraphFormat::Wide;
             let mut out = String::new();
@@ -326,7 +326,7 @@ pub fn render(
                         g.family.as_deref().unwrap_or("unknown family")
                     ));
                 }
-                let t = graph::render::table_text(g, wide, no_headers);
+                let t = crate::output::graph::table_text(g, wide, no_headers);
                 if t.is_empty() {
                     out.push_str("No kube-proxy service ports found.\n");
                 } else {

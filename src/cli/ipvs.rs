@@ -325,7 +325,7 @@ pub struct IpvsNodeDumps<'t> {
 /// the dumps; adds a KP523 finding when the configured mode and the node disagree, and checks the
 /// connections of an `ipvsadm -Lnc` listing against the services' serving endpoints (KP6xx).
 pub fn verify_texts(
-    inputs: &super::common::ProxyInputs,
+    inputs: &crate::state::ProxyInputs,
     dumps: &IpvsNodeDumps<'_>,
     mark: Option<String>,
 ) -> anyhow::Result<Report> {
@@ -343,7 +343,9 @@ pub fn verify_texts(
         None => None,
     };
     let (v4, v6) = (dumps.iptables_save, dumps.ip6tables_save);
-    let kube_ipvs0 = dumps.ip_addr.map(cmp::parse_kube_ipvs0_addrs);
+    let kube_ipvs0 = dumps
+        .ip_addr
+        .map(|t| crate::parsers::ip_addr::interface_addresses(t, px::DUMMY_DEVICE));
     let node_view = IpvsNode::from_facts(&inputs.facts);
     let opts = IpvsOptions {
         random_fully: inputs.facts.random_fully,

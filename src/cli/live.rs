@@ -248,7 +248,7 @@ where
             .conn
             .clone()
             .ok_or_else(|| anyhow!("--all-nodes needs API access"))?;
-        let nodes = crate::state::api::list_nodes(&conn, live.selector.as_deref()).await?;
+        let nodes = crate::collect::api::list_nodes(&conn, live.selector.as_deref()).await?;
         let mut names: Vec<String> = nodes.into_iter().filter_map(|n| n.metadata.name).collect();
         names.sort();
         if names.is_empty() {
@@ -515,16 +515,16 @@ async fn load_shared(
     };
     let mut warnings = Vec::new();
     let (cluster, state_from_api) = match (&conn, state.state.is_empty()) {
-        (Some(c), true) => (crate::state::api::fetch_cluster_state(c).await?, true),
+        (Some(c), true) => (crate::collect::api::fetch_cluster_state(c).await?, true),
         _ => (crate::state::load::from_files(&state.state)?, false),
     };
     let config = match (&state.config, &conn) {
         (Some(path), _) => Some((super::common::read_input(path)?, path.display().to_string())),
         (None, Some(c)) => {
             let (ns, name) = split_ns_name(&live.proxy_configmap)?;
-            match crate::state::api::fetch_proxy_config(c, ns, name).await {
+            match crate::collect::api::fetch_proxy_config(c, ns, name).await {
                 Ok(text) => Some((text, format!("configmap {ns}/{name}"))),
-                Err(crate::state::api::FetchError::Api(ApiError::NotFound { .. }))
+                Err(crate::collect::api::FetchError::Api(ApiError::NotFound { .. }))
                     if live.proxy_configmap == DEFAULT_PROXY_CONFIGMAP =>
                 {
                     warnings.push(format!(
@@ -618,7 +618,8 @@ async fn proxy_image(
     warnings: &mut Vec<String>,
 ) -> Option<String> {
     let ns = collect::exec::PROXY_NAMESPACE;
-    match crate::state::api::kube_proxy_image_on_node(conn, ns, &live.proxy_selector, node).await {
+    match crate::collect::api::kube_proxy_image_on_node(conn, ns, &live.proxy_selector, node).await
+    {
         Ok(Some(image)) => Some(image),
         Ok(None) => {
             warnings.push(format!(

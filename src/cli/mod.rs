@@ -11,8 +11,6 @@ pub mod nft_graph;
 pub mod nft_trace;
 pub mod render;
 pub mod repair;
-pub mod repair_ipvs;
-pub mod repair_remote;
 pub mod resync;
 pub mod trace;
 pub mod verify;

@@ -3,12 +3,12 @@
 
 use super::common::{GlobalArgs, warn};
 use super::nft_graph::{parse_ruleset, read_ruleset, warn_without_kube_proxy_table};
-use super::trace::{ModelArg, TraceArgs, TraceOutput, kernel_input, plan_of, print_path_view};
+use super::trace::{ModelArg, TraceArgs, TraceOutput, decisions_of, kernel_input, print_path_view};
 use crate::exit::Outcome;
 use crate::graph::GraphOptions;
 use crate::graph::nftables::NftGraphs;
 use crate::parsers::nft;
-use crate::proxier::iptables::ServicePlan;
+use crate::proxier::iptables::ServiceDecisions;
 use crate::trace::path::{DivergenceKind, PathView, ServiceSelector};
 use crate::trace::sim::nft::{kernel, kptest};
 use crate::trace::sim::{LocalAddrs, PacketSpec, report};
@@ -95,7 +95,7 @@ fn run_path(
     };
     let selector =
         ServiceSelector::parse(service, global.namespace.as_deref(), args.port.as_deref())?;
-    let plan = plan_of(args, None)?;
+    let plan = decisions_of(args, None)?;
     let mut nft = NftGraphs::new(rules);
     for &line in cuts {
         nft.add_gap(format!("the paste is cut at line {line}"));
@@ -136,7 +136,7 @@ fn run_path(
 
 /// Endpoints the API has and the node lacks are named by the plan's iptables chain; on an
 /// nftables node they are named as kube-proxy's nftables mode would name their chain.
-fn name_missing_endpoints(view: &mut PathView, plan: &ServicePlan) {
+fn name_missing_endpoints(view: &mut PathView, plan: &ServiceDecisions) {
     use crate::proxier::nftables::names::{ENDPOINT_PREFIX, endpoint_chain_name_base};
     for port in &mut view.ports {
         let Some(pp) = plan.ports.iter().find(|pp| {

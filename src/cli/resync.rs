@@ -1,10 +1,11 @@
 //! `resync` command: stand in for a dead kube-proxy on this node — watch the API and keep the
 //! node's kube-proxy chains in sync until SIGTERM/SIGINT.
 
-use super::common::{GlobalArgs, NodeFactArgs};
+use super::common::{BackendArg, GlobalArgs, NodeFactArgs};
 use crate::apply::conntrack::LocalConntrack;
-use crate::apply::host::{Backend, IptablesHost};
-use crate::apply::resync::{ResyncError, ResyncOptions, kube_proxy_pid, run as run_loop};
+use crate::apply::host::IptablesHost;
+use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
+use crate::collect::local::kube_proxy_pid;
 use crate::exit::Outcome;
 use crate::kube_client;
 use anyhow::{Context, bail};
@@ -35,8 +36,8 @@ pub struct ResyncArgs {
     #[arg(long)]
     pub force: bool,
     /// Which iptables userspace to use on this host.
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    pub backend: Backend,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
@@ -68,7 +69,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     super::common::print_warnings(&warnings);
     let host = IptablesHost {
         ipv6: args.facts.ip_family == "6",
-        backend: args.backend,
+        backend: args.backend.into(),
         netns: args.netns.clone(),
         wait: Duration::from_secs(5),
     };

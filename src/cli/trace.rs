@@ -11,9 +11,10 @@ use crate::exit::Outcome;
 use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
-use crate::proxier::iptables::{ServicePlan, expected_service_ports};
+use crate::output::trace_path::{self, PathFormat};
+use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};
 use crate::state::{config, load, node};
-use crate::trace::path::{self, PathFormat, ServiceSelector};
+use crate::trace::path::{self, ServiceSelector};
 use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
@@ -293,10 +294,10 @@ pub(super) fn kernel_input(args: &TraceArgs, packet: PacketSpec) -> KernelInput 
 }
 
 /// kube-proxy's plan for the API state, when `--state` is given.
-pub(super) fn plan_of(
+pub(super) fn decisions_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
-) -> anyhow::Result<Option<(ServicePlan, String)>> {
+) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
     let (state, (cfg, mut warnings)) = match live {
         Some(inputs) => {
             let cfg = match &inputs.config_text {
@@ -320,7 +321,7 @@ pub(super) fn plan_of(
     // Live, the node's kube-proxy image says which release's decisions to explain.
     let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
     if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
-        match crate::proxier::version::KubeProxyVersion::from_image(image) {
+        match crate::state::version::KubeProxyVersion::from_image(image) {
             Ok(v) => fact_args.kube_proxy_version = Some(v),
             Err(e) => warnings.push(crate::state::Warning::new(
                 "kube-proxy version",
@@ -349,7 +350,7 @@ fn run_path(
     };
     let selector =
         ServiceSelector::parse(service, global.namespace.as_deref(), args.port.as_deref())?;
-    let plan = plan_of(args, live)?;
+    let plan = decisions_of(args, live)?;
     let family_v6 = plan
         .as_ref()
         .is_some_and(|(p, _)| p.family == crate::state::ip::IpFamily::V6);
@@ -384,7 +385,7 @@ pub(super) fn print_path_view(
         TraceOutput::Dot => PathFormat::Dot,
     };
     super::conntrack::annotate_path(&args.conntrack, args.dump.lenient, &mut view)?;
-    let out = view.render(format, Painter::for_stdout(), global.no_headers)?;
+    let out = trace_path::render(&view, format, Painter::for_stdout(), global.no_headers)?;
     let mut stdout = anstream::stdout();
     stdout.write_all(out.as_bytes()).context("writing output")?;
     if !out.ends_with('\n') {

@@ -222,7 +222,7 @@ fn report_with_notes(
     )?;
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
-        let proxy_inputs = super::common::ProxyInputs {
+        let proxy_inputs = crate::state::ProxyInputs {
             state,
             config,
             facts,

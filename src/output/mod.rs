@@ -11,7 +11,9 @@
 
 pub mod color;
 pub mod dot;
+pub mod graph;
 pub mod table;
+pub mod trace_path;
 pub mod tree;
 
 use serde::Serialize;
@@ -38,7 +40,8 @@ pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, OutputError> 
 }
 
 /// [`to_json`] written as it is produced (for documents of a node-sized dump, which would
-/// otherwise be held whole: `graph -o json` of 10,000 services is ~120 MB), then flushed.
+/// otherwise be held whole: `graph -o json` of a large node runs to a hundred megabytes and
+/// more, BENCHMARKS.md), then flushed.
 pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
     mut out: W,
     value: &T,
@@ -62,9 +65,4 @@ pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, OutputError> {
         s.push('\n');
     }
     Ok(s)
-}
-
-/// Formats a share of new connections (0.0–1.0) as a percentage with one decimal: `33.3%`.
-pub fn percent(share: f64) -> String {
-    format!("{:.1}%", share * 100.0)
 }

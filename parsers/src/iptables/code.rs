@@ -25,8 +25,10 @@
 //! The header's fixed offsets let every accessor jump straight to its part: a rule's target,
 //! matches and counters are each read a few times while a graph is built.
 //!
-//! An [`OptList`] is `(byte offset in the option area, count)`. Decoding never panics: bytes that
-//! are not a valid encoding (they cannot come from the parser) decode as empty values.
+//! An [`OptList`] is `(byte offset in the option area, count)`. Decoding never panics in a release
+//! build: bytes that are not a valid encoding (they cannot come from the parser) decode as empty
+//! values. Debug builds (the tests, the fuzzers) assert instead, so that an encoder bug is found
+//! where it is made rather than as a silently empty field.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -638,6 +640,7 @@ struct Dec<'r, 'a> {
 impl<'r, 'a> Dec<'r, 'a> {
     #[inline]
     fn u8(&mut self) -> u8 {
+        debug_assert!(self.pos < self.code.len(), "read past the end of the code");
         let b = self.code.get(self.pos).copied().unwrap_or(0);
         self.pos += 1;
         b
@@ -662,7 +665,10 @@ impl<'r, 'a> Dec<'r, 'a> {
     fn u16(&mut self) -> u16 {
         let v = match self.code.get(self.pos..self.pos + 2) {
             Some(&[a, b]) => u16::from_le_bytes([a, b]),
-            _ => 0,
+            _ => {
+                debug_assert!(false, "u16 read past the end of the code");
+                0
+            }
         };
         self.pos += 2;
         v
@@ -672,7 +678,10 @@ impl<'r, 'a> Dec<'r, 'a> {
     fn u32(&mut self) -> u32 {
         let v = match self.code.get(self.pos..self.pos + 4) {
             Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]),
-            _ => 0,
+            _ => {
+                debug_assert!(false, "u32 read past the end of the code");
+                0
+            }
         };
         self.pos += 4;
         v
@@ -696,9 +705,12 @@ impl<'r, 'a> Dec<'r, 'a> {
     fn str(&mut self) -> &'a str {
         let at = self.offset();
         let len = self.offset();
-        at.checked_add(len)
-            .and_then(|end| self.raw.get(at..end))
-            .unwrap_or("")
+        let text = at.checked_add(len).and_then(|end| self.raw.get(at..end));
+        debug_assert!(
+            text.is_some(),
+            "string {at}+{len} outside the rule text or not on character boundaries"
+        );
+        text.unwrap_or("")
     }
 
     fn opt_str(&mut self) -> Option<&'a str> {
@@ -707,10 +719,14 @@ impl<'r, 'a> Dec<'r, 'a> {
 
     #[inline]
     fn ip(&mut self) -> IpAddr {
-        match self.u8() {
+        let family = self.u8();
+        debug_assert!(family == 4 || family == 6, "address family tag {family}");
+        match family {
             6 => {
                 let mut o = [0u8; 16];
-                if let Some(b) = self.code.get(self.pos..self.pos + 16) {
+                let bytes = self.code.get(self.pos..self.pos + 16);
+                debug_assert!(bytes.is_some(), "IPv6 address past the end of the code");
+                if let Some(b) = bytes {
                     o.copy_from_slice(b);
                 }
                 self.pos += 16;
@@ -718,7 +734,9 @@ impl<'r, 'a> Dec<'r, 'a> {
             }
             _ => {
                 let mut o = [0u8; 4];
-                if let Some(b) = self.code.get(self.pos..self.pos + 4) {
+                let bytes = self.code.get(self.pos..self.pos + 4);
+                debug_assert!(bytes.is_some(), "IPv4 address past the end of the code");
+                if let Some(b) = bytes {
                     o.copy_from_slice(b);
                 }
                 self.pos += 4;
@@ -847,6 +865,7 @@ impl<'r, 'a> Dec<'r, 'a> {
             }),
             M_MULTIPORT => {
                 let f = self.u8();
+                debug_assert!(f & 3 <= 2, "multiport kind {}", f & 3);
                 let kind = match f & 3 {
                     0 => MultiportKind::Sports,
                     1 => MultiportKind::Dports,
@@ -878,7 +897,9 @@ impl<'r, 'a> Dec<'r, 'a> {
                 }))
             }
             M_RECENT => {
-                let action = match self.u8() {
+                let action = self.u8();
+                debug_assert!(action <= 3, "recent action {action}");
+                let action = match action {
                     1 => RecentAction::Rcheck,
                     2 => RecentAction::Update,
                     3 => RecentAction::Remove,
@@ -952,10 +973,13 @@ impl<'r, 'a> Dec<'r, 'a> {
                 })
             }
             M_NFACCT => m(Module::Nfacct(self.str())),
-            _ => m(Module::Generic {
-                name: self.str(),
-                options: self.list(),
-            }),
+            tag => {
+                debug_assert_eq!(tag, M_GENERIC, "match tag");
+                m(Module::Generic {
+                    name: self.str(),
+                    options: self.list(),
+                })
+            }
         }
     }
 
@@ -993,6 +1017,7 @@ impl<'r, 'a> Dec<'r, 'a> {
             }
             T_MARK => {
                 let kind = self.u8();
+                debug_assert!(kind <= 4, "MARK operation {kind}");
                 let value = self.u32();
                 let mask = self.u32();
                 Target::Mark(match kind {
@@ -1015,11 +1040,11 @@ impl<'r, 'a> Dec<'r, 'a> {
                 name: self.str(),
                 options: self.list(),
             },
-            _ => {
-                let reason = UNREADABLE_REASONS
-                    .get(usize::from(self.u8()))
-                    .copied()
-                    .unwrap_or(UNREADABLE_REASONS[0]);
+            tag => {
+                debug_assert_eq!(tag, T_UNREADABLE, "target tag");
+                let reason = UNREADABLE_REASONS.get(usize::from(self.u8())).copied();
+                debug_assert!(reason.is_some(), "unreadable-target reason out of range");
+                let reason = reason.unwrap_or(UNREADABLE_REASONS[0]);
                 Target::Unreadable {
                     raw: self.str(),
                     reason,
@@ -1042,6 +1067,7 @@ struct Layout {
 
 #[inline]
 fn layout(code: &[u8]) -> Layout {
+    debug_assert!(!code.is_empty(), "a rule's code has a header");
     let flags = code.first().copied().unwrap_or(0);
     let at = |i: usize| -> usize {
         if flags & WIDE != 0 {
@@ -1102,7 +1128,9 @@ pub(crate) fn target_kind(code: &[u8]) -> Option<TargetKind> {
     if l.flags & HAS_TARGET == 0 {
         return None;
     }
-    Some(match code.get(l.target).copied().unwrap_or(T_UNREADABLE) {
+    let tag = code.get(l.target).copied();
+    debug_assert!(tag.is_some(), "target past the end of the code");
+    Some(match tag.unwrap_or(T_UNREADABLE) {
         T_JUMP => TargetKind::Jump,
         T_GOTO => TargetKind::Goto,
         T_ACCEPT => TargetKind::Accept,
@@ -1292,8 +1320,10 @@ mod tests {
         }
     }
 
+    /// Bytes that are no encoding: a release build decodes them as empty values without
+    /// panicking; a debug build (the tests, the fuzzers) stops at a debug assertion.
     #[test]
-    fn garbage_code_decodes_without_panicking() {
+    fn garbage_code_is_caught_in_debug_and_harmless_in_release() {
         let raw = "-j ACCEPT";
         for code in [
             &[][..],
@@ -1303,15 +1333,22 @@ mod tests {
             &[2, 9, 5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
             &[0, 5, 255, 19, 200, 1, 7, 7],
         ] {
-            let _ = counters(code);
-            let _ = target(raw, code);
-            let _ = jump_target(raw, code);
-            let ms: Vec<_> = matches(raw, code).collect();
-            for m in ms {
-                if let Match::Module(Module::Generic { options: l, .. }) = m {
-                    let _: Vec<_> = options(raw, code, l).collect();
+            let decoded = std::panic::catch_unwind(|| {
+                let _ = counters(code);
+                let _ = target(raw, code);
+                let _ = jump_target(raw, code);
+                let ms: Vec<_> = matches(raw, code).collect();
+                for m in ms {
+                    if let Match::Module(Module::Generic { options: l, .. }) = m {
+                        let _: Vec<_> = options(raw, code, l).collect();
+                    }
                 }
-            }
+            });
+            assert_eq!(
+                decoded.is_err(),
+                cfg!(debug_assertions),
+                "{code:?}: a debug build must assert, a release build must not panic"
+            );
         }
     }
 }

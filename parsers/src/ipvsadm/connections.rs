@@ -1,4 +1,4 @@
-//! `ipvsadm -Lnc` rows (formats §7.1).
+//! `ipvsadm -Lnc` rows (ipvsadm.c `list_conn`).
 
 use super::error::IpvsParseError;
 use super::lexeme::{LineCtx, Tok, parse_addr_port, parse_expire};

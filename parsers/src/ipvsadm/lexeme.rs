@@ -21,7 +21,7 @@ pub(crate) struct Tok<'a> {
 }
 
 /// Splits `line` on runs of ASCII whitespace into `out` (cleared first), keeping each token's column
-/// (ipvsadm §3.1: no field contains a space). Reusing `out` avoids an allocation per line.
+/// (no field of ipvsadm's listings contains a space). Reusing `out` avoids an allocation per line.
 pub(crate) fn tokens_into<'a>(line: &'a str, out: &mut Vec<Tok<'a>>) {
     out.clear();
     let bytes = line.as_bytes();
@@ -92,7 +92,7 @@ fn port(i: &str) -> IResult<&str, u16> {
     map_res(digit1, str::parse::<u16>).parse(i)
 }
 
-/// `ADDRPORT = IPV4 ":" PORT | "[" IPV6 "]" ":" PORT` (formats §2; numeric form only).
+/// `ADDRPORT = IPV4 ":" PORT | "[" IPV6 "]" ":" PORT` (numeric form only).
 pub(crate) fn addr_port(i: &str) -> IResult<&str, (IpAddr, u16)> {
     (
         alt((delimited(char('['), ipv6_text, char(']')), ipv4)),
@@ -130,7 +130,7 @@ pub(crate) fn parse_num<T: std::str::FromStr>(
 }
 
 /// A counter from a listing. Values printed with a K/M/G/T suffix are lower bounds
-/// (`123456K` = 123 456 000 ≤ n < 123 457 000, formats §5.1).
+/// (`123456K` = 123 456 000 ≤ n < 123 457 000, ipvsadm.c `print_largenum`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Counter {
     /// The value (the lower bound when `exact` is false).
@@ -139,7 +139,7 @@ pub struct Counter {
     pub exact: bool,
 }
 
-/// `largenum = DIGITS [ "K" | "M" | "G" | "T" ]` (formats §5.1; decimal units).
+/// `largenum = DIGITS [ "K" | "M" | "G" | "T" ]` (ipvsadm.c `print_largenum`; decimal units).
 fn largenum(i: &str) -> IResult<&str, Counter> {
     let (rest, digits) = map_res(digit1, str::parse::<u64>).parse(i)?;
     let (rest, unit) = opt(alt((char('K'), char('M'), char('G'), char('T')))).parse(rest)?;
@@ -167,7 +167,7 @@ pub(crate) fn parse_counter(cx: &LineCtx<'_>, t: Tok<'_>) -> Result<Counter, Ipv
         .map_err(|_| cx.err(t, "a counter (digits with optional K/M/G/T suffix)"))
 }
 
-/// `EXPIRE = MINUTES ":" SS` with unbounded minutes (formats §7.1), in seconds.
+/// `EXPIRE = MINUTES ":" SS` with unbounded minutes (ipvsadm.c `list_conn`), in seconds.
 pub(crate) fn parse_expire(cx: &LineCtx<'_>, t: Tok<'_>) -> Result<u64, IpvsParseError> {
     let r: IResult<&str, (u64, u64)> = all_consuming((
         terminated(map_res(digit1, str::parse::<u64>), tag(":")),

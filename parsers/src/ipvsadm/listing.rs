@@ -1,4 +1,4 @@
-//! Line grammars of the `ipvsadm -L` layouts (formats §3–§6).
+//! Line grammars of the `ipvsadm -L` layouts (ipvsadm.c `list_all`, `print_title`, `print_service_entry`).
 
 use super::error::IpvsParseError;
 use super::lexeme::{LineCtx, Tok, parse_addr_port, parse_counter, parse_num};
@@ -61,7 +61,7 @@ pub(crate) fn service_key(
 }
 
 /// `service-line = svc-name SP sched [ " (" flags ")" ] [ " persistent " N [ " mask " M ] [ " pe " PE ] ] [ " ops" ]`
-/// (formats §3.1; also used by the thresholds, persistent-conn and tun-info layouts).
+/// (also used by the thresholds, persistent-conn and tun-info layouts).
 pub(crate) fn service_line<'a>(
     cx: &LineCtx<'a>,
     toks: &[Tok<'a>],
@@ -123,7 +123,7 @@ fn five_counters(cx: &LineCtx<'_>, toks: &[Tok<'_>], from: usize) -> Result<Stat
     Ok(s)
 }
 
-/// `svc-stats = svc-name N N N N N` (formats §5.1; `--stats` and `--rate`).
+/// `svc-stats = svc-name N N N N N` (`--stats` and `--rate`).
 pub(crate) fn service_stats_line<'a>(
     cx: &LineCtx<'a>,
     toks: &[Tok<'a>],
@@ -151,7 +151,7 @@ fn end(cx: &LineCtx<'_>, toks: &[Tok<'_>], i: usize) -> Result<(), IpvsParseErro
     }
 }
 
-/// `rs-line = "->" ADDRPORT …` with the columns of `layout` (formats §3.1, §5.1, §6).
+/// `rs-line = "->" ADDRPORT …` with the columns of `layout` (ipvsadm.c `print_service_entry`).
 /// `toks[0]` is the `->` marker.
 pub(crate) fn real_server_line<'a>(
     cx: &LineCtx<'a>,

@@ -72,7 +72,7 @@ fn version_line<'a>(
     Ok((v.s, size))
 }
 
-/// `"Timeout (tcp tcpfin udp): " N N N` (formats §8).
+/// `"Timeout (tcp tcpfin udp): " N N N` (ipvsadm.c `list_timeout`).
 fn timeout_line(cx: &LineCtx<'_>, toks: &[Tok<'_>]) -> Result<Timeouts, IpvsParseError> {
     let n = |i: usize| -> Result<i64, IpvsParseError> {
         parse_num(cx, cx.tok(toks, i, "a timeout")?, "a timeout")

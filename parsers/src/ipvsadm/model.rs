@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::fmt;
 use std::net::IpAddr;
 
-/// A virtual-service protocol (formats §2).
+/// A virtual-service protocol (ipvsadm.c `print_service_entry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Protocol {
     /// `TCP` / `-t`.
@@ -107,7 +107,7 @@ impl fmt::Display for SocketText {
     }
 }
 
-/// Packet forwarding method of a real server (formats §2).
+/// Packet forwarding method of a real server (ipvsadm.c `print_service_entry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Forward {
     /// `Masq` / `-m` (NAT; what kube-proxy uses).
@@ -292,12 +292,12 @@ pub struct Listing<'a> {
     pub services: Vec<VirtualService<'a>>,
 }
 
-/// One row of `ipvsadm -Lnc` (formats §7).
+/// One row of `ipvsadm -Lnc` (ipvsadm.c `list_conn`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Connection<'a> {
     /// `TCP`, `UDP`, `SCTP`, `IP` (fwmark template), …
     pub protocol: &'a str,
-    /// Seconds until expiry (unbounded; see formats §7.1).
+    /// Seconds until expiry (unbounded: ipvsadm prints minutes without a limit).
     pub expire_s: u64,
     /// Connection state (`ESTABLISHED`, `NONE`, `UDP`, …).
     pub state: &'a str,
@@ -320,7 +320,7 @@ impl Connection<'_> {
     }
 }
 
-/// `ipvsadm -L --timeout` (formats §8).
+/// `ipvsadm -L --timeout` (ipvsadm.c `list_timeout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Timeouts {
     /// TCP established timeout, seconds.

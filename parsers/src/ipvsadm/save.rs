@@ -1,5 +1,5 @@
-//! The command form: `ipvsadm -Sn` / `ipvsadm-save -n` output (formats §9), also accepted with a leading
-//! `ipvsadm` token as in `ipvsadm -R` input (formats §10).
+//! The command form: `ipvsadm -Sn` / `ipvsadm-save -n` output (ipvsadm.c `print_service_entry` with `FMT_RULE`), also accepted with a leading
+//! `ipvsadm` token as in `ipvsadm -R` input.
 
 use super::error::IpvsParseError;
 use super::lexeme::{LineCtx, Tok, parse_addr_port, parse_num};
@@ -86,7 +86,7 @@ pub(crate) fn save_line<'a>(
                 used = 2;
             }
             "-p" | "--persistent" => {
-                // The timeout is optional (default 360 s, formats §10).
+                // The timeout is optional (default 360 s, ipvsadm.c).
                 match toks.get(i + 1) {
                     Some(v) if v.s.bytes().all(|b| b.is_ascii_digit()) => {
                         persistent = Some(parse_num(cx, *v, "a persistence timeout")?);
@@ -149,7 +149,7 @@ pub(crate) fn save_line<'a>(
     }
     if is_service {
         let mut vs = VirtualService::new(key, cx.no);
-        // ipvsadm's default scheduler when -s is omitted (formats §10).
+        // ipvsadm's default scheduler when -s is omitted (ipvsadm.c `DEF_SCHED`).
         vs.scheduler = Some(vs_sched.unwrap_or("wlc"));
         vs.sched_flags = flags;
         vs.persistent = persistent;
@@ -160,7 +160,7 @@ pub(crate) fn save_line<'a>(
     } else {
         let (addr, port) = dest.ok_or_else(|| cx.err_eol("-r ADDR:PORT"))?;
         let mut rs = RealServer::new(addr, port, cx.no);
-        // Defaults when omitted: Route and weight 1 (formats §10).
+        // Defaults when omitted: Route and weight 1 (ipvsadm.c `process_options`).
         rs.forward = Some(forward.unwrap_or(Forward::Route));
         rs.weight = Some(weight.unwrap_or(1));
         rs.upper_threshold = upper;

@@ -1,0 +1,666 @@
+//! `verify` end to end for one node, offline: parse the dumps, compute what kube-proxy would write,
+//! and run the node-wide, graph-level and rule-level comparisons into one [`Report`].
+
+use super::catalogue as cat;
+use super::expected::{self, ExpectedPort};
+use super::finding::Finding;
+use super::graph_level::{self, GraphContext};
+use super::nodewide::{self, NodeContext, ServiceAddresses};
+use super::report::Report;
+use super::rule_level;
+use crate::graph::{self, GraphOptions, NameResolver};
+use crate::model::Ruleset;
+use crate::proxier::iptables as ipt;
+use crate::state::ClusterState;
+use crate::state::config::ProxyConfig;
+use crate::state::ip::IpFamily;
+use crate::state::node::NodeFacts;
+use kproxy_parsers::ParseError;
+use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+/// One dump to verify.
+#[derive(Debug, Clone, Copy)]
+pub struct DumpText<'a> {
+    /// Where it came from (`iptables-save`, a path), for messages.
+    pub label: &'a str,
+    /// The text.
+    pub text: &'a str,
+    /// The IP family its rules are for.
+    pub family: IpFamily,
+}
+
+/// Everything `verify` needs for one node.
+#[derive(Debug)]
+pub struct VerifyInput<'a> {
+    /// The node name shown in the report.
+    pub node: &'a str,
+    /// What kube-proxy would install, per family, from the API objects ([`NodePlans::new`], or
+    /// [`NodePlans::start`] to plan while the dumps are parsed).
+    pub plans: NodePlans,
+    /// kube-proxy's configuration.
+    pub config: &'a ProxyConfig,
+    /// Node facts (their `family` is replaced per dump).
+    pub facts: &'a NodeFacts,
+    /// `iptables-save` / `ip6tables-save` output, one per family.
+    pub dumps: Vec<DumpText<'a>>,
+    /// `iptables-legacy-save` output (the other backend), if collected.
+    pub legacy: Option<DumpText<'a>>,
+    /// `nft list ruleset` output, if collected.
+    pub nft_ruleset: Option<&'a str>,
+    /// Parser options (lenient or strict).
+    pub parse: ParseOptions,
+}
+
+/// What kube-proxy would install on the node, computed from the API state: either before the
+/// dumps are read ([`NodePlans::new`]) or on a thread of its own while verify parses them
+/// ([`NodePlans::start`]). Either way the caller can let go of the state (the largest input)
+/// before verify allocates the dumps' models and graphs, which then
+/// reuse its memory.
+#[derive(Debug)]
+pub struct NodePlans {
+    /// The families planned: those with a dump.
+    families: Vec<IpFamily>,
+    planned: OnceLock<Planned>,
+    /// The planning thread of [`NodePlans::start`], until its result is taken into `planned`.
+    worker: Mutex<Option<JoinHandle<Planned>>>,
+}
+
+/// The plans themselves.
+#[derive(Debug)]
+struct Planned {
+    /// One plan per family that has a dump.
+    plans: Vec<ipt::ServiceDecisions>,
+    /// Families without a dump, with the number of service ports that were not checked.
+    not_collected: Vec<(IpFamily, usize)>,
+}
+
+impl Planned {
+    fn new(
+        state: &ClusterState,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        families: &[IpFamily],
+    ) -> Planned {
+        let plan = |family: IpFamily| {
+            let mut facts = facts.clone();
+            facts.family = family;
+            ipt::expected_service_ports(state, config, &facts)
+        };
+        let mut plans: Vec<ipt::ServiceDecisions> = Vec::new();
+        let mut not_collected = Vec::new();
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            if families.contains(&fam) {
+                plans.push(plan(fam));
+            } else if !families.is_empty() {
+                not_collected.push((fam, plan(fam).ports.len()));
+            }
+        }
+        Planned {
+            plans,
+            not_collected,
+        }
+    }
+}
+
+/// The families of `dumps`, each once.
+fn dump_families(dumps: &[DumpText<'_>]) -> Vec<IpFamily> {
+    let mut families: Vec<IpFamily> = dumps.iter().map(|d| d.family).collect();
+    families.dedup();
+    families
+}
+
+impl NodePlans {
+    /// Plans every family of `dumps` (node facts as given, `family` replaced), and counts the
+    /// service ports of the families no dump covers (none when there is no dump at all).
+    pub fn new(
+        state: &ClusterState,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        dumps: &[DumpText<'_>],
+    ) -> NodePlans {
+        let families = dump_families(dumps);
+        let planned = Planned::new(state, config, facts, &families);
+        NodePlans {
+            families,
+            planned: OnceLock::from(planned),
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// [`NodePlans::new`] on a thread of its own: returns at once, so verify parses the dumps
+    /// while kube-proxy's plan is computed (whoever needs a plan first waits for it). The thread
+    /// drops its reference to `state` when done: a caller that keeps no other frees the state
+    /// then.
+    pub fn start(
+        state: Arc<ClusterState>,
+        config: &ProxyConfig,
+        facts: &NodeFacts,
+        dumps: &[DumpText<'_>],
+    ) -> NodePlans {
+        let families = dump_families(dumps);
+        let job = {
+            let (state, config, facts) = (Arc::clone(&state), config.clone(), facts.clone());
+            let families = families.clone();
+            move || Planned::new(&state, &config, &facts, &families)
+        };
+        match std::thread::Builder::new().name("plan".into()).spawn(job) {
+            Ok(worker) => NodePlans {
+                families,
+                planned: OnceLock::new(),
+                worker: Mutex::new(Some(worker)),
+            },
+            // No thread to be had: plan here and now.
+            Err(_) => NodePlans::new(&state, config, facts, dumps),
+        }
+    }
+
+    /// The plans, waiting for the planning thread when there is one.
+    fn planned(&self) -> &Planned {
+        self.planned.get_or_init(|| {
+            let worker = self
+                .worker
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            match worker.map(JoinHandle::join) {
+                Some(Ok(planned)) => planned,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => panic!("the planning thread failed earlier"),
+            }
+        })
+    }
+
+    /// Whether `family` was planned (a dump of that family was given).
+    pub fn has(&self, family: IpFamily) -> bool {
+        self.families.contains(&family)
+    }
+
+    /// The plan of `family`, when a dump of that family was given to [`NodePlans::new`].
+    pub fn of(&self, family: IpFamily) -> Option<&ipt::ServiceDecisions> {
+        if !self.has(family) {
+            return None;
+        }
+        self.planned().plans.iter().find(|p| p.family == family)
+    }
+
+    /// Families without a dump, with the number of service ports that were not checked.
+    fn not_collected(&self) -> &[(IpFamily, usize)] {
+        &self.planned().not_collected
+    }
+}
+
+/// Why verify could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A dump did not parse (the error names the dump as its file).
+    #[error("{error}")]
+    Parse {
+        /// The parse error (with `dump:line:col`).
+        error: Box<ParseError>,
+    },
+    /// A dump is not all the node's rules (cut, filtered): what it lacks would be reported as
+    /// missing, so nothing is compared.
+    #[error(
+        "{label}: {gaps}; verify compares all of a node's rules and would report what the input lacks as missing: give the whole `iptables-save` output"
+    )]
+    Partial {
+        /// Which dump.
+        label: String,
+        /// Why it is partial, in words.
+        gaps: String,
+    },
+    /// A dump holds the other family's rules (an `ip6tables-save` given as `--iptables-save`).
+    #[error(
+        "{label} holds {found} rules ({how}) but was given as the {expected} dump: pass it as --{flag}"
+    )]
+    FamilySwapped {
+        /// Which dump.
+        label: String,
+        /// The family its content shows.
+        found: &'static str,
+        /// The family it was given as.
+        expected: &'static str,
+        /// How its family shows (header, addresses).
+        how: &'static str,
+        /// The flag it belongs to.
+        flag: &'static str,
+    },
+    /// A dump's family was not planned ([`NodePlans::new`] was given other dumps).
+    #[error("{label}: no {family} plan; NodePlans::new was not given this dump")]
+    NotPlanned {
+        /// Which dump.
+        label: String,
+        /// Its family.
+        family: IpFamily,
+    },
+}
+
+/// The masquerade mark bit value from the facts' mark text (`0x00004000`), else `1 << masqueradeBit`.
+pub fn mark_value(facts: &NodeFacts, config: &ProxyConfig) -> u32 {
+    let t = facts.masquerade_mark.trim();
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"));
+    match hex.map(|h| u32::from_str_radix(h, 16)) {
+        Some(Ok(v)) => v,
+        _ => match t.parse::<u32>() {
+            Ok(v) => v,
+            Err(_) => 1u32 << config.masquerade_bit.min(31),
+        },
+    }
+}
+
+fn service_addresses(expected: &[ExpectedPort]) -> ServiceAddresses {
+    let mut a = ServiceAddresses::default();
+    for e in expected {
+        for ip in std::iter::once(&e.cluster_ip)
+            .chain(e.external_ips)
+            .chain(e.lb_ips)
+        {
+            a.ips.entry(*ip).or_insert_with(|| e.name.to_string());
+        }
+        a.ports
+            .entry((e.protocol.to_string(), e.port))
+            .or_insert_with(|| e.name.to_string());
+        if let Some(np) = e.node_port {
+            a.ports
+                .entry((e.protocol.to_string(), np))
+                .or_insert_with(|| e.name.to_string());
+        }
+    }
+    a
+}
+
+fn parse<'t>(
+    d: &DumpText<'t>,
+    opts: &ParseOptions,
+) -> Result<kproxy_parsers::iptables::Dump<'t>, VerifyError> {
+    let dump = parse_dump(d.text, opts).map_err(|e| VerifyError::Parse {
+        error: Box::new(e.in_source(d.label)),
+    })?;
+    if dump.gaps.is_empty() {
+        return Ok(dump);
+    }
+    let gaps: Vec<String> = dump.gaps.iter().map(ToString::to_string).collect();
+    Err(VerifyError::Partial {
+        label: d.label.to_string(),
+        gaps: gaps.join("; "),
+    })
+}
+
+/// Refuses a dump whose header or addresses show the other family than the one it was given as:
+/// compared with the wrong family's plan, every rule would be reported as drift.
+pub fn check_family(
+    dump: &kproxy_parsers::iptables::Dump<'_>,
+    expected: Family,
+    label: &str,
+) -> Result<(), VerifyError> {
+    let name = |f: Family| if f == Family::V6 { "IPv6" } else { "IPv4" };
+    if dump.family == Family::Unknown || dump.family == expected || expected == Family::Unknown {
+        return Ok(());
+    }
+    Err(VerifyError::FamilySwapped {
+        label: label.to_string(),
+        found: name(dump.family),
+        expected: name(expected),
+        how: if dump.version.is_some() {
+            "its header names the tool that saved it"
+        } else {
+            "its addresses"
+        },
+        flag: if dump.family == Family::V6 {
+            "ip6tables-save"
+        } else {
+            "iptables-save"
+        },
+    })
+}
+
+/// How `verify` chose the kube-proxy release it compares with, and what the dump says of the
+/// release that wrote it.
+#[derive(Debug, Default)]
+pub struct ReleaseCheck {
+    /// What the dumps' own rules say of their release ([`super::version::infer`]); `None`:
+    /// not looked at.
+    pub inference: Option<super::version::Inference>,
+    /// The release was chosen from `inference` (no flag, no image): say so (KP907).
+    pub inferred: bool,
+    /// When the rules look written by another release than the facts' (`--kube-proxy-version`,
+    /// the node's image): that release's plans and facts, to tell its differences from drift
+    /// (KP906).
+    pub writer: Option<WriterRelease>,
+}
+
+/// The release that wrote the rules, when it is not the one verified against.
+#[derive(Debug)]
+pub struct WriterRelease {
+    /// Its plans (as [`VerifyInput::plans`]).
+    pub plans: NodePlans,
+    /// The node facts with its version.
+    pub facts: NodeFacts,
+}
+
+/// Runs every check for one node.
+pub fn verify(input: &VerifyInput<'_>) -> Result<Report, VerifyError> {
+    verify_release(input, &ReleaseCheck::default())
+}
+
+/// [`verify`], saying which kube-proxy release the rules were compared with when it was
+/// inferred (KP907), naming rules of two releases (KP908), and grouping the differences that
+/// are another release's rules into one finding (KP906) when `release.writer` is set.
+pub fn verify_release(
+    input: &VerifyInput<'_>,
+    release: &ReleaseCheck,
+) -> Result<Report, VerifyError> {
+    let mode = if input.config.mode.is_empty() {
+        "iptables"
+    } else {
+        input.config.mode.as_str()
+    };
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut service_ports = 0usize;
+    let mut main_has_rules = false;
+    let mut legacy_present_warning = false;
+    for d in &input.dumps {
+        let mut checked = verify_dump(input, &input.plans, input.facts, d, mode)?;
+        if let (Some(w), Some(inference)) = (&release.writer, &release.inference) {
+            let theirs = verify_dump(input, &w.plans, &w.facts, d, mode)?;
+            checked.findings = super::version::group_release_differences(
+                checked.findings,
+                &theirs.findings,
+                input.facts.kube_proxy_version,
+                w.facts.kube_proxy_version,
+                inference,
+            );
+        }
+        service_ports += checked.service_ports;
+        main_has_rules |= checked.has_kube_proxy_rules;
+        legacy_present_warning |= checked.legacy_tables_present;
+        findings.extend(checked.findings);
+    }
+    if let Some(inference) = &release.inference {
+        if release.inferred {
+            findings.push(super::version::inferred_finding(
+                inference,
+                input.facts.kube_proxy_version,
+            ));
+        }
+        findings.extend(super::version::mixed_finding(inference));
+    }
+    // Families whose dump was not given.
+    for &(fam, n) in input.plans.not_collected() {
+        if n > 0 {
+            findings.push(
+                cat::FAMILY_NOT_COLLECTED
+                    .finding(format!(
+                        "{n} {fam} service port(s) not checked: no {fam} dump given"
+                    ))
+                    .expected(format!(
+                        "{} output",
+                        if fam == IpFamily::V6 {
+                            "ip6tables-save"
+                        } else {
+                            "iptables-save"
+                        }
+                    ))
+                    .actual("not given"),
+            );
+        }
+    }
+    match &input.legacy {
+        Some(l) => {
+            let legacy = parse(l, &input.parse)?;
+            if nodewide::has_kube_proxy_rules(&legacy) && main_has_rules {
+                findings.push(backend_split(&legacy, l.label));
+            }
+        }
+        None if legacy_present_warning && main_has_rules => findings.push(
+            cat::LEGACY_NOT_COLLECTED
+                .finding("the dump says iptables-legacy tables are present; kube-proxy rules there were not checked")
+                .expected("--iptables-legacy-save given")
+                .actual("# Warning: iptables-legacy tables present"),
+        ),
+        None => {}
+    }
+    if let Some(nft) = input.nft_ruleset {
+        findings.extend(nodewide::foreign_nft_tables(nft, mode));
+    }
+    // The node's rules are kube-proxy's iptables mode (an IPVS node takes the IPVS path): a
+    // configuration that says otherwise is drift, whatever the rules hold.
+    if main_has_rules
+        && let Some(f) =
+            crate::compare::ipvs::mode_finding(mode, crate::compare::ipvs::DetectedMode::Iptables)
+    {
+        findings.push(f);
+    }
+    Ok(Report::new(input.node, mode, service_ports, findings))
+}
+
+/// What checking one dump found.
+struct DumpChecked {
+    findings: Vec<Finding>,
+    service_ports: usize,
+    has_kube_proxy_rules: bool,
+    legacy_tables_present: bool,
+}
+
+/// The dump's model, shared with the render thread: always set before this thread leaves the
+/// scope (to `None` when the dump did not parse, or on a panic), so that thread never waits
+/// forever.
+struct ModelCell<'c, 't>(&'c OnceLock<Option<Ruleset<'t>>>);
+
+impl Drop for ModelCell<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.0.set(None);
+    }
+}
+
+/// Node-wide, graph-level and rule-level checks of one dump, on two threads:
+///
+/// * this one parses the dump, builds its model (handed to the other thread), its graph and the
+///   graph-level findings;
+/// * the other computes what kube-proxy would write, reads the render as it is produced into one
+///   key per rule (the text is never held whole), and compares those keys with the dump's chain
+///   by chain once the model is there ([`rule_level::screen`]).
+///
+/// Then the few chains that differ are looked at rule by rule ([`rule_level::findings`]).
+fn verify_dump(
+    input: &VerifyInput<'_>,
+    plans: &NodePlans,
+    facts: &NodeFacts,
+    d: &DumpText<'_>,
+    mode: &str,
+) -> Result<DumpChecked, VerifyError> {
+    let t0 = std::time::Instant::now();
+    let cpu0 = crate::state::load::thread_cpu_time();
+    let stage = |what: &str| {
+        tracing::debug!(
+            "verify {}: {what} after {:?} (cpu {:?})",
+            d.label,
+            t0.elapsed(),
+            crate::state::load::thread_cpu_time().saturating_sub(cpu0)
+        )
+    };
+    let mut facts = facts.clone();
+    facts.family = d.family;
+    let family = match d.family {
+        IpFamily::V6 => Family::V6,
+        IpFamily::V4 => Family::V4,
+    };
+    let not_planned = || VerifyError::NotPlanned {
+        label: d.label.to_string(),
+        family: d.family,
+    };
+    if !plans.has(d.family) {
+        return Err(not_planned());
+    }
+    let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
+    let render_error = |source: ParseError| VerifyError::Parse {
+        error: Box::new(source.in_source(format!("render for {}", d.label))),
+    };
+    // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
+    let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
+        if let Some(plan) = plans.of(d.family) {
+            let _ = ipt::render_decisions_chunks(plan, &facts, sink);
+        }
+    };
+    let facts = &facts;
+    std::thread::scope(|scope| {
+        let rules_job = scope.spawn(|| {
+            let chains = input
+                .plans
+                .of(d.family)
+                .map_or(0, ipt::ServiceDecisions::nat_chains_estimate);
+            let omit = if facts.nfacct_known {
+                rule_level::KEY_OMIT_KNOWN_NFACCT
+            } else {
+                rule_level::KEY_OMIT
+            };
+            let expected =
+                rule_level::ExpectedRules::build_omitting(&render, family, chains, omit)?;
+            tracing::debug!(
+                "verify {}: render keys built after {:?}",
+                d.label,
+                t0.elapsed()
+            );
+            let screen = match model_cell.wait() {
+                Some(actual) => rule_level::screen(expected, actual),
+                None => rule_level::Screen::default(),
+            };
+            tracing::debug!(
+                "verify {}: rule keys screened after {:?}",
+                d.label,
+                t0.elapsed()
+            );
+            Ok::<_, ParseError>(screen)
+        });
+        let model_guard = ModelCell(&model_cell);
+        let dump = parse(d, &input.parse)?;
+        stage("parsed");
+        check_family(&dump, family, d.label)?;
+        // A table the dump lacks is one node-wide finding (KP011); the per-port findings about
+        // its chains would only repeat it.
+        let missing: Vec<&'static str> = ["nat", "filter"]
+            .into_iter()
+            .filter(|t| !dump.tables.iter().any(|d| d.name == *t))
+            .collect();
+        let plan = plans.of(d.family).ok_or_else(not_planned)?;
+        // The expected ports name the node's service addresses (node-wide checks) and chain
+        // hashes (graph, rule level); they are made again for the graph level, after the graph
+        // is built: until then verify holds as little as it can.
+        let (mut findings, resolver) = {
+            let expected = expected::expected_ports(plan);
+            stage("expected service ports computed");
+            let addresses = service_addresses(&expected);
+            let node_context = NodeContext {
+                mark: mark_value(facts, input.config),
+                mode,
+                services: &addresses,
+                large_cluster: plan.large_cluster_mode,
+                label: d.label,
+            };
+            let findings = nodewide::check(&dump, &node_context);
+            stage("node-wide checks done");
+            let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
+            (findings, names)
+        };
+        let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
+        let legacy_tables_present = dump.legacy_tables_present;
+        let unreadable = nodewide::is_unreadable(&dump);
+
+        let dump_facts = graph::DumpSummary::of(&dump);
+        // One ruleset serves the graph and the rule level (both threads).
+        let _ = model_cell.set(Some(Ruleset::from_dump(dump)));
+        drop(model_guard);
+        let Some(actual_rules) = model_cell.get().and_then(Option::as_ref) else {
+            unreachable!("the model was just set");
+        };
+        stage("dump indexed");
+        let graph = graph::build_ruleset(
+            actual_rules,
+            &dump_facts,
+            &GraphOptions {
+                resolver: resolver.clone(),
+                source: Some(d.label.to_string()),
+                comparison_only: true,
+            },
+        );
+        let graph_context = GraphContext {
+            masquerade_all: input.config.masquerade_all,
+            local_detector: expected::detector_text(plan),
+            large_cluster: plan.large_cluster_mode,
+            unreadable,
+        };
+        stage("graph built");
+        let expected = expected::expected_ports(plan);
+        let (mut graph_findings, explained) =
+            graph_level::compare(&expected, &graph, &graph_context);
+        if !missing.is_empty() {
+            graph_findings.retain(|f| {
+                let table = match f.chain.as_deref() {
+                    Some(c) if c.starts_with("filter ") => "filter",
+                    _ => "nat",
+                };
+                !missing.contains(&table)
+            });
+        }
+        stage("graph level compared");
+        let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
+        findings.extend(graph_findings);
+        let service_ports = expected.len();
+        // Free what the rule level does not need.
+        drop(graph);
+        drop(expected);
+
+        let screen = rules_job
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .map_err(render_error)?;
+        stage("rule keys compared");
+        if !unreadable && !skeleton {
+            let rule_findings = rule_level::findings(
+                &screen,
+                family,
+                &render,
+                actual_rules,
+                &resolver,
+                &explained,
+            )
+            .map_err(render_error)?;
+            findings.extend(rule_findings);
+            stage("rule level compared");
+        }
+        Ok(DumpChecked {
+            findings,
+            service_ports,
+            has_kube_proxy_rules,
+            legacy_tables_present,
+        })
+    })
+}
+
+/// KP002: what the other backend holds.
+fn backend_split(legacy: &kproxy_parsers::iptables::Dump<'_>, label: &str) -> Finding {
+    let mut chains = 0usize;
+    let mut rules = 0usize;
+    let mut entries = 0usize;
+    for t in &legacy.tables {
+        // One entry per chain that has rules, with its rule count.
+        for &(chain, n) in &t.rule_chains {
+            if crate::graph::ownership::is_kube_proxy_chain(t.name, chain) {
+                rules += n as usize;
+                chains += 1;
+                if t.name == "nat" && chain == "KUBE-SERVICES" {
+                    entries += n as usize;
+                }
+            }
+        }
+    }
+    cat::BACKEND_SPLIT
+        .finding(format!(
+            "{label} also holds kube-proxy rules ({chains} chains, {rules} rules, {entries} service entries): both backends are evaluated, stale copies DNAT to old endpoints"
+        ))
+        .chain("nat KUBE-SERVICES")
+        .expected("kube-proxy rules in one backend only")
+        .actual(format!("{chains} kube-proxy chains with rules in the legacy backend"))
+}

@@ -1,0 +1,602 @@
+//! Node collectors: the only place that reads a node's rules (files, local commands, pod exec,
+//! debug pod, bundle).
+//!
+//! Every collector fills the same [`NodeSnapshot`] by running the same [`DUMP_COMMANDS`]
+//! (argv vectors, never shell strings) through a [`CommandRunner`]:
+//!
+//! | collector   | runner |
+//! |-------------|--------|
+//! | `exec`      | [`exec::PodExec`]: the kube-proxy pod on the node, through the API's exec websocket |
+//! | `debug-pod` | [`debug_pod`]: a short-lived privileged hostNetwork pod pinned to the node, deleted afterwards |
+//! | `local`     | [`local::LocalRunner`]: this host |
+//! | `files`     | [`files`]: the offline `--iptables-save …` flags (no runner) |
+//!
+//! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz;
+//! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them.
+//! This module and `crate::kube_client` are the only code that runs programs or calls the API.
+
+pub mod api;
+pub mod bundle;
+pub mod debug_pod;
+pub mod exec;
+pub mod files;
+pub mod local;
+pub mod watch;
+
+use std::time::Duration;
+
+/// Everything read from one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSnapshot {
+    /// `iptables-save` output (the default backend of the collecting image).
+    pub iptables_save: Option<String>,
+    /// `ip6tables-save` output.
+    pub ip6tables_save: Option<String>,
+    /// `iptables-legacy-save` output, when that binary exists.
+    pub iptables_legacy_save: Option<String>,
+    /// `iptables-nft-save` output, when that binary exists.
+    pub iptables_nft_save: Option<String>,
+    /// `ipset save` output.
+    pub ipset_save: Option<String>,
+    /// `ipvsadm -Ln --exact` output.
+    pub ipvsadm: Option<String>,
+    /// `conntrack -L -o extended` output, or `/proc/net/nf_conntrack` when the tool is missing.
+    pub conntrack: Option<String>,
+    /// Which collector produced it, e.g. `exec (kube-system/kube-proxy-x7k2p)`, `files`, `bundle`.
+    pub collector: String,
+    /// The image of the node's kube-proxy container, when the collector saw its pod (it tells
+    /// which kube-proxy release wrote the rules).
+    pub kube_proxy_image: Option<String>,
+    /// Things the user should know (a binary missing in the image, …), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Which field of [`NodeSnapshot`] a command fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpKind {
+    /// `iptables-save`.
+    IptablesSave,
+    /// `ip6tables-save`.
+    Ip6tablesSave,
+    /// `iptables-legacy-save`.
+    IptablesLegacySave,
+    /// `iptables-nft-save`.
+    IptablesNftSave,
+    /// `ipset save`.
+    IpsetSave,
+    /// `ipvsadm -Ln --exact`.
+    Ipvsadm,
+    /// `conntrack -L -o extended` (or `cat /proc/net/nf_conntrack`).
+    Conntrack,
+}
+
+impl DumpKind {
+    /// All kinds, in collection order.
+    pub const ALL: [DumpKind; 7] = [
+        DumpKind::IptablesSave,
+        DumpKind::Ip6tablesSave,
+        DumpKind::IptablesLegacySave,
+        DumpKind::IptablesNftSave,
+        DumpKind::IpsetSave,
+        DumpKind::Ipvsadm,
+        DumpKind::Conntrack,
+    ];
+
+    /// The file name used in bundles.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            DumpKind::IptablesSave => "iptables-save.txt",
+            DumpKind::Ip6tablesSave => "ip6tables-save.txt",
+            DumpKind::IptablesLegacySave => "iptables-legacy-save.txt",
+            DumpKind::IptablesNftSave => "iptables-nft-save.txt",
+            DumpKind::IpsetSave => "ipset-save.txt",
+            DumpKind::Ipvsadm => "ipvsadm.txt",
+            DumpKind::Conntrack => "conntrack.txt",
+        }
+    }
+
+    /// The slot in a snapshot.
+    pub fn slot(self, s: &mut NodeSnapshot) -> &mut Option<String> {
+        match self {
+            DumpKind::IptablesSave => &mut s.iptables_save,
+            DumpKind::Ip6tablesSave => &mut s.ip6tables_save,
+            DumpKind::IptablesLegacySave => &mut s.iptables_legacy_save,
+            DumpKind::IptablesNftSave => &mut s.iptables_nft_save,
+            DumpKind::IpsetSave => &mut s.ipset_save,
+            DumpKind::Ipvsadm => &mut s.ipvsadm,
+            DumpKind::Conntrack => &mut s.conntrack,
+        }
+    }
+
+    /// The value in a snapshot.
+    pub fn get(self, s: &NodeSnapshot) -> Option<&str> {
+        match self {
+            DumpKind::IptablesSave => s.iptables_save.as_deref(),
+            DumpKind::Ip6tablesSave => s.ip6tables_save.as_deref(),
+            DumpKind::IptablesLegacySave => s.iptables_legacy_save.as_deref(),
+            DumpKind::IptablesNftSave => s.iptables_nft_save.as_deref(),
+            DumpKind::IpsetSave => s.ipset_save.as_deref(),
+            DumpKind::Ipvsadm => s.ipvsadm.as_deref(),
+            DumpKind::Conntrack => s.conntrack.as_deref(),
+        }
+    }
+}
+
+/// How much a command matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Collection fails without it.
+    Required,
+    /// Missing or failing: a warning in the snapshot.
+    Warn,
+    /// Run only when present; absence is normal.
+    IfPresent,
+}
+
+/// One command a collector runs on the node.
+#[derive(Debug, Clone, Copy)]
+pub struct DumpCommand {
+    /// What it fills.
+    pub kind: DumpKind,
+    /// The argv (program first); never passed through a shell.
+    pub argv: &'static [&'static str],
+    /// How much it matters.
+    pub need: Need,
+}
+
+/// The commands every runner-based collector runs, in order.
+pub const DUMP_COMMANDS: &[DumpCommand] = &[
+    DumpCommand {
+        kind: DumpKind::IptablesSave,
+        argv: &["iptables-save"],
+        need: Need::Required,
+    },
+    DumpCommand {
+        kind: DumpKind::Ip6tablesSave,
+        argv: &["ip6tables-save"],
+        need: Need::Warn,
+    },
+    DumpCommand {
+        kind: DumpKind::IptablesLegacySave,
+        argv: &["iptables-legacy-save"],
+        need: Need::IfPresent,
+    },
+    DumpCommand {
+        kind: DumpKind::IptablesNftSave,
+        argv: &["iptables-nft-save"],
+        need: Need::IfPresent,
+    },
+    DumpCommand {
+        kind: DumpKind::IpsetSave,
+        argv: &["ipset", "save"],
+        need: Need::Warn,
+    },
+    DumpCommand {
+        kind: DumpKind::Ipvsadm,
+        argv: &["ipvsadm", "-Ln", "--exact"],
+        need: Need::Warn,
+    },
+    // The connection-tracking table (flows that still go to gone endpoints, findings KP6xx):
+    // the tool's extended listing, or the kernel's own when the image has no `conntrack`.
+    DumpCommand {
+        kind: DumpKind::Conntrack,
+        argv: &["conntrack", "-L", "-o", "extended"],
+        need: Need::IfPresent,
+    },
+    DumpCommand {
+        kind: DumpKind::Conntrack,
+        argv: &["cat", "/proc/net/nf_conntrack"],
+        need: Need::IfPresent,
+    },
+];
+
+/// What running one command produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit status (0 = success).
+    pub exit_code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Why a command did not produce output.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program does not exist where the runner runs it.
+    #[error("{program}: executable not found")]
+    Missing {
+        /// The program.
+        program: String,
+    },
+    /// The per-command timeout expired.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// Transport or API failure (fatal for the whole collection).
+    #[error(transparent)]
+    Fatal(#[from] CollectError),
+}
+
+/// Something that runs an argv on a node.
+pub trait CommandRunner {
+    /// Where commands run, for messages: `pod kube-system/kube-proxy-x`, `this host`.
+    fn location(&self) -> String;
+    /// Runs `argv` (no shell) with a timeout; its stdin is empty.
+    fn run(
+        &self,
+        argv: &[&str],
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<CommandOutput, RunError>> + Send;
+    /// Runs `argv` (no shell) with a timeout, `stdin` piped to it and closed after the last
+    /// byte (e.g. `iptables-restore` input). Unlike [`CommandRunner::run`], a run whose exit
+    /// status cannot be known is an error, never a success.
+    fn run_with_stdin(
+        &self,
+        argv: &[&str],
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<CommandOutput, RunError>> + Send;
+}
+
+/// Errors of collectors.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// An API call failed.
+    #[error(transparent)]
+    Api(Box<crate::kube_client::ApiError>),
+    /// No kube-proxy pod runs on the node.
+    #[error(
+        "no kube-proxy pod on node {node:?}: no pod in namespace {namespace:?} matches label selector {selector:?} with spec.nodeName={node} (set --proxy-selector, or use --collector debug-pod)"
+    )]
+    NoProxyPod {
+        /// Node.
+        node: String,
+        /// Namespace searched.
+        namespace: String,
+        /// Label selector used.
+        selector: String,
+    },
+    /// A required binary is missing.
+    #[error(
+        "`{program}` is not installed in {location}; use a collector whose image has it (e.g. --collector debug-pod --image IMAGE)"
+    )]
+    BinaryMissing {
+        /// The program.
+        program: String,
+        /// Where it was looked for.
+        location: String,
+    },
+    /// A command did not finish in time.
+    #[error("`{command}` on {location} did not finish within {timeout:?} (raise --exec-timeout)")]
+    Timeout {
+        /// The command line.
+        command: String,
+        /// Where.
+        location: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// A required command exited non-zero.
+    #[error("`{command}` on {location} exited with status {code}: {stderr}")]
+    CommandFailed {
+        /// The command line.
+        command: String,
+        /// Where.
+        location: String,
+        /// Exit status.
+        code: i32,
+        /// Its standard error (trimmed).
+        stderr: String,
+    },
+    /// The output does not look like what the command prints.
+    #[error(
+        "`{command}` on {location} printed something that is not {what} (line {line}: {excerpt:?})"
+    )]
+    Garbage {
+        /// The command line.
+        command: String,
+        /// Where.
+        location: String,
+        /// What was expected.
+        what: &'static str,
+        /// 1-based line of the first bad line.
+        line: usize,
+        /// The bad line, shortened.
+        excerpt: String,
+    },
+    /// The exec stream failed.
+    #[error("exec of `{command}` on {location} failed: {detail}")]
+    Exec {
+        /// The command line.
+        command: String,
+        /// Where.
+        location: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The debug pod did not start.
+    #[error("debug pod {namespace}/{name} on node {node:?} did not become Running: {detail}")]
+    DebugPod {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+        /// Node.
+        node: String,
+        /// Why.
+        detail: String,
+    },
+    /// Ctrl-C.
+    #[error("interrupted")]
+    Interrupted,
+    /// An input file is not text a parser can read (a NUL byte).
+    #[error(transparent)]
+    Parse(Box<crate::parsers::ParseError>),
+    /// Reading an input file or bundle.
+    #[error("reading {path}")]
+    Io {
+        /// The path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A bundle is malformed.
+    #[error("bundle {path}: {detail}")]
+    Bundle {
+        /// The path.
+        path: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+impl From<crate::kube_client::ApiError> for CollectError {
+    fn from(e: crate::kube_client::ApiError) -> Self {
+        CollectError::Api(Box::new(e))
+    }
+}
+
+/// Runs [`DUMP_COMMANDS`] through `runner`, checks each output's shape, and fills a snapshot.
+///
+/// A missing `Warn` binary, a failing `Warn` command or garbage from one becomes a warning;
+/// the same for the `Required` `iptables-save` is an error; `IfPresent` commands that are
+/// missing are skipped silently.
+pub async fn collect_with<R: CommandRunner>(
+    runner: &R,
+    collector: &str,
+    timeout: Duration,
+) -> Result<NodeSnapshot, CollectError> {
+    let location = runner.location();
+    let mut snap = NodeSnapshot {
+        collector: collector.to_string(),
+        ..NodeSnapshot::default()
+    };
+    for cmd in DUMP_COMMANDS {
+        if cmd.kind.get(&snap).is_some() {
+            // An earlier command already filled this slot (the conntrack fallback).
+            continue;
+        }
+        let line = cmd.argv.join(" ");
+        let program = cmd.argv.first().copied().unwrap_or_default();
+        let problem: CollectError = match runner.run(cmd.argv, timeout).await {
+            Ok(out) if out.exit_code == 0 => match check_shape(cmd.kind, &out.stdout) {
+                Ok(()) => {
+                    *cmd.kind.slot(&mut snap) = Some(out.stdout);
+                    continue;
+                }
+                Err((what, line_no, excerpt)) => CollectError::Garbage {
+                    command: line.clone(),
+                    location: location.clone(),
+                    what,
+                    line: line_no,
+                    excerpt,
+                },
+            },
+            Ok(out) if out.exit_code == 127 => CollectError::BinaryMissing {
+                program: program.to_string(),
+                location: location.clone(),
+            },
+            Ok(out) => CollectError::CommandFailed {
+                command: line.clone(),
+                location: location.clone(),
+                code: out.exit_code,
+                stderr: shorten(out.stderr.trim(), 300),
+            },
+            Err(RunError::Missing { program }) => CollectError::BinaryMissing {
+                program,
+                location: location.clone(),
+            },
+            Err(RunError::Timeout(t)) => CollectError::Timeout {
+                command: line.clone(),
+                location: location.clone(),
+                timeout: t,
+            },
+            Err(RunError::Fatal(e)) => return Err(e),
+        };
+        match (cmd.need, &problem) {
+            (Need::Required, _) => return Err(problem),
+            (Need::IfPresent, CollectError::BinaryMissing { .. }) => {}
+            _ => snap.warnings.push(problem.to_string()),
+        }
+    }
+    Ok(snap)
+}
+
+/// Checks that `text` looks like the output of the command filling `kind`; on failure returns
+/// (what was expected, 1-based line, excerpt). Empty output is valid (nothing configured).
+pub fn check_shape(kind: DumpKind, text: &str) -> Result<(), (&'static str, usize, String)> {
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
+        .filter(|(_, l)| !l.trim().is_empty());
+    match kind {
+        DumpKind::IptablesSave
+        | DumpKind::Ip6tablesSave
+        | DumpKind::IptablesLegacySave
+        | DumpKind::IptablesNftSave => {
+            let what = "iptables-save output";
+            let mut in_table = false;
+            for (n, l) in lines {
+                let ok = if l.starts_with('#') {
+                    true
+                } else if l.starts_with('*') {
+                    in_table = true;
+                    true
+                } else {
+                    in_table
+                        && (l.starts_with(':')
+                            || l.starts_with("-A ")
+                            || l.starts_with("-I ")
+                            || l.starts_with("-N ")
+                            || l.starts_with("-X")
+                            || l.starts_with("-F")
+                            || l.starts_with("[")
+                            || l == "COMMIT")
+                };
+                if !ok {
+                    return Err((what, n, shorten(l, 80)));
+                }
+                if l == "COMMIT" {
+                    in_table = false;
+                }
+            }
+            Ok(())
+        }
+        DumpKind::IpsetSave => {
+            for (n, l) in lines {
+                if !(l.starts_with("create ") || l.starts_with("add ")) {
+                    return Err(("`ipset save` output", n, shorten(l, 80)));
+                }
+            }
+            Ok(())
+        }
+        DumpKind::Ipvsadm => match lines.into_iter().next() {
+            Some((_, l)) if l.starts_with("IP Virtual Server version") => Ok(()),
+            Some((n, l)) => Err(("`ipvsadm -Ln` output", n, shorten(l, 80))),
+            None => Ok(()),
+        },
+        // The first line must be a flow (or conntrack's summary line): the parser decides.
+        DumpKind::Conntrack => match lines.into_iter().next() {
+            Some((n, l)) => kproxy_parsers::conntrack::parse(l, Default::default())
+                .map(|_| ())
+                .map_err(|_| ("a conntrack listing", n, shorten(l, 80))),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Cuts `s` to at most `max` characters, marking the cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+/// The proxy mode the dumps show, for when the configuration does not say:
+/// `ipvs` when IPVS virtual services or `KUBE-IPVS`/`KUBE-CLUSTER-IP` ipsets exist,
+/// `iptables` when `KUBE-SERVICES` has `KUBE-SVC-`/`KUBE-SVL-` jumps or `KUBE-SEP-` chains
+/// exist, None otherwise (nothing installed, or nftables which these dumps do not show).
+pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
+    let ipvs_services = s.ipvsadm.as_deref().is_some_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("TCP ") || l.starts_with("UDP ") || l.starts_with("SCTP "))
+    });
+    let ipvs_sets = s
+        .ipset_save
+        .as_deref()
+        .is_some_and(|t| t.contains("create KUBE-CLUSTER-IP ") || t.contains("KUBE-IPVS"));
+    if ipvs_services || ipvs_sets {
+        return Some("ipvs");
+    }
+    let iptables = [
+        &s.iptables_save,
+        &s.iptables_legacy_save,
+        &s.iptables_nft_save,
+    ]
+    .into_iter()
+    .flatten()
+    .any(|t| t.contains(":KUBE-SVC-") || t.contains(":KUBE-SEP-") || t.contains(":KUBE-SVL-"));
+    iptables.then_some("iptables")
+}
+
+/// The dump of the *other* iptables backend, when the node has rules there: the
+/// `iptables-legacy-save` or `iptables-nft-save` output that differs from `iptables-save`
+/// (ignoring `#` comment lines) and has tables. Returns (label, text).
+pub fn other_backend(s: &NodeSnapshot) -> Option<(&'static str, &str)> {
+    fn body(t: &str) -> Vec<&str> {
+        t.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    }
+    let mut main: Option<Vec<&str>> = None;
+    [
+        ("iptables-legacy-save", s.iptables_legacy_save.as_deref()),
+        ("iptables-nft-save", s.iptables_nft_save.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(label, t)| Some((label, t?)))
+    .find(|(_, t)| {
+        let b = body(t);
+        b.iter().any(|l| l.starts_with('*'))
+            && *main.get_or_insert_with(|| body(s.iptables_save.as_deref().unwrap_or_default()))
+                != b
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_accepts_real_iptables_save() {
+        let t = "# Generated by iptables-save v1.8.7\n*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n# Completed\n";
+        assert!(check_shape(DumpKind::IptablesSave, t).is_ok());
+        assert!(check_shape(DumpKind::IptablesSave, "").is_ok());
+    }
+
+    #[test]
+    fn shape_rejects_garbage_with_line() {
+        let t = "*nat\nCOMMIT\nsh: 1: oops\n";
+        let e = check_shape(DumpKind::IptablesSave, t).err();
+        assert_eq!(e.map(|e| e.1), Some(3));
+        assert!(check_shape(DumpKind::IpsetSave, "hello").is_err());
+        assert!(check_shape(DumpKind::Ipvsadm, "nonsense").is_err());
+        assert!(
+            check_shape(
+                DumpKind::Ipvsadm,
+                "IP Virtual Server version 1.2.1 (size=4096)\n"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn other_backend_is_the_one_that_differs() {
+        let mut s = NodeSnapshot {
+            iptables_save: Some("# v1.8 (nf_tables)\n*nat\n-A X -j Y\nCOMMIT\n".into()),
+            iptables_nft_save: Some("# other stamp\n*nat\n-A X -j Y\nCOMMIT\n".into()),
+            iptables_legacy_save: Some("# nothing\n".into()),
+            ..NodeSnapshot::default()
+        };
+        assert_eq!(other_backend(&s), None);
+        s.iptables_legacy_save = Some("*nat\n-A OLD -j Z\nCOMMIT\n".into());
+        assert_eq!(other_backend(&s).map(|o| o.0), Some("iptables-legacy-save"));
+    }
+
+    #[test]
+    fn mode_detection() {
+        let mut s = NodeSnapshot::default();
+        assert_eq!(detect_mode(&s), None);
+        s.iptables_save = Some("*nat\n:KUBE-SVC-ABC - [0:0]\nCOMMIT\n".into());
+        assert_eq!(detect_mode(&s), Some("iptables"));
+        s.ipset_save = Some("create KUBE-CLUSTER-IP hash:ip,port family inet\n".into());
+        assert_eq!(detect_mode(&s), Some("ipvs"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Talking to nodes and the API: the collectors that read a node's rules and the API state
+//! ([`collect`]), the Kubernetes client ([`kube_client`]), and what changes a node: repair plans,
+//! backups, the guarded repair transaction and the resync loop ([`apply`]). [`collect`] and
+//! [`kube_client`] are the only modules that run programs or call the API.
+//!
+//! ```text
+//! expected rules ──apply──▶ plan (restore input) ──collect──▶ node
+//! ```
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod collect;
+pub mod kube_client;
+
+// The layers below, under the names the code uses for them (`crate::model::…`).
+use kproxy_analysis::compare;
+use kproxy_core::{graph, model, proxier, state};
+use kproxy_parsers as parsers;

@@ -1,0 +1,221 @@
+//! `repair` command: compute the expected rules, diff them with the node's, print the plan, and
+//! with `--apply` install it atomically (backup, one `iptables-restore --noflush` per table,
+//! read-back verification, rollback on failure).
+//!
+//! [`run`] picks the path: `ipvs.rs` (IPVS-mode nodes), `remote.rs` (a node reached through the
+//! API), `local.rs` (this host, or the offline plan against saved dumps). `report.rs` prints a
+//! plan and what the repair came to; `conntrack.rs` is the conntrack step after the rules. The
+//! transaction itself is `crate::apply`'s.
+
+mod conntrack;
+mod ipvs;
+mod local;
+mod remote;
+mod report;
+
+use crate::apply::backup::DEFAULT_BACKUP_DIR;
+use crate::apply::guard::InputConditions;
+use crate::apply::host::IptablesHost;
+use crate::apply::repair::RepairOptions;
+use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
+use crate::compare::version::{Inference, ReleaseChoice};
+use crate::exit::Outcome;
+use crate::state::ProxyInputs;
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Output formats of `repair`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RepairFormat {
+    /// The plan as text, with a diff per rewritten chain.
+    Text,
+    /// The plan as JSON.
+    Json,
+}
+
+/// Arguments of `repair`.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// The node to repair: through the API (exec into its kube-proxy pod, or --collector
+    /// debug-pod) unless --local is given.
+    #[arg(value_name = "NODE")]
+    pub node_name: Option<String>,
+    /// Work on this host's rules (run on the node as root, e.g. in `kubectl debug node/NAME --profile=sysadmin`).
+    #[arg(long)]
+    pub local: bool,
+    /// Plan against a saved `iptables-save` file instead of the host (dry run only).
+    #[arg(long = "iptables-save", value_name = "FILE", conflicts_with = "apply")]
+    pub iptables_save: Option<PathBuf>,
+    /// Apply the plan (default: dry run).
+    #[arg(long)]
+    pub apply: bool,
+    /// Rewrite every kube-proxy chain, as a kube-proxy full sync does.
+    #[arg(long)]
+    pub full: bool,
+    /// Where to save the backup taken before applying [default on the node: /var/lib/kproxy/backups;
+    /// for a remote node the backup is written on this machine, default
+    /// $XDG_STATE_HOME/kproxy/backups, else ~/.local/state/kproxy/backups, else ./kproxy-backups].
+    #[arg(hide_short_help = true, long, value_name = "DIR")]
+    pub backup_dir: Option<PathBuf>,
+    /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old state).
+    #[arg(long)]
+    pub force: bool,
+    /// Refuse state files older than this (e.g. 10m, 1h; 0 = no limit).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "DURATION",
+        default_value = "0"
+    )]
+    pub max_age: String,
+    /// Which iptables userspace to use on this host (for a remote node, `auto` means the
+    /// backend that holds kube-proxy's rules, read from the node's dumps).
+    #[arg(hide_short_help = true, long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Operate on the rules of this network namespace (`ip netns exec NAME …`).
+    #[arg(hide_short_help = true, long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Seconds to wait for the xtables lock.
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5
+    )]
+    pub wait: u64,
+    /// Print the iptables-restore input of the plan.
+    #[arg(hide_short_help = true, long)]
+    pub show_restore: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = RepairFormat::Text)]
+    pub output: RepairFormat,
+    /// Test only: make the last table's restore fail part-way (proves the rollback).
+    #[arg(long, hide = true)]
+    pub inject_fault: bool,
+    /// API state and configuration.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Node facts, as for render.
+    #[command(flatten)]
+    pub facts: NodeFactArgs,
+    /// IPVS mode (`mode: ipvs` in the configuration, or these offline dumps given).
+    #[command(flatten)]
+    pub ipvs: ipvs::IpvsRepairArgs,
+    /// How a remote node is reached (collector, kube-proxy pod selector, debug-pod image,
+    /// kube-proxy ConfigMap, command timeout).
+    #[command(flatten)]
+    pub live: crate::cli::live::LiveArgs,
+    /// The node's conntrack table (default with --local: this host's `conntrack -L`): its stale
+    /// UDP/SCTP flows are deleted after the rules, by exact `conntrack -D` filters.
+    #[command(flatten)]
+    pub conntrack: crate::cli::conntrack::ConntrackArgs,
+}
+
+impl RepairArgs {
+    /// The options of the repair transaction for `node`, its backup going to `backup_dir`.
+    fn repair_options(&self, node: &str, backup_dir: PathBuf) -> RepairOptions {
+        RepairOptions {
+            full: self.full,
+            apply: self.apply,
+            backup_dir,
+            node: node.to_string(),
+            inject_fault: self.inject_fault,
+        }
+    }
+
+    /// `--backup-dir`, or the on-node default [`DEFAULT_BACKUP_DIR`] (local and IPVS repair).
+    pub fn local_backup_dir(&self) -> PathBuf {
+        self.backup_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKUP_DIR))
+    }
+}
+
+/// Runs `repair`. With `-o json`, stdout holds exactly one JSON document, also when the
+/// repair fails (then `outcome` is `failed`, `rolled_back` or `rollback_failed`, see
+/// `failure_doc`); human text goes to stderr.
+pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let json = args.output == RepairFormat::Json;
+    let result = run_path(args, global);
+    if let (true, Err(e)) = (json, &result) {
+        crate::cli::common::write_stdout(
+            &(serde_json::to_string_pretty(&report::failure_doc(e))? + "\n"),
+        )?;
+    }
+    result
+}
+
+/// Runs the path of `repair` the arguments select: IPVS, through the API, this host, or the
+/// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
+/// stdout.
+fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if ipvs::selected(&args)? {
+        return ipvs::run(args);
+    }
+    if !args.local && args.iptables_save.is_none() {
+        if args.node_name.is_some() {
+            return remote::run(&args, global);
+        }
+        bail!(
+            "which node? name one to repair it through the API (`kubectl get nodes` lists them), \
+             run `kubectl-kproxy repair --local` on the node as root, or plan offline with --iptables-save FILE"
+        );
+    }
+    local::run(args)
+}
+
+/// The kube-proxy release whose rules `repair` writes: `--kube-proxy-version`, else the
+/// kube-proxy pod's `image`, else the release that wrote the node's rules (`current` reads
+/// them): a repair never rewrites a node's rules into another release's behind its kube-proxy's
+/// back. How it was chosen is noted on stderr.
+fn choose_release(
+    args: &RepairArgs,
+    image: Option<&str>,
+    current: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<ReleaseChoice> {
+    let flag = args.facts.kube_proxy_version;
+    let inference = if flag.is_some() {
+        Inference::default()
+    } else {
+        crate::compare::version::infer([current()?.as_str()]).given_invalid_counter(
+            crate::cli::common::says_counter(
+                &args.facts,
+                crate::state::node::NFACCT_CT_STATE_INVALID,
+            ),
+        )
+    };
+    let release = crate::compare::version::choose_release(flag, image, inference, "repairing");
+    crate::cli::common::print_notes(&release.notes);
+    Ok(release)
+}
+
+/// This host's iptables of one family, as `--backend`, `--netns` and `--wait` say.
+fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
+    IptablesHost {
+        ipv6,
+        backend: args.backend.into(),
+        netns: args.netns.clone(),
+        wait: Duration::from_secs(args.wait),
+    }
+}
+
+/// What the guard knows of the inputs: the configured mode, the age of the `--state` files and
+/// `--max-age` (parsed).
+fn input_facts<'a>(
+    args: &RepairArgs,
+    inputs: &'a ProxyInputs,
+) -> anyhow::Result<InputConditions<'a>> {
+    let max_age = crate::kube_client::parse_duration(&args.max_age).with_context(|| {
+        format!(
+            "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",
+            args.max_age
+        )
+    })?;
+    Ok(InputConditions::new(
+        &inputs.config,
+        &args.state.state,
+        max_age,
+    ))
+}

@@ -1,0 +1,309 @@
+//! Human renderings of a [`ServiceGraph`]: kubectl-like tables (default and wide) and Graphviz DOT.
+//! The machine forms are the serde derives (JSON/YAML via [`crate::output`]).
+
+use super::dot::{Cluster, Digraph};
+use super::table::KubeTable;
+use crate::graph::{
+    AnomalyKind, ChainKind, Entry, EntryKind, MasqueradeReason, ServiceGraph, ServicePort,
+    VerdictReason, percent,
+};
+use std::collections::BTreeSet;
+
+fn entry_short(e: &Entry) -> String {
+    let kind = match e.kind {
+        EntryKind::ClusterIp => "cluster",
+        EntryKind::ExternalIp => "external",
+        EntryKind::LoadBalancerIp => "lb",
+        EntryKind::NodePort => "nodeport",
+        EntryKind::HealthCheckNodePort => "healthcheck",
+    };
+    let addr = e.address.as_deref().unwrap_or("");
+    let port = e.port.map(|p| p.to_string()).unwrap_or_else(|| "*".into());
+    if addr.contains(':') && !addr.contains('/') {
+        format!("{kind} [{addr}]:{port}")
+    } else {
+        format!("{kind} {addr}:{port}")
+    }
+}
+
+fn entries_cell(p: &ServicePort) -> String {
+    let mut seen = BTreeSet::new();
+    let list: Vec<String> = p
+        .entries
+        .iter()
+        .map(entry_short)
+        .filter(|s| seen.insert(s.clone()))
+        .collect();
+    if list.is_empty() {
+        "<none>".into()
+    } else {
+        list.join(", ")
+    }
+}
+
+fn endpoints_cell(p: &ServicePort) -> String {
+    if p.endpoints.is_empty() {
+        let v: BTreeSet<&str> = p.verdicts.iter().map(|v| v.verdict.as_str()).collect();
+        return if v.is_empty() {
+            "<none>".into()
+        } else {
+            format!("<none> ({})", v.into_iter().collect::<Vec<_>>().join(","))
+        };
+    }
+    p.endpoints
+        .iter()
+        .map(|e| {
+            let dest = e.destination.unwrap_or(e.chain);
+            let shares: Vec<String> = e
+                .shares
+                .iter()
+                .filter(|s| s.share > 0.0 || s.probability.is_some())
+                .map(|s| percent(s.share))
+                .collect();
+            if shares.is_empty() {
+                format!("{dest} (unused)")
+            } else {
+                format!("{dest} {}", shares.join("/"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn masquerade_cell(p: &ServicePort) -> String {
+    let reasons: BTreeSet<&str> = p
+        .masquerade
+        .iter()
+        .map(|m| match m.reason {
+            MasqueradeReason::OffClusterSource => "off-cluster",
+            MasqueradeReason::AllSources => "all",
+            MasqueradeReason::Hairpin => "hairpin",
+            MasqueradeReason::LocalSource => "local-src",
+            MasqueradeReason::ExternalDestination => "external",
+            MasqueradeReason::Other => "other",
+        })
+        .collect();
+    if reasons.is_empty() {
+        "<none>".into()
+    } else {
+        reasons.into_iter().collect::<Vec<_>>().join(",")
+    }
+}
+
+fn anomaly_count(g: &ServiceGraph, p: &ServicePort) -> usize {
+    let name = p.display_name();
+    g.anomalies
+        .iter()
+        .filter(|a| a.service.as_deref() == Some(name.as_str()))
+        .count()
+}
+
+/// The service-port table (`-o table`, or `-o wide` with chains, affinity, firewall and verdicts).
+pub fn service_table(g: &ServiceGraph, wide: bool) -> KubeTable {
+    let mut headers = vec![
+        "service-port",
+        "protocol",
+        "entries",
+        "endpoints",
+        "masquerade",
+        "anomalies",
+    ];
+    if wide {
+        headers.extend(["chains", "affinity", "firewall", "verdicts"]);
+    }
+    let mut t = KubeTable::new(headers);
+    for p in &g.service_ports {
+        let mut row = vec![
+            p.display_name(),
+            p.protocol.clone().unwrap_or_else(|| "?".into()),
+            entries_cell(p),
+            endpoints_cell(p),
+            masquerade_cell(p),
+            anomaly_count(g, p).to_string(),
+        ];
+        if wide {
+            let chains: Vec<&str> = p.chains.iter().map(|c| c.name.as_str()).collect();
+            row.push(if chains.is_empty() {
+                "<none>".into()
+            } else {
+                chains.join(",")
+            });
+            row.push(match &p.affinity {
+                Some(a) => format!(
+                    "ClientIP/{}",
+                    a.timeout_seconds
+                        .map(|s| format!("{s}s"))
+                        .unwrap_or_else(|| "?".into())
+                ),
+                None => "None".into(),
+            });
+            row.push(match &p.firewall {
+                Some(f) if f.source_ranges.is_empty() => "<no ranges>".into(),
+                Some(f) => f.source_ranges.join(","),
+                None => "<none>".into(),
+            });
+            let verdicts: Vec<String> = p
+                .verdicts
+                .iter()
+                .map(|v| {
+                    let why = match v.reason {
+                        VerdictReason::NoEndpoints => "no-endpoints",
+                        VerdictReason::NoLocalEndpoints => "no-local-endpoints",
+                        VerdictReason::SourceRange => "source-range",
+                        VerdictReason::Other => "other",
+                    };
+                    format!(
+                        "{} {}:{} ({why})",
+                        v.verdict,
+                        v.address.as_deref().unwrap_or(""),
+                        v.port.map(|p| p.to_string()).unwrap_or_else(|| "*".into())
+                    )
+                })
+                .collect();
+            row.push(if verdicts.is_empty() {
+                "<none>".into()
+            } else {
+                verdicts.join(", ")
+            });
+        }
+        t.row(row);
+    }
+    t
+}
+
+/// The anomaly table.
+pub fn anomaly_table(g: &ServiceGraph) -> KubeTable {
+    let mut t = KubeTable::new(["anomaly", "table", "chain", "line", "service", "message"]);
+    for a in &g.anomalies {
+        let kind = serde_json::to_value(a.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        t.row([
+            kind,
+            a.table.clone(),
+            a.chain.clone().unwrap_or_else(|| "-".into()),
+            a.line.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+            a.service.clone().unwrap_or_else(|| "-".into()),
+            a.message.clone(),
+        ]);
+    }
+    t
+}
+
+/// The whole `-o table|wide` text of a graph: the service table, then (if any) the anomalies.
+pub fn table_text(g: &ServiceGraph, wide: bool, no_headers: bool) -> String {
+    let mut out = service_table(g, wide).render(no_headers);
+    let anomalies = anomaly_table(g);
+    if !anomalies.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&anomalies.render(no_headers));
+    }
+    out
+}
+
+fn chain_color(kind: ChainKind) -> &'static str {
+    match kind {
+        ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb => "#1f77b4",
+        ChainKind::Ext | ChainKind::Fw => "#9467bd",
+        ChainKind::Sep => "#2ca02c",
+        ChainKind::Fixed => "black",
+    }
+}
+
+/// Graphviz DOT of a graph: one cluster per service port; entries → chains → endpoints → DNAT.
+pub fn dot(g: &ServiceGraph) -> String {
+    let name = g.source.as_deref().unwrap_or("kproxy");
+    let mut d = Digraph::new(name);
+    for p in &g.service_ports {
+        let id = p.hash.clone().unwrap_or_else(|| p.display_name());
+        let title = match &p.protocol {
+            Some(pr) => format!("{} ({pr})", p.display_name()),
+            None => p.display_name(),
+        };
+        let mut c = Cluster::new(&id, &title);
+        for (i, e) in p.entries.iter().enumerate() {
+            let eid = format!("entry:{id}:{i}");
+            c.node(
+                &eid,
+                &[
+                    ("label", &format!("{}\n{}", e.kind.label(), e.display())),
+                    ("shape", "ellipse"),
+                ],
+            );
+            c.edge(&eid, &e.target, &[]);
+        }
+        for ch in &p.chains {
+            c.node(&ch.name, &[("color", chain_color(ch.kind))]);
+        }
+        for ep in &p.endpoints {
+            c.node(ep.chain, &[("color", chain_color(ChainKind::Sep))]);
+            if let Some(dest) = &ep.destination {
+                let did = format!("dnat:{}", ep.chain);
+                c.node(
+                    &did,
+                    &[("label", &format!("DNAT {dest}")), ("shape", "note")],
+                );
+                c.edge(ep.chain, &did, &[]);
+            }
+        }
+        for e in &p.edges {
+            let mut label = e.label.clone();
+            if let Some(s) = p
+                .endpoints
+                .iter()
+                .find(|ep| ep.chain == e.to)
+                .and_then(|ep| {
+                    ep.shares
+                        .iter()
+                        .find(|s| s.via == e.from && s.line == e.line)
+                })
+            {
+                label = if label.is_empty() {
+                    percent(s.share).into()
+                } else {
+                    format!("{label}\n{}", percent(s.share)).into()
+                };
+            }
+            let style = if e.label == "affinity" {
+                "dashed"
+            } else {
+                "solid"
+            };
+            c.edge(e.from, e.to, &[("label", &label), ("style", style)]);
+        }
+        for (i, v) in p.verdicts.iter().enumerate() {
+            let vid = format!("verdict:{id}:{i}");
+            c.node(
+                &vid,
+                &[
+                    (
+                        "label",
+                        &format!(
+                            "{} {} {}:{}",
+                            v.table,
+                            v.verdict,
+                            v.address.as_deref().unwrap_or(""),
+                            v.port.map(|p| p.to_string()).unwrap_or_else(|| "*".into())
+                        ),
+                    ),
+                    ("shape", "octagon"),
+                    ("color", "red"),
+                ],
+            );
+        }
+        d.cluster(c);
+    }
+    for a in g
+        .anomalies
+        .iter()
+        .filter(|a| a.kind == AnomalyKind::UndeclaredJump)
+    {
+        if let Some(ch) = &a.chain {
+            d.node(ch, &[("color", "orange")]);
+        }
+    }
+    d.render()
+}

@@ -793,3 +793,58 @@ fn nft_kernel_model_agrees_with_real_traffic() {
         check_rejected(what, from, dst, &p);
     }
 }
+
+// ---- docs/nftables.md ---------------------------------------------------------------------------
+
+/// The lines of docs/nftables.md's text block that follow the line `$ COMMAND…` (starting with
+/// `command`), up to the next `$ ` line or the end of the block.
+fn doc_output(command: &str) -> String {
+    let doc = std::fs::read_to_string(repo("docs/nftables.md")).expect("docs/nftables.md");
+    let mut lines = doc
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("$ {command}")));
+    assert!(
+        lines.next().is_some(),
+        "docs/nftables.md has no `$ {command}`"
+    );
+    lines
+        .take_while(|l| !l.starts_with("$ ") && !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The outputs docs/nftables.md shows are the binary's.
+#[test]
+fn nft_docs_show_the_binarys_output() {
+    if let Some(dir) = crate::support::shared("nft_docs", "conformance/nftables/samples") {
+        let sample =
+            dir.join("04-kube-proxy-test-TestOverallNFTablesRules-as-listed-by-nft-1.0.6.txt");
+        assert_eq!(
+            kproxy(&["graph", "--nft-ruleset", sample.to_str().expect("path")]),
+            doc_output("kubectl kproxy graph --nft-ruleset 04-")
+        );
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rules = tmp.path().join("node-1.nft");
+    std::fs::write(&rules, cluster_render()).expect("write");
+    let state = repo("testdata/cluster/state.json");
+    let cfg = repo("testdata/cluster/config.yaml");
+    let out = kproxy(&[
+        "trace",
+        "svc/web",
+        "-n",
+        "shop",
+        "--port",
+        "http",
+        "--nft-ruleset",
+        rules.to_str().expect("path"),
+        "--state",
+        state.to_str().expect("path"),
+        "--config",
+        cfg.to_str().expect("path"),
+    ]);
+    assert_eq!(
+        out.replace(rules.to_str().expect("path"), "node-1.nft"),
+        doc_output("kubectl kproxy trace svc/web -n shop --port http --nft-ruleset node-1.nft")
+    );
+}

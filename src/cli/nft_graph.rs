@@ -106,8 +106,13 @@ pub fn run(
     if format == GraphFormat::Json {
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         output::write_json(out, &GraphDocument::new(&graphs))?;
-        return Ok(Outcome::Clean);
+    } else {
+        super::common::write_stdout(&render(&graphs, format, global.no_headers)?)?;
     }
-    super::common::write_stdout(&render(&graphs, format, global.no_headers)?)?;
+    // The process ends after this: freeing a large table's rules and graph allocation by
+    // allocation is work nobody waits for.
+    std::mem::forget(graphs);
+    std::mem::forget(nft);
+    std::mem::forget(input);
     Ok(Outcome::Clean)
 }

@@ -10,32 +10,38 @@ use crate::graph::{Anomaly, AnomalyKind};
 use crate::parsers::nft::{Chain, Expr, Rule, Stmt, Table, Verdict};
 use std::collections::HashMap;
 
-/// The chains a rule can send a packet to: its jump/goto and the verdicts of its vmaps (an
-/// anonymous map's own, or every element of a named map).
-pub(crate) fn rule_targets<'t>(table: &'t Table<'_>, rule: &'t Rule<'_>) -> Vec<&'t str> {
-    let mut out = Vec::new();
+/// Calls `found` with each chain a rule can send a packet to: its jump/goto and the verdicts of
+/// its vmaps (an anonymous map's own, or every element of a named map).
+fn rule_targets<'t>(table: &'t Table<'_>, rule: &'t Rule<'_>, found: &mut dyn FnMut(&'t str)) {
     for s in &rule.stmts {
-        match s {
-            Stmt::Verdict(v) => out.extend(verdict_chain(v)),
-            Stmt::Vmap { map, .. } => match map {
-                Expr::Set(elements) => out.extend(elements.iter().filter_map(|e| match &e.value {
-                    Some(Expr::Verdict(v)) => verdict_chain(v),
-                    _ => None,
-                })),
-                Expr::SetRef(name) => {
-                    if let Some(set) = table.set(name) {
-                        out.extend(set.elements.iter().filter_map(|e| match &e.value {
-                            Some(Expr::Verdict(v)) => verdict_chain(v),
-                            _ => None,
-                        }))
-                    }
+        let elements: &[crate::parsers::nft::Element<'_>] = match s {
+            Stmt::Verdict(v) => {
+                if let Some(target) = verdict_chain(v) {
+                    found(target);
                 }
-                _ => {}
+                continue;
+            }
+            Stmt::Vmap {
+                map: Expr::Set(set),
+                ..
+            } => set,
+            Stmt::Vmap {
+                map: Expr::SetRef(name),
+                ..
+            } => match table.set(name) {
+                Some(set) => &set.elements,
+                None => continue,
             },
-            _ => {}
+            _ => continue,
+        };
+        for e in elements {
+            if let Some(Expr::Verdict(v)) = &e.value
+                && let Some(target) = verdict_chain(v)
+            {
+                found(target);
+            }
         }
     }
-    out
 }
 
 /// Anomalies of `table` (unsorted). `object` is each chain's per-service name, `service_of` the
@@ -83,23 +89,21 @@ pub(crate) fn find(
     let mut jumps: Vec<Vec<usize>> = vec![Vec::new(); table.chains.len()];
     for (ci, chain) in table.chains.iter().enumerate() {
         for rule in &chain.rules {
-            for target in rule_targets(table, rule) {
-                match index.get(target) {
-                    Some(&ti) => {
-                        referenced[ti] += 1;
-                        jumps[ci].push(ti);
-                    }
-                    None if whole => push(
-                        &mut out,
-                        AnomalyKind::UndeclaredJump,
-                        &chain.name,
-                        rule.line,
-                        service_of.get(&ci).cloned(),
-                        format!("goes to chain {target}, which the table does not have"),
-                    ),
-                    None => {}
+            rule_targets(table, rule, &mut |target| match index.get(target) {
+                Some(&ti) => {
+                    referenced[ti] += 1;
+                    jumps[ci].push(ti);
                 }
-            }
+                None if whole => push(
+                    &mut out,
+                    AnomalyKind::UndeclaredJump,
+                    &chain.name,
+                    rule.line,
+                    service_of.get(&ci).cloned(),
+                    format!("goes to chain {target}, which the table does not have"),
+                ),
+                None => {}
+            });
         }
     }
     for set in &table.sets {
@@ -197,6 +201,19 @@ pub(crate) fn find(
 /// Rules equal statement for statement (and comment) to an earlier rule of the chain: calls
 /// `report(line, first_line)` for each.
 fn duplicates(chain: &Chain<'_>, report: &mut dyn FnMut(u32, u32)) {
+    // kube-proxy's chains hold a few rules each (and there are 100,000s of them): compared pair
+    // by pair, without hashing every statement.
+    if chain.rules.len() <= 16 {
+        for (i, rule) in chain.rules.iter().enumerate() {
+            if let Some(first) = chain.rules[..i]
+                .iter()
+                .find(|r| r.stmts == rule.stmts && r.comment == rule.comment)
+            {
+                report(rule.line, first.line);
+            }
+        }
+        return;
+    }
     let mut seen: HashMap<(&[Stmt<'_>], Option<&str>), u32> = HashMap::new();
     for rule in &chain.rules {
         let key = (rule.stmts.as_slice(), rule.comment.as_deref());

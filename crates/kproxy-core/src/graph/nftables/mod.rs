@@ -559,8 +559,13 @@ impl<'r, 'a> Builder<'r, 'a> {
         if !missing.is_empty() || !dead.is_empty() {
             let mut msg = format!("numgen random mod {}", pick.modulus);
             if !missing.is_empty() {
+                let (values, have) = if missing.len() == 1 {
+                    ("value", "has")
+                } else {
+                    ("values", "have")
+                };
                 msg += &format!(
-                    ": values {} have no endpoint in the vmap, so {} of new connections get no DNAT",
+                    ": {values} {} {have} no endpoint in the vmap, so {} of new connections get no DNAT",
                     missing.join(", "),
                     crate::graph::percent(missing.len() as f64 / n)
                 );

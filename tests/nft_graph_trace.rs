@@ -15,7 +15,9 @@
 //!   distribution over endpoints (chi-square against real TCP connections), the masquerading
 //!   (the source the endpoints see) and the rejections real connections get.
 
-use crate::support::netns::{Netns, Pod, Probe, Tally, Topology, addr, ip, require_root_and_tools};
+use crate::support::netns::{
+    Backend, Netns, Pod, Probe, Tally, Topology, addr, ip, require_root_and_tools,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
@@ -519,6 +521,22 @@ const NO_ENDPOINTS: &str = "172.30.0.11:80";
 const WRONG_PORT: &str = "172.30.0.10:81";
 /// An address a foreign table DNATs before kube-proxy's `nat-prerouting` runs, 20% / 80%.
 const SKEWED: &str = "172.30.0.20:80";
+/// iptables-nft rules beside kube-proxy's table (`table ip nat` and `table ip filter`, as
+/// iptables-nft makes them): client address .5 is DNATed to pod-b at kube-proxy's own priority
+/// (`dstnat`): made after kube-proxy's table, the chain runs first, and kube-proxy's
+/// `nat-prerouting` no longer sees the connection; client address .4 is refused on its way to
+/// pod-c in FORWARD.
+const IPTABLES_NFT: &str = "*nat
+:PREROUTING ACCEPT [0:0]
+-A PREROUTING -s 192.168.77.5/32 -d 172.30.0.10/32 -p tcp --dport 80 -j DNAT --to-destination 10.244.1.6:8080
+COMMIT
+*filter
+:FORWARD ACCEPT [0:0]
+-A FORWARD -s 192.168.77.4/32 -d 10.244.2.7/32 -p tcp --dport 8080 -j REJECT
+COMMIT
+";
+const REJECTED_CLIENT_IP: &str = "192.168.77.4";
+const NAT_CLIENT_IP: &str = "192.168.77.5";
 const SKEW_TABLE: &str = "table ip skew {
 	chain pre {
 		type nat hook prerouting priority -110; policy accept;
@@ -602,8 +620,12 @@ fn chi_square(tally: &Tally, shares: &BTreeMap<String, f64>) -> (f64, f64) {
     (stat, critical.get(df - 1).copied().unwrap_or(f64::INFINITY))
 }
 
-/// Real connections from `from` agree with `predicted`: every outcome ACCEPTed with a DNAT to a
-/// pod, the spread over pods passes chi-square, the pods see the predicted source.
+/// What answers a connection: the pod, or `refused` for a REJECT.
+const REFUSED: &str = "refused";
+
+/// Real connections from `from` agree with `predicted`: every outcome either ACCEPTed with a
+/// DNAT to a pod or REJECTed, the spread over pods and refusals passes chi-square, the pods see
+/// the predicted source.
 fn check_spread(
     what: &str,
     topo: &Topology,
@@ -615,6 +637,10 @@ fn check_spread(
     let mut shares: BTreeMap<String, f64> = BTreeMap::new();
     let mut peers = BTreeSet::new();
     for (p, dnat, verdict, masq) in predicted {
+        if verdict == "REJECT" {
+            *shares.entry(REFUSED.to_string()).or_insert(0.0) += p;
+            continue;
+        }
         assert_eq!(verdict, "ACCEPT", "{what}: {predicted:?}");
         let dnat = dnat
             .as_deref()
@@ -628,12 +654,21 @@ fn check_spread(
         "{what}: probabilities sum to {total}"
     );
     let probe = src.map_or_else(Probe::default, |s| Probe::from(ip(s)));
-    let tally = from.connect_many(&probe, addr(dst), N).expect("connect");
-    assert_eq!(tally.ok(), N, "{what}: failures {:?}", tally.errors);
-    for pod in tally.servers.keys() {
+    let mut tally = from.connect_many(&probe, addr(dst), N).expect("connect");
+    let refused = tally.errors.remove("ConnectionRefused").unwrap_or(0);
+    assert!(
+        tally.errors.is_empty(),
+        "{what}: failures {:?}",
+        tally.errors
+    );
+    assert_eq!(tally.ok() + refused, N, "{what}: {tally:?}");
+    if refused > 0 {
+        tally.servers.insert(REFUSED.to_string(), refused);
+    }
+    for answer in tally.servers.keys() {
         assert!(
-            shares.contains_key(pod),
-            "{what}: {pod} answered, trace says never"
+            shares.contains_key(answer),
+            "{what}: {answer} answered, trace says never"
         );
     }
     let (stat, critical) = chi_square(&tally, &shares);
@@ -661,7 +696,7 @@ fn check_rejected(what: &str, from: &Netns, dst: &str, predicted: &Prediction) {
 
 #[test]
 fn nft_kernel_model_agrees_with_real_traffic() {
-    if !require_root_and_tools(&["nft"]) {
+    if !require_root_and_tools(&["nft", "iptables-nft-restore"]) {
         return;
     }
     let state = repo("testdata/trace-traffic/state.json");
@@ -683,6 +718,8 @@ fn nft_kernel_model_agrees_with_real_traffic() {
         .client_addrs(&[
             &format!("{CLIENT_IP}/24"),
             &format!("{POD_CIDR_CLIENT_IP}/32"),
+            &format!("{REJECTED_CLIENT_IP}/24"),
+            &format!("{NAT_CLIENT_IP}/24"),
         ])
         .pod(Pod::new("pod-a", "10.244.1.5").tcp(8080))
         .pod(Pod::new("pod-b", "10.244.1.6").tcp(8080))
@@ -692,8 +729,14 @@ fn nft_kernel_model_agrees_with_real_traffic() {
     let node = topo.node();
     node.ip_batch(&format!("route add {POD_CIDR_CLIENT_IP}/32 dev eth0\n"))
         .expect("route back to the second client address");
+    // A rate-limited REJECT drops the SYN silently; its retry is a new connection that draws
+    // an endpoint again, which a one-packet model cannot predict.
+    node.sysctl(&[("net.ipv4.icmp_ratelimit", "0")])
+        .expect("no ICMP rate limit");
     node.nft_load(&rules).expect("nft -f the render");
     node.nft_load(SKEW_TABLE).expect("nft -f the skew table");
+    node.restore(Backend::Nft, IPTABLES_NFT, true)
+        .expect("iptables-nft-restore");
 
     // Predict on what the kernel holds, as nft lists it.
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -768,6 +811,64 @@ fn nft_kernel_model_agrees_with_real_traffic() {
         client,
         Some(CLIENT_IP),
         SKEWED,
+        &p,
+    );
+
+    // iptables-nft's FORWARD refuses the third of the connections kube-proxy sends to pod-c.
+    let p = predict_both(
+        &listings,
+        &packet(REJECTED_CLIENT_IP, CLUSTER_IP),
+        "external",
+    );
+    assert_eq!(
+        p.iter()
+            .filter(|o| o.2 == "REJECT")
+            .map(|o| o.0)
+            .sum::<f64>(),
+        1.0 / 3.0,
+        "{p:?}"
+    );
+    check_spread(
+        "client refused by iptables-nft FORWARD -> ClusterIP",
+        &topo,
+        client,
+        Some(REJECTED_CLIENT_IP),
+        CLUSTER_IP,
+        &p,
+    );
+    // iptables-nft's nat PREROUTING and kube-proxy's nat-prerouting both at dstnat: the one
+    // made last runs first and DNATs, the other no longer runs for the connection.
+    // `nft list` shows iptables-nft's DNAT as `dnat to`; `nft -j` only as `xt target DNAT`,
+    // whose destination the model says it cannot know.
+    let nat_packet = packet(NAT_CLIENT_IP, CLUSTER_IP);
+    let p = predict(&listings[0], &nat_packet, "external");
+    let shares: Vec<(f64, Option<&str>)> = p.iter().map(|o| (o.0, o.1.as_deref())).collect();
+    assert_eq!(shares, [(1.0, Some("10.244.1.6:8080"))], "{p:?}");
+    let from_json = json(&[
+        "trace",
+        "--nft-ruleset",
+        listings[1].to_str().expect("path"),
+        "--packet",
+        &nat_packet,
+        "--local-ip",
+        NODE_IP,
+        "-o",
+        "json",
+    ]);
+    assert!(
+        from_json["notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n.as_str().is_some_and(|n| n.contains("xt target DNAT"))),
+        "{from_json}"
+    );
+    check_spread(
+        "client DNATed by iptables-nft -> ClusterIP",
+        &topo,
+        client,
+        Some(NAT_CLIENT_IP),
+        CLUSTER_IP,
         &p,
     );
 

@@ -6,7 +6,8 @@
 //! prerouting, then input (local destination after DNAT) or forward and postrouting;
 //! node-originated traffic runs output and postrouting, and for a local destination the loopback
 //! prerouting and input, where NAT chains no longer run (the connection's NAT is set up). At
-//! one hook, base chains run in priority order (equal priorities in listing order); a NAT chain
+//! one hook, base chains run in priority order (equal priorities: the chain made last first, as
+//! the kernel inserts a new hook before those of equal priority); a NAT chain
 //! runs only while no NAT of its kind happened yet (nf_nat stops at the first mapping), so
 //! kube-proxy's `nat-prerouting` and an iptables-nft `table ip nat` `PREROUTING` both see the
 //! packet until one of them DNATs it.
@@ -179,8 +180,17 @@ pub fn simulate<'d>(
             });
         }
     }
+    // At equal priority the kernel runs the chain registered last first (nf_hook_entries_grow
+    // inserts a hook before the first one of equal or higher priority); a listing shows tables
+    // and chains in the order they were made, so: reverse listing order.
     for list in hooks.values_mut() {
-        list.sort_by_key(|h| (h.priority, h.table, h.chain));
+        list.sort_by_key(|h| {
+            (
+                h.priority,
+                std::cmp::Reverse(h.table),
+                std::cmp::Reverse(h.chain),
+            )
+        });
     }
     let p = input.packet;
     let start = Branch {
@@ -1006,17 +1016,7 @@ mod tests {
     /// A kube-proxy-shaped table with one service of three endpoints (one numgen value left
     /// out, so its share leaks), the masquerade mark, and an iptables-nft `table ip nat` that
     /// DNATs one address first.
-    const RULESET: &str = r#"# Warning: table ip nat is managed by iptables-nft, do not touch!
-table ip nat {
-	chain PREROUTING {
-		type nat hook prerouting priority dstnat; policy accept;
-		ip daddr 10.96.0.99 tcp dport 80 counter packets 0 bytes 0 jump HOSTPORT
-	}
-	chain HOSTPORT {
-		ip protocol tcp counter packets 0 bytes 0 dnat to 10.244.9.9:8080
-	}
-}
-table ip kube-proxy {
+    const RULESET: &str = r#"table ip kube-proxy {
 	map service-ips {
 		type ipv4_addr . inet_proto . inet_service : verdict
 		elements = { 10.96.0.10 . tcp . 80 : goto svc, 10.96.0.99 . tcp . 80 : goto svc }
@@ -1055,6 +1055,16 @@ table ip kube-proxy {
 		meta l4proto tcp dnat to 10.244.3.3:8080
 	}
 }
+# Warning: table ip nat is managed by iptables-nft, do not touch!
+table ip nat {
+	chain PREROUTING {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr 10.96.0.99 tcp dport 80 counter packets 0 bytes 0 jump HOSTPORT
+	}
+	chain HOSTPORT {
+		ip protocol tcp counter packets 0 bytes 0 dnat to 10.244.9.9:8080
+	}
+}
 "#;
 
     #[test]
@@ -1089,8 +1099,8 @@ table ip kube-proxy {
 
     #[test]
     fn a_nat_chain_that_dnats_first_ends_nat_at_the_hook() {
-        // The iptables-nft chain is listed first at the same priority: it DNATs, kube-proxy's
-        // nat-prerouting does not run.
+        // The iptables-nft chain is made (listed) after kube-proxy's at the same priority, so it
+        // runs first: it DNATs, kube-proxy's nat-prerouting does not run.
         let d = run(RULESET, "192.168.1.9->10.96.0.99:80/tcp", Origin::External).unwrap();
         assert_eq!(
             rows(&d),

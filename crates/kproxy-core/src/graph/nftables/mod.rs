@@ -33,10 +33,10 @@ use super::{
     EntryKind, Firewall, GraphOptions, MasqueradeReason, MasqueradeRule, NameSource, ServiceGraph,
     ServicePort, Share, SkippedLine, Verdict, VerdictReason,
 };
+use crate::model::nft_names as kp;
 use crate::parsers::nft::{
     self, Element, Expr, Family, NatKind, RelOp, Rule, Stmt, Table, Verdict as NftVerdict,
 };
-use crate::proxier::nftables::names as kp;
 use names::{ObjectName, ServicePortName, hash_of, hashed_from_comment, parse_object_name};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};

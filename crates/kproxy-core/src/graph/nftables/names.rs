@@ -4,7 +4,7 @@
 //! `pkg/proxy/nftables/proxier.go`), with the hash checked against the rest of the name.
 
 use crate::graph::ChainKind;
-use crate::proxier::nftables::names::{
+use crate::model::nft_names::{
     ENDPOINT_PREFIX, EXTERNAL_PREFIX, FIREWALL_PREFIX, LOCAL_PREFIX, SERVICE_PREFIX,
     hash_and_truncate,
 };

@@ -132,6 +132,11 @@ fn collect_exec_writes_a_bundle_that_reads_back() {
         stderr.contains("ipvsadm"),
         "missing ipvsadm is a warning: {stderr}"
     );
+    assert_eq!(
+        stderr.matches("`nft` is not installed").count(),
+        1,
+        "missing nft is one warning: {stderr}"
+    );
 
     let b = kproxy::collect::bundle::read(&c.bundle_path()).expect("bundle");
     assert_eq!(b.node, "test-node");
@@ -206,6 +211,10 @@ fn collect_exec_writes_a_bundle_that_reads_back() {
                 .map(String::from)
                 .to_vec(),
             ["cat", "/proc/net/nf_conntrack"].map(String::from).to_vec(),
+            // kube-proxy's nftables table (nft missing here: the ip6 table is not asked for).
+            ["nft", "-j", "list", "table", "ip", "kube-proxy"]
+                .map(String::from)
+                .to_vec(),
         ]
     );
     assert!(

@@ -79,7 +79,7 @@ fn expected_shape(reads_stdin: bool, rest: &[&str], has_stdin: bool) -> bool {
 }
 
 /// The pod: runs the expected iptables argv shapes inside `ns` (with the stdin received),
-/// answers ipset/ipvsadm/conntrack as missing, and refuses (recording it) everything else.
+/// answers ipset/ipvsadm/conntrack/nft as missing, and refuses (recording it) everything else.
 fn node_exec(
     ns: String,
     refused: Arc<Mutex<Vec<Vec<String>>>>,
@@ -90,6 +90,7 @@ fn node_exec(
             || argv == ["ipvsadm", "-Ln", "--exact"]
             || argv.first() == Some(&"conntrack")
             || argv == ["cat", "/proc/net/nf_conntrack"]
+            || argv.first() == Some(&"nft")
         {
             return ExecReply::Missing;
         }

@@ -17,6 +17,7 @@ mod netns_harness;
 mod nft_graph_trace;
 mod nft_parse;
 mod nftables_render;
+mod nftables_verify;
 mod packaging;
 mod packetflow;
 mod parse;

@@ -1,9 +1,11 @@
 //! `resync` command: stand in for a dead kube-proxy on this node — watch the API and keep the
-//! node's kube-proxy chains in sync until SIGTERM/SIGINT.
+//! node's kube-proxy chains (or, in nftables mode, its `kube-proxy` tables) in sync until
+//! SIGTERM/SIGINT.
 
 use super::common::{BackendArg, GlobalArgs, NodeFactArgs};
 use crate::apply::conntrack::LocalConntrack;
 use crate::apply::host::IptablesHost;
+use crate::apply::nftables::host::LocalNft;
 use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
 use crate::collect::local::kube_proxy_pid;
 use crate::exit::Outcome;
@@ -67,6 +69,23 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let (config, warnings) = super::common::load_config(args.config.as_deref())?;
     super::common::print_warnings(&warnings);
+    // nftables mode: configured, or no mode configured and kube-proxy's table on the host.
+    let nft = LocalNft {
+        netns: args.netns.clone(),
+    };
+    let nftables = match config.mode.as_str() {
+        "nftables" => true,
+        "" => nft.tables().is_ok_and(|t| {
+            t.iter()
+                .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
+        }),
+        _ => false,
+    };
+    let (config, nftables) = if nftables {
+        (config.for_nftables(), Some(nft))
+    } else {
+        (config, None)
+    };
     let host = IptablesHost {
         ipv6: args.facts.ip_family == "6",
         backend: args.backend.into(),
@@ -100,6 +119,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         conntrack: Some(LocalConntrack {
             netns: args.netns.clone(),
         }),
+        nftables,
     };
     let rt = super::live::runtime()?;
     rt.block_on(async {

@@ -33,7 +33,9 @@ pub struct VerifyArgs {
     /// The node to verify (default: --node, the config's hostnameOverride, or the only Node in the state).
     #[arg(value_name = "NODE")]
     pub node_name: Option<String>,
-    /// `nft list ruleset` output (finds an nftables-mode kube-proxy table).
+    /// The node's nftables ruleset: `nft list ruleset`, `nft -j list ruleset` or `nft list table
+    /// ip kube-proxy` output (text or JSON). On an nftables-mode node it is what is verified;
+    /// on an iptables-mode node its kube-proxy table is a leftover.
     #[arg(long = "nft-ruleset", value_name = "FILE")]
     pub nft_ruleset: Option<PathBuf>,
     /// Output format.
@@ -90,6 +92,9 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
 /// Reads the inputs named by the flags (offline files, a bundle or the live cluster, see
 /// [`super::live::resolve_inputs`]) and verifies the node.
 pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Report> {
+    if let Some(inputs) = super::verify_nftables::offline_inputs(args)? {
+        return report_with_notes(args, inputs, true);
+    }
     let inputs = super::live::resolve_inputs(
         global,
         &args.live,
@@ -133,6 +138,9 @@ fn report_with_notes(
     inputs: super::live::ResolvedInputs,
     notes: bool,
 ) -> anyhow::Result<Report> {
+    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs)? {
+        return Ok(report);
+    }
     let super::live::ResolvedInputs {
         state,
         config_text,
@@ -339,6 +347,12 @@ fn report_with_notes(
         None => ReleaseCheck::default(),
     };
     let report = crate::compare::verify_release(&input, &check)?;
+    let mut conntrack = conntrack;
+    conntrack.extend(super::verify_nftables::foreign_tables(
+        args,
+        snap,
+        &report.mode,
+    ));
     Ok(super::conntrack::with_findings(report, conntrack))
 }
 

@@ -2,14 +2,16 @@
 //! with `--apply` install it atomically (backup, one `iptables-restore --noflush` per table,
 //! read-back verification, rollback on failure).
 //!
-//! [`run`] picks the path: `ipvs.rs` (IPVS-mode nodes), `remote.rs` (a node reached through the
-//! API), `local.rs` (this host, or the offline plan against saved dumps). `report.rs` prints a
+//! [`run`] picks the path: `ipvs.rs` (IPVS-mode nodes), `nftables.rs` (nftables-mode nodes),
+//! `remote.rs` (a node reached through the API), `local.rs` (this host, or the offline plan
+//! against saved dumps). `report.rs` prints a
 //! plan and what the repair came to; `conntrack.rs` is the conntrack step after the rules. The
 //! transaction itself is `crate::apply`'s.
 
 mod conntrack;
 mod ipvs;
 mod local;
+mod nftables;
 mod remote;
 mod report;
 
@@ -103,6 +105,9 @@ pub struct RepairArgs {
     /// IPVS mode (`mode: ipvs` in the configuration, or these offline dumps given).
     #[command(flatten)]
     pub ipvs: ipvs::IpvsRepairArgs,
+    /// nftables mode (`mode: nftables` in the configuration, or this offline listing given).
+    #[command(flatten)]
+    pub nftables: nftables::NftRepairArgs,
     /// How a remote node is reached (collector, kube-proxy pod selector, debug-pod image,
     /// kube-proxy ConfigMap, command timeout).
     #[command(flatten)]
@@ -153,6 +158,9 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if ipvs::selected(&args)? {
         return ipvs::run(args);
+    }
+    if nftables::selected(&args)? {
+        return nftables::run(args, global);
     }
     if !args.local && args.iptables_save.is_none() {
         if args.node_name.is_some() {

@@ -152,6 +152,9 @@ pub(super) fn finish(
 /// `rollback_error` says why) or `failed` (nothing was changed); `backup` is the backup when
 /// one was taken, `error` the whole error message.
 pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
+    if let Some(doc) = super::nftables::failure_doc(e) {
+        return doc;
+    }
     use crate::apply::ipvs::repair::IpvsRepairError;
     let changed = match (
         e.downcast_ref::<RepairError>(),

@@ -12,6 +12,7 @@ pub mod finding;
 pub mod graph_level;
 mod halves;
 pub mod ipvs;
+pub mod nftables;
 pub mod nodewide;
 pub mod report;
 pub mod rule_level;

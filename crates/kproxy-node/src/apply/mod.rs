@@ -9,6 +9,7 @@ pub mod conntrack;
 pub mod guard;
 pub mod host;
 pub mod ipvs;
+pub mod nftables;
 pub mod plan;
 pub mod remote;
 pub mod repair;

@@ -2,6 +2,8 @@
 //! EndpointSlices and Nodes ([`ClusterWatch`]), coalesces changes,
 //! and syncs the node's rules: a partial sync (only the chains that differ) after changes, at most
 //! once per `min_sync_period`, and a full rewrite every `sync_period`. One log line per sync.
+//! The rules are the iptables chains (`iptables-restore --noflush`), or on an nftables-mode node
+//! kube-proxy's `table ip|ip6 kube-proxy` (one `nft -f` transaction per family).
 //!
 //! After each successful sync the stale conntrack flows are cleared, as kube-proxy's
 //! `CleanStaleEntries` (`pkg/proxy/conntrack/cleanup.go`) does after its syncs: the table is listed
@@ -11,6 +13,8 @@
 
 use super::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
 use super::host::{IptablesHost, RulesHost};
+use super::nftables::host::LocalNft;
+use super::nftables::repair::{Target, sync as nft_sync};
 use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
 use crate::compare::conntrack::{ServiceIndex, check};
@@ -57,6 +61,10 @@ pub struct ResyncOptions {
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
     /// Where stale conntrack flows are cleared after each sync (`None`: they are not).
     pub conntrack: Option<LocalConntrack>,
+    /// An nftables-mode node: each sync makes `table ip|ip6 kube-proxy` what kube-proxy's
+    /// nftables proxier writes, one `nft -f` transaction per family ([`sync_nftables`]);
+    /// `config` is then the configuration as that proxier reads it. `None`: iptables.
+    pub nftables: Option<LocalNft>,
 }
 
 /// What one sync did.
@@ -83,17 +91,45 @@ pub enum FlowCleanup {
     Failed(String),
 }
 
-/// One sync: render, read the node, plan, restore. Returns what was written.
+/// One sync: render, read the node, plan, write (iptables-restore, or nft -f on an nftables
+/// node), then clear stale conntrack flows. Returns what was written.
 pub fn sync_once(
     state: &ClusterState,
     opts: &ResyncOptions,
     full: bool,
 ) -> anyhow::Result<SyncStats> {
     let facts = (opts.facts)(state)?;
+    let (chains_written, rules_written) = match &opts.nftables {
+        Some(host) => sync_nftables(host, state, opts, &facts, full)?,
+        None => sync_iptables(state, opts, &facts, full)?,
+    };
+    let flows = match &opts.conntrack {
+        None => FlowCleanup::Off,
+        Some(host) => match clear_stale_flows(host, state, opts, &facts) {
+            Ok(plan) => FlowCleanup::Cleared(plan),
+            Err(e) => FlowCleanup::Failed(format!("{e:#}")),
+        },
+    };
+    Ok(SyncStats {
+        full,
+        chains_written,
+        rules_written,
+        flows,
+    })
+}
+
+/// The rules of one sync on an iptables-mode node: render, read the node, plan, restore.
+/// Returns (chains written, rules written).
+fn sync_iptables(
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    facts: &NodeFacts,
+    full: bool,
+) -> anyhow::Result<(usize, usize)> {
     let expected_text = render(
         state,
         &opts.config,
-        &facts,
+        facts,
         RenderOptions {
             with_base_jumps: true,
         },
@@ -123,19 +159,46 @@ pub fn sync_once(
             opts.host.restore_noflush(&input)?;
         }
     }
-    let flows = match &opts.conntrack {
-        None => FlowCleanup::Off,
-        Some(host) => match clear_stale_flows(host, state, opts, &facts) {
-            Ok(plan) => FlowCleanup::Cleared(plan),
-            Err(e) => FlowCleanup::Failed(format!("{e:#}")),
-        },
-    };
-    Ok(SyncStats {
-        full,
-        chains_written,
-        rules_written,
-        flows,
-    })
+    Ok((chains_written, rules_written))
+}
+
+/// The tables of one sync on an nftables-mode node: both families rendered, the node's tables
+/// listed, and what differs applied, one `nft -f` transaction per family (the other family only
+/// when the node has its table, as `repair` does). Returns (chains, sets and maps written;
+/// rules and elements written).
+fn sync_nftables(
+    host: &LocalNft,
+    state: &ClusterState,
+    opts: &ResyncOptions,
+    facts: &NodeFacts,
+    full: bool,
+) -> anyhow::Result<(usize, usize)> {
+    let targets = Target::both(state, &opts.config, facts);
+    let plan = nft_sync(host, &targets, full)?;
+    Ok(script_counts(&plan.script()))
+}
+
+/// (chains, sets and maps written; rules added) of an `nft -f` transaction: the objects its
+/// commands name (`add rule ip kube-proxy NAME …`, `flush chain …`, `delete element …`) and
+/// its `add rule` lines.
+fn script_counts(script: &str) -> (usize, usize) {
+    let mut objects = std::collections::HashSet::new();
+    let mut rules = 0;
+    for line in script.lines().filter(|l| !l.starts_with('#')) {
+        let mut words = line.split_whitespace();
+        let (verb, kind) = (words.next(), words.next());
+        if kind == Some("rule") && verb == Some("add") {
+            rules += 1;
+        }
+        // `VERB KIND FAMILY kube-proxy NAME …`; a table command names no object.
+        let (family, name) = (words.next(), words.nth(1));
+        if kind != Some("table")
+            && let Some(name) = name
+        {
+            objects.insert((family, name));
+        }
+    }
+    (objects.len(), rules)
 }
 
 /// Lists `host`'s conntrack table, checks it against `state` and deletes the stale UDP/SCTP
@@ -290,6 +353,19 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nft_transactions_are_counted_by_object() {
+        let script = "# kubectl-kproxy repair: table ip kube-proxy\n\
+            add table ip kube-proxy { comment \"rules for kube-proxy\" ; }\n\
+            flush chain ip kube-proxy masquerading\n\
+            add rule ip kube-proxy masquerading masquerade fully-random\n\
+            add rule ip kube-proxy masquerading mark set mark xor 0x4000\n\
+            delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 443 }\n\
+            add chain ip6 kube-proxy masquerading\n";
+        assert_eq!(script_counts(script), (3, 2));
+        assert_eq!(script_counts(""), (0, 0));
+    }
 
     #[test]
     fn a_repeated_conntrack_failure_is_logged_once() {

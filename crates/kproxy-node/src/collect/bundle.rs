@@ -10,6 +10,7 @@
 //! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`) |
 //! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
 //! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt`, `conntrack.txt` | the dumps that were collected |
+//! | `nft-ip-kube-proxy.json`, `nft-ip6-kube-proxy.json` | `nft -j list table ip\|ip6 kube-proxy` (nftables mode), when `nft` ran (empty: the node has no such table) |
 //!
 //! The format is plain so that a bundle can be unpacked and fed to the offline flags by hand.
 

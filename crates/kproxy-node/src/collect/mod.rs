@@ -42,6 +42,12 @@ pub struct NodeSnapshot {
     pub ipvsadm: Option<String>,
     /// `conntrack -L -o extended` output, or `/proc/net/nf_conntrack` when the tool is missing.
     pub conntrack: Option<String>,
+    /// `nft -j list table ip kube-proxy` output (nftables mode) when `nft` ran; empty when the
+    /// node has no such table.
+    pub nft_kube_proxy: Option<String>,
+    /// `nft -j list table ip6 kube-proxy` output when `nft` ran; empty when the node has no
+    /// such table.
+    pub nft_kube_proxy6: Option<String>,
     /// Which collector produced it, e.g. `exec (kube-system/kube-proxy-x7k2p)`, `files`, `bundle`.
     pub collector: String,
     /// The image of the node's kube-proxy container, when the collector saw its pod (it tells
@@ -68,11 +74,15 @@ pub enum DumpKind {
     Ipvsadm,
     /// `conntrack -L -o extended` (or `cat /proc/net/nf_conntrack`).
     Conntrack,
+    /// `nft -j list table ip kube-proxy`.
+    NftKubeProxy,
+    /// `nft -j list table ip6 kube-proxy`.
+    NftKubeProxy6,
 }
 
 impl DumpKind {
     /// All kinds, in collection order.
-    pub const ALL: [DumpKind; 7] = [
+    pub const ALL: [DumpKind; 9] = [
         DumpKind::IptablesSave,
         DumpKind::Ip6tablesSave,
         DumpKind::IptablesLegacySave,
@@ -80,6 +90,8 @@ impl DumpKind {
         DumpKind::IpsetSave,
         DumpKind::Ipvsadm,
         DumpKind::Conntrack,
+        DumpKind::NftKubeProxy,
+        DumpKind::NftKubeProxy6,
     ];
 
     /// The file name used in bundles.
@@ -92,6 +104,8 @@ impl DumpKind {
             DumpKind::IpsetSave => "ipset-save.txt",
             DumpKind::Ipvsadm => "ipvsadm.txt",
             DumpKind::Conntrack => "conntrack.txt",
+            DumpKind::NftKubeProxy => "nft-ip-kube-proxy.json",
+            DumpKind::NftKubeProxy6 => "nft-ip6-kube-proxy.json",
         }
     }
 
@@ -105,6 +119,8 @@ impl DumpKind {
             DumpKind::IpsetSave => &mut s.ipset_save,
             DumpKind::Ipvsadm => &mut s.ipvsadm,
             DumpKind::Conntrack => &mut s.conntrack,
+            DumpKind::NftKubeProxy => &mut s.nft_kube_proxy,
+            DumpKind::NftKubeProxy6 => &mut s.nft_kube_proxy6,
         }
     }
 
@@ -118,6 +134,8 @@ impl DumpKind {
             DumpKind::IpsetSave => s.ipset_save.as_deref(),
             DumpKind::Ipvsadm => s.ipvsadm.as_deref(),
             DumpKind::Conntrack => s.conntrack.as_deref(),
+            DumpKind::NftKubeProxy => s.nft_kube_proxy.as_deref(),
+            DumpKind::NftKubeProxy6 => s.nft_kube_proxy6.as_deref(),
         }
     }
 }
@@ -131,6 +149,11 @@ pub enum Need {
     Warn,
     /// Run only when present; absence is normal.
     IfPresent,
+    /// The object it lists may not exist: a command that fails because the object is absent
+    /// (`No such file or directory`, as `nft list table` says of a table the node does not
+    /// have) is normal; a missing binary is a warning (once per program: the commands after
+    /// it that need the same program are not run).
+    IfExists,
 }
 
 /// One command a collector runs on the node.
@@ -187,6 +210,17 @@ pub const DUMP_COMMANDS: &[DumpCommand] = &[
         kind: DumpKind::Conntrack,
         argv: &["cat", "/proc/net/nf_conntrack"],
         need: Need::IfPresent,
+    },
+    // kube-proxy's nftables-mode tables (findings KP7xx); only nodes in nftables mode have them.
+    DumpCommand {
+        kind: DumpKind::NftKubeProxy,
+        argv: &["nft", "-j", "list", "table", "ip", "kube-proxy"],
+        need: Need::IfExists,
+    },
+    DumpCommand {
+        kind: DumpKind::NftKubeProxy6,
+        argv: &["nft", "-j", "list", "table", "ip6", "kube-proxy"],
+        need: Need::IfExists,
     },
 ];
 
@@ -360,9 +394,9 @@ impl From<crate::kube_client::ApiError> for CollectError {
 
 /// Runs [`DUMP_COMMANDS`] through `runner`, checks each output's shape, and fills a snapshot.
 ///
-/// A missing `Warn` binary, a failing `Warn` command or garbage from one becomes a warning;
-/// the same for the `Required` `iptables-save` is an error; `IfPresent` commands that are
-/// missing are skipped silently.
+/// A missing `Warn` or `IfExists` binary, a failing `Warn` command or garbage from one becomes
+/// a warning; the same for the `Required` `iptables-save` is an error; `IfPresent` commands
+/// that are missing are skipped silently, `IfExists` ones that list an absent object too.
 pub async fn collect_with<R: CommandRunner>(
     runner: &R,
     collector: &str,
@@ -373,6 +407,7 @@ pub async fn collect_with<R: CommandRunner>(
         collector: collector.to_string(),
         ..NodeSnapshot::default()
     };
+    let mut missing: Vec<&str> = Vec::new();
     for cmd in DUMP_COMMANDS {
         if cmd.kind.get(&snap).is_some() {
             // An earlier command already filled this slot (the conntrack fallback).
@@ -380,6 +415,10 @@ pub async fn collect_with<R: CommandRunner>(
         }
         let line = cmd.argv.join(" ");
         let program = cmd.argv.first().copied().unwrap_or_default();
+        if missing.contains(&program) {
+            // Already reported (`nft` lists two tables).
+            continue;
+        }
         let problem: CollectError = match runner.run(cmd.argv, timeout).await {
             Ok(out) if out.exit_code == 0 => match check_shape(cmd.kind, &out.stdout) {
                 Ok(()) => {
@@ -415,9 +454,19 @@ pub async fn collect_with<R: CommandRunner>(
             },
             Err(RunError::Fatal(e)) => return Err(e),
         };
+        if matches!(problem, CollectError::BinaryMissing { .. }) {
+            missing.push(program);
+        }
         match (cmd.need, &problem) {
             (Need::Required, _) => return Err(problem),
             (Need::IfPresent, CollectError::BinaryMissing { .. }) => {}
+            // Listed, and absent: an empty listing (kube-proxy's nftables table on a node of
+            // another mode, or one whose table was deleted, which verify reports).
+            (Need::IfExists, CollectError::CommandFailed { stderr, .. })
+                if stderr.contains("No such file or directory") =>
+            {
+                *cmd.kind.slot(&mut snap) = Some(String::new());
+            }
             _ => snap.warnings.push(problem.to_string()),
         }
     }
@@ -478,6 +527,18 @@ pub fn check_shape(kind: DumpKind, text: &str) -> Result<(), (&'static str, usiz
             Some((n, l)) => Err(("`ipvsadm -Ln` output", n, shorten(l, 80))),
             None => Ok(()),
         },
+        // `nft -j` prints one JSON object; `nft list` text starts with a table (or a warning).
+        DumpKind::NftKubeProxy | DumpKind::NftKubeProxy6 => match lines.into_iter().next() {
+            Some((_, l))
+                if l.trim_start().starts_with('{')
+                    || l.starts_with("table ")
+                    || l.starts_with('#') =>
+            {
+                Ok(())
+            }
+            Some((n, l)) => Err(("`nft list` output", n, shorten(l, 80))),
+            None => Ok(()),
+        },
         // The first line must be a flow (or conntrack's summary line): the parser decides.
         DumpKind::Conntrack => match lines.into_iter().next() {
             Some((n, l)) => kproxy_parsers::conntrack::parse(l, Default::default())
@@ -501,7 +562,8 @@ pub fn shorten(s: &str, max: usize) -> String {
 /// The proxy mode the dumps show, for when the configuration does not say:
 /// `ipvs` when IPVS virtual services or `KUBE-IPVS`/`KUBE-CLUSTER-IP` ipsets exist,
 /// `iptables` when `KUBE-SERVICES` has `KUBE-SVC-`/`KUBE-SVL-` jumps or `KUBE-SEP-` chains
-/// exist, None otherwise (nothing installed, or nftables which these dumps do not show).
+/// exist, `nftables` when an nft listing holds kube-proxy's table, None otherwise (nothing
+/// installed).
 pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
     let ipvs_services = s.ipvsadm.as_deref().is_some_and(|t| {
         t.lines()
@@ -522,7 +584,37 @@ pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
     .into_iter()
     .flatten()
     .any(|t| t.contains(":KUBE-SVC-") || t.contains(":KUBE-SEP-") || t.contains(":KUBE-SVL-"));
-    iptables.then_some("iptables")
+    if iptables {
+        return Some("iptables");
+    }
+    [&s.nft_kube_proxy, &s.nft_kube_proxy6]
+        .into_iter()
+        .flatten()
+        .any(|t| holds_kube_proxy_table(t))
+        .then_some("nftables")
+}
+
+/// Whether an nft listing (`nft list`, `nft -j list` or `nft -f` text) holds a `kube-proxy`
+/// table of family `ip` or `ip6` (a look at the text, not a parse).
+pub fn holds_kube_proxy_table(text: &str) -> bool {
+    let t = text.trim_start();
+    if t.starts_with('{') {
+        // `{"table": {"family": "ip", "name": "kube-proxy", …}}`
+        return t.contains("\"name\": \"kube-proxy\"") || t.contains("\"name\":\"kube-proxy\"");
+    }
+    t.lines().any(|l| {
+        let mut w = l.split_whitespace();
+        let first = w.next();
+        let first = if first == Some("add") {
+            w.next()
+        } else {
+            first
+        };
+        first == Some("table")
+            && matches!(w.next(), Some("ip" | "ip6"))
+            && w.next()
+                .is_some_and(|n| n.trim_end_matches('{') == "kube-proxy")
+    })
 }
 
 /// The dump of the *other* iptables backend, when the node has rules there: the
@@ -598,5 +690,24 @@ mod tests {
         assert_eq!(detect_mode(&s), Some("iptables"));
         s.ipset_save = Some("create KUBE-CLUSTER-IP hash:ip,port family inet\n".into());
         assert_eq!(detect_mode(&s), Some("ipvs"));
+        let nft = NodeSnapshot {
+            nft_kube_proxy: Some("{\"nftables\": [{\"table\": {\"family\": \"ip\", \"name\": \"kube-proxy\", \"handle\": 1}}]}".into()),
+            ..NodeSnapshot::default()
+        };
+        assert_eq!(detect_mode(&nft), Some("nftables"));
+        assert!(holds_kube_proxy_table("table ip kube-proxy {\n}\n"));
+        assert!(holds_kube_proxy_table(
+            "add table ip6 kube-proxy { comment \"x\" ; }\n"
+        ));
+        assert!(!holds_kube_proxy_table(
+            "table inet kube-proxy-other {\n}\n"
+        ));
+    }
+
+    #[test]
+    fn nft_listings_are_optional() {
+        assert!(check_shape(DumpKind::NftKubeProxy, "{\"nftables\": []}\n").is_ok());
+        assert!(check_shape(DumpKind::NftKubeProxy6, "table ip6 kube-proxy {\n}\n").is_ok());
+        assert!(check_shape(DumpKind::NftKubeProxy, "Error: syntax error\n").is_err());
     }
 }

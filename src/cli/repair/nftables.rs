@@ -1,0 +1,316 @@
+//! `repair` on nftables-mode nodes (configured `mode: nftables`, a configuration that names no
+//! mode on a host whose rules are in kube-proxy's nftables table, or `--nft-ruleset FILE`
+//! given): plan the `nft -f` transaction per family that makes `table ip kube-proxy` / `table
+//! ip6 kube-proxy` what kube-proxy writes, changing only what differs; with `--apply` check
+//! it, back up, apply, read back, verify, and roll back on failure. The logic is in
+//! `apply::nftables`.
+
+use super::report::{Ending, PlanDoc, finish, millis, write_refusals};
+use super::{RepairArgs, RepairFormat, input_facts};
+use crate::apply::guard::unless_forced;
+use crate::apply::nftables::host::{LocalNft, NftHost};
+use crate::apply::nftables::plan::{Action, NftPlan};
+use crate::apply::nftables::repair::{
+    NftRepairError, NftRepairOptions, NftRepairReport, Target, repair,
+};
+use crate::cli::common::{GlobalArgs, load_config};
+use crate::exit::Outcome;
+use crate::output::color::{Painter, Role};
+use crate::state::ProxyInputs;
+use anyhow::{Context, bail};
+use clap::Args;
+use kproxy_parsers::nft::Family;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Offline input of an nftables-mode repair plan.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "nftables mode (offline plan)")]
+pub struct NftRepairArgs {
+    /// nftables mode: plan against a saved `nft list ruleset` / `nft -j list ruleset` (or `nft
+    /// list table ip kube-proxy`) file instead of the host (dry run only).
+    #[arg(long = "nft-ruleset", value_name = "FILE", conflicts_with = "apply")]
+    pub nft_ruleset: Option<PathBuf>,
+}
+
+/// Whether `repair` should take the nftables path: `--nft-ruleset` given, the configuration
+/// says `mode: nftables`, or it names no mode and this host (`--local`) has kube-proxy's
+/// nftables table.
+pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
+    if args.nftables.nft_ruleset.is_some() {
+        return Ok(true);
+    }
+    let (config, _) = load_config(args.state.config.as_deref())?;
+    Ok(match config.mode.as_str() {
+        "nftables" => true,
+        "" if args.local && args.iptables_save.is_none() => host_has_table(args),
+        _ => false,
+    })
+}
+
+/// Whether this host has `table ip kube-proxy` or `table ip6 kube-proxy`.
+fn host_has_table(args: &RepairArgs) -> bool {
+    LocalNft {
+        netns: args.netns.clone(),
+    }
+    .tables()
+    .is_ok_and(|t| {
+        t.iter()
+            .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
+    })
+}
+
+/// The node's tables from a saved listing: what an offline plan is made against.
+struct SavedListing {
+    text: String,
+    label: String,
+}
+
+impl NftHost for SavedListing {
+    fn list_table(
+        &self,
+        family: Family,
+        _json: bool,
+    ) -> Result<Option<String>, crate::apply::host::HostError> {
+        let listing = [crate::compare::nftables::NftText {
+            label: &self.label,
+            text: &self.text,
+        }];
+        // A listing that does not parse is reported when it is compared.
+        let has = crate::compare::nftables::parse_listings(&listing, false)
+            .map(|rs| crate::compare::nftables::kube_proxy_table(&rs, family).is_some())
+            .unwrap_or(true);
+        Ok(has.then(|| self.text.clone()))
+    }
+
+    fn check(&self, _script: &str) -> Result<(), crate::apply::host::HostError> {
+        Err(offline_error())
+    }
+
+    fn apply(&self, _script: &str) -> Result<(), crate::apply::host::HostError> {
+        Err(offline_error())
+    }
+
+    fn same_transaction_delete(&self) -> bool {
+        true
+    }
+}
+
+fn offline_error() -> crate::apply::host::HostError {
+    crate::apply::host::HostError::Remote {
+        program: "nft".into(),
+        location: "a saved listing".into(),
+        detail: "an offline plan cannot be applied".into(),
+    }
+}
+
+/// Runs `repair` for an nftables-mode node.
+pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    let offline = args.nftables.nft_ruleset.clone();
+    if !args.local && offline.is_none() {
+        bail!(
+            "nftables-mode repair works on the node itself: run `kubectl-kproxy repair --local` on the node as root \
+             (or plan offline with --nft-ruleset FILE)"
+        );
+    }
+    if args.iptables_save.is_some() {
+        bail!(
+            "the node runs kube-proxy in nftables mode: plan offline with --nft-ruleset FILE (nft -j list ruleset), not --iptables-save"
+        );
+    }
+    let inputs = load_nftables_inputs(&args)?;
+    let mut guard_facts = input_facts(&args, &inputs)?;
+    // Selected from the host's table when the configuration names no mode.
+    if inputs.config.mode.is_empty() {
+        guard_facts.configured_mode = "nftables";
+    }
+    let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
+    for w in targets.iter().flat_map(|t| &t.expected.warnings) {
+        crate::cli::common::warn(w);
+    }
+    let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();
+    let endpoints: usize = targets.iter().map(|t| t.expected.endpoint_chains).sum();
+    let painter = Painter::for_stdout();
+    let opts = NftRepairOptions {
+        full: args.full,
+        apply: args.apply,
+        backup_dir: args.local_backup_dir(),
+        node: inputs.facts.node_name.clone(),
+        inject_fault: args.inject_fault,
+    };
+    let guard = |plan: &NftPlan, counts: &crate::apply::nftables::repair::NodeCounts| {
+        unless_forced(args.force, || {
+            crate::apply::nftables::repair::refusals(&guard_facts, ports, endpoints, counts, plan)
+        })
+    };
+    let result = match &offline {
+        Some(path) => {
+            let dump = crate::collect::files::read_dump(path, false)?;
+            dump.warnings.iter().for_each(crate::cli::common::warn);
+            let host = SavedListing {
+                text: dump.text,
+                label: dump.name,
+            };
+            repair(&host, &targets, &opts, guard)
+        }
+        None => {
+            let host = LocalNft {
+                netns: args.netns.clone(),
+            };
+            repair(&host, &targets, &opts, guard)
+        }
+    };
+    let (report, refused) = result?;
+    let conntrack = super::conntrack::repair_step(&args, &inputs, &refused)?;
+    let ending = Ending {
+        refused: &refused,
+        nothing_to_do: report.plan.is_empty() && conntrack.as_ref().is_none_or(|c| c.is_empty()),
+        clean: Some(if offline.is_some() {
+            "nothing to do: the listing already matches kube-proxy's nftables table"
+        } else {
+            "nothing to do: the node's kube-proxy tables already match"
+        }),
+        offline: offline.is_some(),
+        backup: report.backup.as_deref(),
+        applied: if report.plan.is_empty() {
+            "tables: nothing to change".to_string()
+        } else {
+            format!(
+                "applied and verified: {} bytes of nft -f input; nft -f {:.1} ms, read-back and verify {:.1} ms",
+                report.nft_bytes,
+                report.apply_time.as_secs_f64() * 1000.0,
+                report.verify_time.as_secs_f64() * 1000.0
+            )
+        },
+        figures: serde_json::json!({
+            "nft_bytes": report.nft_bytes,
+            "apply_ms": millis(report.apply_time),
+            "verify_ms": millis(report.verify_time),
+        }),
+    };
+    let doc = super::conntrack::add_to_doc(
+        plan_doc(&args, &report, &refused, painter)?,
+        conntrack.as_ref(),
+        painter,
+    )?;
+    let outcome = finish(&args, doc, &ending)?;
+    Ok(match conntrack {
+        Some(c) if c.remaining() > 0 && outcome == Outcome::Clean => Outcome::Drift,
+        _ => outcome,
+    })
+}
+
+/// `--state`, `--config` (read as kube-proxy reads it in nftables mode) and the node facts
+/// built from them.
+fn load_nftables_inputs(args: &RepairArgs) -> anyhow::Result<ProxyInputs> {
+    if args.state.state.is_empty() {
+        bail!(
+            "the API state is needed: --state FILE (kubectl get services,endpointslices,nodes,servicecidrs -A -o json)"
+        );
+    }
+    let state = crate::state::load::from_files(&args.state.state).context("reading --state")?;
+    let (config, warnings) = load_config(args.state.config.as_deref())?;
+    crate::cli::common::print_warnings(&warnings);
+    let mode = config.mode.clone();
+    let mut config = config.for_nftables();
+    // Keep what the configuration said, for the guard.
+    config.mode = mode;
+    let mut fact_args = args.facts.clone();
+    if let Some(n) = &args.node_name {
+        fact_args.node = Some(n.clone());
+    }
+    let (facts, warnings) =
+        crate::state::node::build(&fact_args.inputs(), &state, &config).context("node facts")?;
+    warnings.iter().for_each(crate::cli::common::warn);
+    Ok(ProxyInputs {
+        state,
+        config,
+        facts,
+    })
+}
+
+/// The plan as `-o` asks: text, or the JSON fields `mode`, `plan`, `refusals` and `nft_input`.
+fn plan_doc(
+    args: &RepairArgs,
+    report: &NftRepairReport,
+    refused: &[String],
+    painter: Painter,
+) -> anyhow::Result<PlanDoc> {
+    let p = &report.plan;
+    if args.output == RepairFormat::Json {
+        let mut doc = serde_json::Map::new();
+        doc.insert("mode".into(), "nftables".into());
+        doc.insert("plan".into(), serde_json::to_value(p)?);
+        doc.insert("refusals".into(), refused.into());
+        doc.insert("nft_input".into(), p.script().into());
+        return Ok(PlanDoc::Json(doc));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "plan (nftables mode): {} to create, {} to rewrite, {} to recreate, {} to delete, {} to flush, {} with other elements{}",
+        p.count(Action::Create),
+        p.count(Action::Rewrite),
+        p.count(Action::Recreate),
+        p.count(Action::Delete),
+        p.count(Action::Flush),
+        p.count(Action::Elements),
+        if p.full { " (full rewrite)" } else { "" }
+    );
+    for f in &p.families {
+        if f.changes.is_empty() {
+            continue;
+        }
+        let _ = writeln!(s, "{}:", f.table);
+        for c in &f.changes {
+            let role = match c.action {
+                Action::Create => Role::Ok,
+                Action::Delete => Role::Error,
+                Action::Flush => Role::Dim,
+                _ => Role::Warn,
+            };
+            let verb = painter.paint(role, &format!("{:<8}", c.action.word()));
+            let _ = writeln!(s, "  {verb} {} {}", c.object, c.name);
+            if let Some(n) = &c.note {
+                let _ = writeln!(s, "           {n}");
+            }
+            for r in &c.removed {
+                let _ = writeln!(s, "      {}", painter.paint(Role::Error, &format!("- {r}")));
+            }
+            for r in &c.added {
+                let _ = writeln!(s, "      {}", painter.paint(Role::Ok, &format!("+ {r}")));
+            }
+        }
+    }
+    let input = p.script();
+    if args.show_restore {
+        let _ = writeln!(s, "--- nft -f input ---\n{input}---");
+    } else if !input.is_empty() {
+        let _ = writeln!(
+            s,
+            "nft -f input: {} bytes (--show-restore prints it)",
+            input.len()
+        );
+    }
+    write_refusals(&mut s, refused, painter);
+    Ok(PlanDoc::Text(s))
+}
+
+/// The JSON document of an nftables repair that failed, as `repair`'s other paths write it
+/// (`outcome` `rolled_back`, `rollback_failed` or `failed`); `None` for other errors.
+pub fn failure_doc(e: &anyhow::Error) -> Option<serde_json::Value> {
+    let err = e.downcast_ref::<NftRepairError>()?;
+    let changed = err.rolled_back();
+    let outcome = match changed {
+        None => "failed",
+        Some((_, None)) => "rolled_back",
+        Some((_, Some(_))) => "rollback_failed",
+    };
+    Some(serde_json::json!({
+        "outcome": outcome,
+        "applied": false,
+        "backup": changed.map(|(b, _)| b.display().to_string()),
+        "rollback_error": changed.and_then(|(_, r)| r),
+        "error": format!("{e:#}"),
+    }))
+}

@@ -14,6 +14,7 @@ mod kubeconfig;
 mod listing;
 mod live;
 mod netns_harness;
+mod nft_graph_trace;
 mod nft_parse;
 mod nftables_render;
 mod nftables_verify;

@@ -10,7 +10,6 @@ pub mod conntrack;
 pub mod expected;
 pub mod finding;
 pub mod graph_level;
-mod halves;
 pub mod ipvs;
 pub mod nodewide;
 pub mod report;

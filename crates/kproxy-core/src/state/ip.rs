@@ -181,59 +181,21 @@ impl Serialize for Cidr {
 
 /// `ip:port`, or `[ip]:port` for IPv6 (Go's `net.JoinHostPort`).
 pub fn join_host_port(ip: &IpAddr, port: i32) -> String {
-    let mut s = String::with_capacity(24);
     match ip {
-        IpAddr::V4(v4) => push_ipv4(&mut s, v4),
-        IpAddr::V6(v6) => {
-            use std::fmt::Write as _;
-            let _ = write!(s, "[{v6}]");
-        }
-    }
-    s.push(':');
-    push_int(&mut s, i64::from(port));
-    s
-}
-
-/// Appends an IPv4 address in dotted-quad form (fast path of `Display`).
-pub fn push_ipv4(s: &mut String, ip: &Ipv4Addr) {
-    for (i, o) in ip.octets().iter().enumerate() {
-        if i > 0 {
-            s.push('.');
-        }
-        push_int(s, i64::from(*o));
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
     }
 }
 
-/// Appends an IP address as `Display` prints it (IPv4 without the formatting machinery).
+/// Appends an IP address as `Display` prints it.
 pub fn push_ip(s: &mut String, ip: &IpAddr) {
-    match ip {
-        IpAddr::V4(v4) => push_ipv4(s, v4),
-        IpAddr::V6(v6) => {
-            use std::fmt::Write as _;
-            let _ = write!(s, "{v6}");
-        }
-    }
+    use std::fmt::Write as _;
+    let _ = write!(s, "{ip}");
 }
 
 /// Appends a decimal integer.
 pub fn push_int(s: &mut String, n: i64) {
-    if n < 0 {
-        s.push('-');
-    }
-    let mut v = n.unsigned_abs();
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        if let Some(b) = buf.get_mut(i) {
-            *b = b'0' + (v % 10) as u8;
-        }
-        v /= 10;
-        if v == 0 || i == 0 {
-            break;
-        }
-    }
-    s.push_str(std::str::from_utf8(buf.get(i..).unwrap_or_default()).unwrap_or_default());
+    s.push_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]
@@ -281,22 +243,10 @@ mod tests {
     }
 
     #[test]
-    fn fast_formatting_matches_display() {
-        for ip in ["0.0.0.0", "10.180.0.10", "255.255.255.255", "172.30.0.41"] {
-            let ip: IpAddr = ip.parse().unwrap_or_else(|_| panic!());
-            let mut s = String::new();
-            push_ip(&mut s, &ip);
-            assert_eq!(s, ip.to_string());
-        }
-        let mut s = String::new();
-        push_int(&mut s, -120);
-        push_int(&mut s, 0);
-        push_int(&mut s, 65535);
-        assert_eq!(s, "-120065535");
-        assert_eq!(
-            join_host_port(&"10.0.0.1".parse().unwrap_or_else(|_| panic!()), 8080),
-            "10.0.0.1:8080"
-        );
+    fn host_port_brackets_ipv6() {
+        let host = |ip: &str| ip.parse::<IpAddr>().unwrap_or_else(|_| panic!("{ip}"));
+        assert_eq!(join_host_port(&host("10.0.0.1"), 8080), "10.0.0.1:8080");
+        assert_eq!(join_host_port(&host("fd00::1"), 80), "[fd00::1]:80");
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub struct VerifyArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = VerifyFormat::Table)]
     pub output: VerifyFormat,
+    /// List every finding: without it, many findings of one cause (mass drift) are one finding
+    /// with their count and a few examples.
+    #[arg(long = "all-findings")]
+    pub all_findings: bool,
     /// API state and configuration.
     #[command(flatten)]
     pub state: StateArgs,
@@ -76,6 +80,11 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
         )?
     } else {
         build_report(&args, global)?
+    };
+    let report = if args.all_findings {
+        report
+    } else {
+        report.group_alike()
     };
     let text = format_report(
         &report,
@@ -422,5 +431,11 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
     };
     out.push_str(&painter.paint(role, &summary));
     out.push('\n');
+    if let Some(n) = report.findings_truncated {
+        out.push_str(&format!(
+            "{} more findings are shown grouped by cause (--all-findings lists each)\n",
+            crate::compare::report::thousands(n)
+        ));
+    }
     out
 }

@@ -10,6 +10,7 @@ pub mod conntrack;
 pub mod expected;
 pub mod finding;
 pub mod graph_level;
+pub mod grouping;
 pub mod ipvs;
 pub mod nodewide;
 pub mod report;

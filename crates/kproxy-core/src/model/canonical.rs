@@ -611,15 +611,44 @@ fn push_u32(out: &mut String, n: u32) {
     out.push_str(itoa::Buffer::new().format(n));
 }
 
-/// Appends the kernel's fixed-point probability `k / 2^31` with 11 decimals, as iptables-save
-/// prints it (the quotient is exact in binary; the formatter rounds the exact value).
+/// Appends the kernel's fixed-point probability `k / 2^31` with 11 decimals, exactly as
+/// `format!("{:.11}", k as f64 / 2^31)` prints it: the quotient is exact in binary, so the
+/// decimal rounding (half to even on the exact value) is done in integers. The float formatter
+/// is slow for the probability rules of every endpoint of a large node.
 fn push_probability(out: &mut String, k: u32) {
-    let _ = write!(out, "{:.11}", f64::from(k) / 2_147_483_648.0);
+    const SCALE: u128 = 100_000_000_000; // 10^11
+    let num = u128::from(k) * SCALE;
+    let mut q = num >> 31;
+    let rem = num & ((1u128 << 31) - 1);
+    let half = 1u128 << 30;
+    if rem > half || (rem == half && q % 2 == 1) {
+        q += 1;
+    }
+    out.push_str(itoa::Buffer::new().format(q / SCALE));
+    out.push('.');
+    let frac = itoa::Buffer::new().format(q % SCALE).to_owned();
+    for _ in frac.len()..11 {
+        out.push('0');
+    }
+    out.push_str(&frac);
 }
 
-/// Appends an address as `Display` prints it.
+/// Appends an address as `Display` prints it; IPv4 octet by octet (every rule of a large node
+/// has one or two, and `Display` is slower).
 fn push_ip(out: &mut String, a: IpAddr) {
-    let _ = write!(out, "{a}");
+    match a {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u32(out, u32::from(o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 fn write_nat_range(out: &mut String, r: &NatRange<'_>) {
@@ -845,6 +874,50 @@ fn write_target(out: &mut String, rule: &Rule<'_>, t: &Target<'_>, family: Famil
         Target::Unreadable { raw, .. } => {
             word(out, "-j");
             word(out, raw);
+        }
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn probabilities_print_as_the_float_formatter_does() {
+        let mut ks: Vec<u32> = (0..=20_000).collect();
+        ks.extend((1..=1000u32).map(|n| probability_fixed(1.0 / f64::from(n))));
+        ks.extend([1 << 30, (1 << 31) - 1, 1 << 31, 715_827_883, 1_431_655_765]);
+        let mut x = 0x2545_f491_u32;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            ks.push(x % (1 << 31));
+        }
+        for k in ks {
+            let mut s = String::new();
+            push_probability(&mut s, k);
+            assert_eq!(
+                s,
+                format!("{:.11}", f64::from(k) / 2_147_483_648.0),
+                "k = {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn addresses_print_as_display_does() {
+        for a in [
+            "0.0.0.0",
+            "10.0.0.1",
+            "172.30.39.250",
+            "255.255.255.255",
+            "fd00::1",
+        ] {
+            let ip: IpAddr = a.parse().unwrap_or_else(|_| panic!("{a}"));
+            let mut s = String::new();
+            push_ip(&mut s, ip);
+            assert_eq!(s, ip.to_string());
         }
     }
 }

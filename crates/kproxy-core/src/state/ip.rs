@@ -181,16 +181,36 @@ impl Serialize for Cidr {
 
 /// `ip:port`, or `[ip]:port` for IPv6 (Go's `net.JoinHostPort`).
 pub fn join_host_port(ip: &IpAddr, port: i32) -> String {
+    let mut s = String::with_capacity(24);
     match ip {
-        IpAddr::V4(v4) => format!("{v4}:{port}"),
-        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        IpAddr::V4(_) => push_ip(&mut s, ip),
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(s, "[{v6}]");
+        }
     }
+    s.push(':');
+    push_int(&mut s, i64::from(port));
+    s
 }
 
-/// Appends an IP address as `Display` prints it.
+/// Appends an IP address as `Display` prints it; IPv4 octet by octet (the render writes one or
+/// two per endpoint, and `Display` is slower).
 pub fn push_ip(s: &mut String, ip: &IpAddr) {
-    use std::fmt::Write as _;
-    let _ = write!(s, "{ip}");
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                s.push_str(itoa::Buffer::new().format(o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{v6}");
+        }
+    }
 }
 
 /// Appends a decimal integer.
@@ -240,6 +260,16 @@ mod tests {
             Cidr::parse_sloppy("fd00:10::1/64").map(|c| c.to_string()),
             Some("fd00:10::/64".into())
         );
+    }
+
+    #[test]
+    fn addresses_print_as_display_does() {
+        for a in ["0.0.0.0", "10.180.0.10", "255.255.255.255", "fd00::1"] {
+            let ip: IpAddr = a.parse().unwrap_or_else(|_| panic!("{a}"));
+            let mut s = String::new();
+            push_ip(&mut s, &ip);
+            assert_eq!(s, ip.to_string());
+        }
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
         report.group_alike()
     };
     if args.output == VerifyFormat::Json {
-        // Streamed: with --all-findings, mass drift is a document of a hundred megabytes.
+        // Streamed: with --all-findings, the report of mass drift is large.
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         crate::output::write_json(out, &report)?;
         return Ok(report.outcome());

@@ -13,6 +13,7 @@ mod ipvs;
 mod kubeconfig;
 mod listing;
 mod live;
+mod mass_drift;
 mod netns_harness;
 mod nft_graph_trace;
 mod nft_parse;

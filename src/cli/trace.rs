@@ -88,7 +88,7 @@ pub struct TraceArgs {
     #[arg(long = "local-ip", value_name = "IP")]
     pub local_ips: Vec<IpAddr>,
     /// The simulation model.
-    #[arg(long, value_enum, default_value_t = ModelArg::Kernel)]
+    #[arg(hide_short_help = true, long, value_enum, default_value_t = ModelArg::Kernel)]
     pub model: ModelArg,
     /// The interface the packet arrives on (evaluates `-i`; undecidable otherwise).
     #[arg(hide_short_help = true, long = "in-interface", value_name = "IFACE")]
@@ -99,9 +99,8 @@ pub struct TraceArgs {
     /// Output format (default: text for --packet, tree for the path view).
     #[arg(short = 'o', long = "output", value_enum)]
     pub output: Option<TraceOutput>,
-    /// A node in kube-proxy's nftables mode: `nft list ruleset`, `nft -j list ruleset` or `nft
-    /// list table ip kube-proxy` output, or kube-proxy's `nft -f` lines (`-` = stdin).
-    #[arg(long = "nft-ruleset", value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save"])]
+    /// An nftables-mode node: `nft [-j] list ruleset|table …` output or `nft -f` lines (`-` = stdin).
+    #[arg(help_heading = "Node dumps (offline)", long = "nft-ruleset", value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save"])]
     pub nft_ruleset: Option<PathBuf>,
     /// The node's rules.
     #[command(flatten)]

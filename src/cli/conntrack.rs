@@ -119,6 +119,7 @@ pub fn with_findings(report: Report, findings: Vec<Finding>) -> Report {
         mode,
         summary,
         findings: mut all,
+        ..
     } = report;
     all.extend(findings);
     Report::new(node, mode, summary.service_ports, all)

@@ -37,6 +37,11 @@ pub struct GraphArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save", "ipvsadm"])]
     pub paste: Option<PathBuf>,
 
+    /// A node in kube-proxy's nftables mode: `nft list ruleset`, `nft -j list ruleset` or `nft
+    /// list table ip kube-proxy` output (`-` = stdin); one graph per kube-proxy table (ip, ip6).
+    #[arg(long = "nft-ruleset", value_name = "FILE", conflicts_with_all = ["paste", "iptables_save", "ip6tables_save", "iptables_legacy_save", "ipvsadm"])]
+    pub nft_ruleset: Option<PathBuf>,
+
     /// Node dumps (`-` = stdin).
     #[command(flatten)]
     pub dump: DumpArgs,
@@ -72,6 +77,9 @@ pub fn graph_of<'a>(input: &'a DumpText, dump: &DumpArgs) -> anyhow::Result<Serv
 /// Runs `graph`.
 pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     args.ipvs.lenient = args.dump.lenient;
+    if let Some(path) = &args.nft_ruleset {
+        return super::nft_graph::run(path, args.output, args.dump.lenient, global);
+    }
     if let Some(path) = args.paste.clone() {
         args.dump.lenient = true;
         let input = crate::collect::files::read_dump(&path, true)?;
@@ -97,7 +105,7 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
     }
     if inputs.is_empty() {
         anyhow::bail!(
-            "graph: no input given; pass --iptables-save FILE (and/or --ip6tables-save FILE; `-` = stdin), or --ipvsadm FILE for an IPVS node"
+            "graph: no input given; pass --iptables-save FILE (and/or --ip6tables-save FILE; `-` = stdin), or --ipvsadm FILE for an IPVS node, or --nft-ruleset FILE for an nftables node"
         );
     }
     if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {

@@ -7,6 +7,8 @@ pub mod conntrack;
 pub mod graph;
 pub mod ipvs;
 pub mod live;
+pub mod nft_graph;
+pub mod nft_trace;
 pub mod render;
 pub mod repair;
 pub mod resync;
@@ -38,7 +40,8 @@ pub enum Command {
   kubectl kproxy graph --iptables-save node-1.save
   kubectl kproxy graph --iptables-save node-1.save -o json | jq '.graphs[0].service_ports[0]'
   kubectl kproxy graph --lenient --paste ticket.txt            # prompts, fences, several commands
-  kubectl kproxy graph --ipvsadm ipvsadm.txt --ipset ipset.txt # an IPVS node")]
+  kubectl kproxy graph --ipvsadm ipvsadm.txt --ipset ipset.txt # an IPVS node
+  kubectl kproxy graph --nft-ruleset ruleset.nft                # an nftables-mode node")]
     Graph(graph::GraphArgs),
     /// Print the exact rules kube-proxy would write for the given API state.
     #[command(after_help = "Examples:

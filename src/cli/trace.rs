@@ -88,7 +88,7 @@ pub struct TraceArgs {
     #[arg(long = "local-ip", value_name = "IP")]
     pub local_ips: Vec<IpAddr>,
     /// The simulation model.
-    #[arg(long, value_enum, default_value_t = ModelArg::Kernel)]
+    #[arg(hide_short_help = true, long, value_enum, default_value_t = ModelArg::Kernel)]
     pub model: ModelArg,
     /// The interface the packet arrives on (evaluates `-i`; undecidable otherwise).
     #[arg(hide_short_help = true, long = "in-interface", value_name = "IFACE")]
@@ -99,6 +99,9 @@ pub struct TraceArgs {
     /// Output format (default: text for --packet, tree for the path view).
     #[arg(short = 'o', long = "output", value_enum)]
     pub output: Option<TraceOutput>,
+    /// An nftables-mode node: `nft [-j] list ruleset|table …` output or `nft -f` lines (`-` = stdin).
+    #[arg(help_heading = "Node dumps (offline)", long = "nft-ruleset", value_name = "FILE", conflicts_with_all = ["iptables_save", "ip6tables_save", "iptables_legacy_save"])]
+    pub nft_ruleset: Option<PathBuf>,
     /// The node's rules.
     #[command(flatten)]
     pub dump: DumpArgs,
@@ -131,6 +134,9 @@ pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         ipvs.dumps.lenient = args.dump.lenient;
         let json = args.output == Some(TraceOutput::Json);
         return super::ipvs::run_trace(&ipvs, args.packet.as_deref(), json);
+    }
+    if let Some(path) = &args.nft_ruleset {
+        return super::nft_trace::run(&args, path, global);
     }
     let live = live_inputs(&args, global)?;
     match args.packet.as_deref() {
@@ -245,27 +251,7 @@ fn run_packet(
             }
         }
         ModelArg::Kernel => {
-            let mut ips = args.local_ips.clone();
-            for &ip in &args.node.node_ips {
-                if !ips.contains(&ip) {
-                    ips.push(ip);
-                }
-            }
-            let local = LocalAddrs::kernel(ips);
-            let origin = match args.from {
-                Some(FromArg::Pod) => Origin::Pod,
-                Some(FromArg::Node) => Origin::Node,
-                Some(FromArg::External) => Origin::External,
-                None if local.contains(packet.src) => Origin::Node,
-                None => Origin::Pod,
-            };
-            let input = KernelInput {
-                packet,
-                origin,
-                local,
-                in_iface: args.in_interface.clone(),
-                out_iface: args.out_interface.clone(),
-            };
+            let input = kernel_input(args, packet);
             let d = sim::kernel::simulate(&rules, &input)?;
             match document(report::distribution_json(&d))? {
                 Some(doc) => doc,
@@ -279,8 +265,35 @@ fn run_packet(
     Ok(Outcome::Clean)
 }
 
+/// What the kernel model needs besides the rules: the packet, where it comes from (default:
+/// the node if its source is a node address, else a pod), the node's addresses (`--local-ip`
+/// and `--node-ip`, loopback always) and the interfaces given.
+pub(super) fn kernel_input(args: &TraceArgs, packet: PacketSpec) -> KernelInput {
+    let mut ips = args.local_ips.clone();
+    for &ip in &args.node.node_ips {
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    let local = LocalAddrs::kernel(ips);
+    let origin = match args.from {
+        Some(FromArg::Pod) => Origin::Pod,
+        Some(FromArg::Node) => Origin::Node,
+        Some(FromArg::External) => Origin::External,
+        None if local.contains(packet.src) => Origin::Node,
+        None => Origin::Pod,
+    };
+    KernelInput {
+        packet,
+        origin,
+        local,
+        in_iface: args.in_interface.clone(),
+        out_iface: args.out_interface.clone(),
+    }
+}
+
 /// kube-proxy's plan for the API state, when `--state` is given.
-fn decisions_of(
+pub(super) fn decisions_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
 ) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
@@ -336,13 +349,6 @@ fn run_path(
     };
     let selector =
         ServiceSelector::parse(service, global.namespace.as_deref(), args.port.as_deref())?;
-    let format = match args.output.unwrap_or(TraceOutput::Tree) {
-        TraceOutput::Text | TraceOutput::Tree => PathFormat::Tree,
-        TraceOutput::Table => PathFormat::Table,
-        TraceOutput::Json => PathFormat::Json,
-        TraceOutput::Yaml => PathFormat::Yaml,
-        TraceOutput::Dot => PathFormat::Dot,
-    };
     let plan = decisions_of(args, live)?;
     let family_v6 = plan
         .as_ref()
@@ -358,8 +364,25 @@ fn run_path(
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
     let graph = graph::from_dump(dump, &opts);
-    let mut view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
+    let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
+    print_path_view(args, global, view)
+}
+
+/// Annotates (`--conntrack`) and prints a path view; exit status drift when it diverges from
+/// the plan.
+pub(super) fn print_path_view(
+    args: &TraceArgs,
+    global: &GlobalArgs,
+    mut view: path::PathView,
+) -> anyhow::Result<Outcome> {
+    let format = match args.output.unwrap_or(TraceOutput::Tree) {
+        TraceOutput::Text | TraceOutput::Tree => PathFormat::Tree,
+        TraceOutput::Table => PathFormat::Table,
+        TraceOutput::Json => PathFormat::Json,
+        TraceOutput::Yaml => PathFormat::Yaml,
+        TraceOutput::Dot => PathFormat::Dot,
+    };
     super::conntrack::annotate_path(&args.conntrack, args.dump.lenient, &mut view)?;
     let out = trace_path::render(&view, format, Painter::for_stdout(), global.no_headers)?;
     let mut stdout = anstream::stdout();

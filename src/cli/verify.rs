@@ -41,6 +41,10 @@ pub struct VerifyArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = VerifyFormat::Table)]
     pub output: VerifyFormat,
+    /// List every finding: without it, many findings of one cause (mass drift) are one finding
+    /// with their count and a few examples.
+    #[arg(long = "all-findings")]
+    pub all_findings: bool,
     /// API state and configuration.
     #[command(flatten)]
     pub state: StateArgs,
@@ -79,6 +83,17 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
     } else {
         build_report(&args, global)?
     };
+    let report = if args.all_findings {
+        report
+    } else {
+        report.group_alike()
+    };
+    if args.output == VerifyFormat::Json {
+        // Streamed: with --all-findings, the report of mass drift is large.
+        let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        crate::output::write_json(out, &report)?;
+        return Ok(report.outcome());
+    }
     let text = format_report(
         &report,
         args.output,
@@ -436,5 +451,11 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
     };
     out.push_str(&painter.paint(role, &summary));
     out.push('\n');
+    if let Some(n) = report.findings_truncated {
+        out.push_str(&format!(
+            "{} more findings are shown grouped by cause (--all-findings lists each)\n",
+            crate::compare::report::thousands(n)
+        ));
+    }
     out
 }

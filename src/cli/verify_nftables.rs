@@ -97,21 +97,24 @@ fn config_of(inputs: &ResolvedInputs) -> anyhow::Result<ProxyConfig> {
     })
 }
 
-/// Whether the node runs kube-proxy in nftables mode: the configuration says so, or it says
-/// no mode and the node's listings hold kube-proxy's table while its iptables and IPVS dumps
-/// show no service rules.
+/// Whether the node runs kube-proxy in nftables mode: the configuration says so (unless no
+/// listing was given and the node's dumps show another mode's service rules: that node is
+/// checked in the mode it runs, and the disagreement is a KP523 finding), or it says no mode
+/// and the node's listings hold kube-proxy's table while its iptables and IPVS dumps show no
+/// service rules.
 fn is_nftables_node(
     config: &ProxyConfig,
     snap: &NodeSnapshot,
     listings: &[(String, String)],
 ) -> bool {
+    let other_mode = || matches!(collect::detect_mode(snap), Some("iptables" | "ipvs"));
     match config.mode.as_str() {
-        "nftables" => true,
+        "nftables" => !listings.is_empty() || !other_mode(),
         "" => {
             listings
                 .iter()
                 .any(|(_, t)| collect::holds_kube_proxy_table(t))
-                && !matches!(collect::detect_mode(snap), Some("iptables" | "ipvs"))
+                && !other_mode()
         }
         _ => false,
     }

@@ -385,9 +385,23 @@ fn port_tree(port: &PortPath, p: Painter) -> TreeNode {
     node
 }
 
+/// ` line N`; nothing for line 0, which `nft -j` input gives every rule (JSON has no lines).
+fn at_line(line: u32) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(" line {line}")
+    }
+}
+
 fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
     let rule = match e.line {
-        Some(l) => format!("{} line {l}{}", e.rule_chain, counters_text(e.counters)),
+        Some(l) => format!(
+            "{}{}{}",
+            e.rule_chain,
+            at_line(l),
+            counters_text(e.counters)
+        ),
         None => e.rule_chain.clone(),
     };
     let label = format!(
@@ -411,10 +425,10 @@ fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
                 p.paint(
                     Role::Dim,
                     &format!(
-                        "[{}/{} line {}{}]",
+                        "[{}/{}{}{}]",
                         v.table,
                         v.chain,
-                        v.line,
+                        at_line(v.line),
                         counters_text(v.counters)
                     )
                 ),
@@ -425,12 +439,18 @@ fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
         ));
     }
     for m in &e.masquerade {
+        // kube-proxy's masquerading chain: KUBE-POSTROUTING (iptables), masquerading (nftables).
+        let snat_chain = if m.chain.starts_with("KUBE-") {
+            "KUBE-POSTROUTING"
+        } else {
+            "masquerading"
+        };
         node.push(TreeNode::new(format!(
             "masquerade: {}  {}",
             p.paint(Role::Warn, &m.why),
             p.paint(
                 Role::Dim,
-                &format!("[{} line {}; SNAT in KUBE-POSTROUTING]", m.chain, m.line)
+                &format!("[{}{}; SNAT in {snat_chain}]", m.chain, at_line(m.line))
             )
         )));
     }

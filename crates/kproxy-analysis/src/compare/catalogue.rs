@@ -35,6 +35,7 @@ impl Check {
             expected: None,
             actual: None,
             hint: Some(self.hint.to_owned()),
+            group: None,
         }
     }
 }

@@ -33,6 +33,36 @@ pub struct Finding {
     pub actual: Option<String>,
     /// What to do about it.
     pub hint: Option<String>,
+    /// When the finding stands for many of one cause ([`super::grouping`]): how many, where,
+    /// and a few of them. Absent for a single finding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<Box<FindingGroup>>,
+}
+
+/// The findings one finding stands for (mass drift, `verify` without `--all-findings`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FindingGroup {
+    /// How many findings of this cause there are.
+    pub count: usize,
+    /// How many chains they are about.
+    pub chains: usize,
+    /// How many service ports they name.
+    pub services: usize,
+    /// The first few of them.
+    pub examples: Vec<GroupExample>,
+}
+
+/// One finding of a group, as a few fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupExample {
+    /// The service port concerned, if any.
+    pub service: Option<String>,
+    /// The chain concerned, if any.
+    pub chain: Option<String>,
+    /// What the API implies.
+    pub expected: Option<String>,
+    /// What the node has.
+    pub actual: Option<String>,
 }
 
 impl Severity {

@@ -13,6 +13,7 @@ use crate::graph::{
 };
 use crate::parsers::iptables::NameHash;
 use crate::state::ip::Cidr;
+use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -123,15 +124,15 @@ pub fn compare(
     graph: &ServiceGraph,
     context: &GraphContext,
 ) -> (Vec<Finding>, Explained) {
-    compare_split(expected, graph, context, PARALLEL_PORTS_FROM)
+    compare_split(expected, graph, context, PORTS_PER_TASK)
 }
 
-/// [`compare`], with the per-port checks split over two threads from `parallel_from` ports.
+/// [`compare`], with the per-port checks run in parallel over runs of `per_task` ports.
 fn compare_split(
     expected: &[ExpectedPort],
     graph: &ServiceGraph,
     context: &GraphContext,
-    parallel_from: usize,
+    per_task: usize,
 ) -> (Vec<Finding>, Explained) {
     let mut comparison = Comparison::new(context);
     let by_hash: HashMap<&str, &ServicePort, NameHash> = graph
@@ -172,16 +173,19 @@ fn compare_split(
         return (comparison.out, comparison.explained);
     }
 
-    // A node-sized compare runs in two halves on two threads; joined in order, the halves'
-    // findings are those of one pass.
-    let halves = super::halves::in_halves(expected, parallel_from, |part| {
-        let mut comparison = Comparison::new(context);
-        let matched = compare_ports(&mut comparison, part, &by_hash);
-        (comparison.out, comparison.explained, matched)
-    });
+    // Runs of ports are compared in parallel; joined in order, their findings are those of one
+    // pass.
+    let parts: Vec<_> = expected
+        .par_chunks(per_task.max(1))
+        .map(|part| {
+            let mut comparison = Comparison::new(context);
+            let matched = compare_ports(&mut comparison, part, &by_hash);
+            (comparison.out, comparison.explained, matched)
+        })
+        .collect();
     let mut matched: HashSet<&str, NameHash> =
         HashSet::with_capacity_and_hasher(expected.len(), NameHash::default());
-    for (mut out, explained, found) in halves {
+    for (mut out, explained, found) in parts {
         comparison.out.append(&mut out);
         comparison.explained.chains.extend(explained.chains);
         comparison.explained.services.extend(explained.services);
@@ -192,8 +196,8 @@ fn compare_split(
     (comparison.out, comparison.explained)
 }
 
-/// From how many expected service ports [`compare`] splits the per-port checks over two threads.
-const PARALLEL_PORTS_FROM: usize = 4096;
+/// How many expected service ports one parallel task of [`compare`] checks.
+const PORTS_PER_TASK: usize = 1024;
 
 /// The per-port checks of `expected` against the graph's ports (by chain hash); returns the
 /// hashes that were found.
@@ -1239,8 +1243,8 @@ fn anomalies(comparison: &mut Comparison<'_>, graph: &ServiceGraph, expected: &[
 mod tests {
     use super::{GraphContext, canonical_cidr, compare_split, condition_matches};
 
-    /// Split over two threads, the per-port checks find exactly what one pass finds, in the
-    /// same order (a drifted dump of the testdata cluster).
+    /// Split into parallel tasks of one port each, the per-port checks find exactly what one
+    /// pass finds, in the same order (a drifted dump of the testdata cluster).
     #[test]
     fn split_compare_finds_what_one_pass_finds() {
         let (plan, _) = super::super::fixture::cluster_decisions();
@@ -1257,7 +1261,7 @@ mod tests {
         let context = GraphContext::default();
         let (one, one_explained) = compare_split(&expected, &graph, &context, usize::MAX);
         assert!(!one.is_empty(), "the drifted dump has graph-level findings");
-        assert!(expected.len() >= 2, "two halves");
+        assert!(expected.len() >= 2, "several tasks");
         let (split, split_explained) = compare_split(&expected, &graph, &context, 1);
         assert_eq!(split, one);
         assert_eq!(split_explained.chains, one_explained.chains);

@@ -10,7 +10,7 @@ pub mod conntrack;
 pub mod expected;
 pub mod finding;
 pub mod graph_level;
-mod halves;
+pub mod grouping;
 pub mod ipvs;
 pub mod nftables;
 pub mod nodewide;

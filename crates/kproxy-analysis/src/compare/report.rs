@@ -29,6 +29,10 @@ pub struct Report {
     pub summary: Summary,
     /// Findings, most severe first, then by ID, service and chain.
     pub findings: Vec<Finding>,
+    /// How many findings [`Report::group_alike`] left out (those its group findings stand for,
+    /// less one per group); absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub findings_truncated: Option<usize>,
 }
 
 impl Report {
@@ -56,7 +60,21 @@ impl Report {
             mode: mode.into(),
             summary,
             findings,
+            findings_truncated: None,
         }
+    }
+
+    /// Mass drift made readable: each set of many findings of one cause becomes one finding
+    /// ([`super::grouping`]). The summary still counts every finding (and so does the exit
+    /// status); `findings_truncated` says how many are not shown.
+    pub fn group_alike(mut self) -> Report {
+        let shown_before = self.findings.len();
+        let (findings, folded) = super::grouping::group(std::mem::take(&mut self.findings));
+        self.findings = findings;
+        if folded > 0 {
+            self.findings_truncated = Some(shown_before - self.findings.len());
+        }
+        self
     }
 
     /// Exit status: drift when any warning or error was found.

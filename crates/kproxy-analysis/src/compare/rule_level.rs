@@ -25,6 +25,7 @@ use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{
     Family, Match, Module, NameHash, Rule, Target, TargetKind, for_each_rule,
 };
+use rayon::prelude::*;
 use std::collections::HashMap;
 
 /// Runs a render, handing its chunks to the sink (see
@@ -282,6 +283,16 @@ impl ExpectedTable {
     }
 }
 
+/// A chunk of the render, kept until its window is read.
+struct OwnedChunk {
+    table: &'static str,
+    declarations: bool,
+    text: String,
+}
+
+/// Render chunks read into keys at a time (in parallel).
+const WINDOW_CHUNKS: usize = 8;
+
 /// What kube-proxy's render implies for the rule level: each chain's rule keys, read from the
 /// render as it is produced (none of its text is kept).
 #[derive(Debug, Default)]
@@ -293,6 +304,9 @@ pub struct ExpectedRules {
     /// What the keys leave out.
     omit: Omit,
 }
+
+/// One render chunk's rules: each rule's chain and key.
+type ChunkKeys<'a> = Vec<(&'a str, Option<Fingerprint>)>;
 
 impl ExpectedRules {
     /// Runs `render` (the render of `family`) and keeps each chain's key digest. `nat_chains`
@@ -321,32 +335,27 @@ impl ExpectedRules {
             nat_chains,
             omit,
         };
+        // The render's chunks are gathered a window at a time; their rules are read into keys in
+        // parallel, then added to the chains in render order.
+        let mut window: Vec<OwnedChunk> = Vec::new();
         let mut failed = None;
-        let mut buf = String::new();
         render(&mut |chunk: RenderChunk<'_>| {
             if failed.is_some() {
                 return;
             }
-            let t = rules.table(chunk.table);
-            if chunk.declarations {
-                for line in chunk.text.lines() {
-                    let name = line
-                        .strip_prefix(':')
-                        .and_then(|l| l.split(' ').next())
-                        .unwrap_or(line);
-                    t.declare(name);
-                }
-                return;
-            }
-            let table = t.name;
-            let parsed = for_each_rule(chunk.text, |chain, r| {
-                let k = key(table, chain, &r, (family, omit), &mut buf);
-                t.push_key(chain, k);
+            window.push(OwnedChunk {
+                table: chunk.table,
+                declarations: chunk.declarations,
+                text: chunk.text.to_string(),
             });
-            if let Err(e) = parsed {
-                failed = Some(e);
+            if window.len() == WINDOW_CHUNKS {
+                failed = rules.add_chunks(&window, family).err();
+                window.clear();
             }
         });
+        if failed.is_none() {
+            failed = rules.add_chunks(&window, family).err();
+        }
         for t in &mut rules.tables {
             // Grown by doubling while the render was read: hand back the spare room.
             t.chains.shrink_to_fit();
@@ -356,6 +365,41 @@ impl ExpectedRules {
             Some(e) => Err(e),
             None => Ok(rules),
         }
+    }
+
+    /// Adds the chains and keys of `chunks` (a window of the render, in order); the chunks' keys
+    /// are made in parallel.
+    fn add_chunks(&mut self, chunks: &[OwnedChunk], family: Family) -> Result<(), ParseError> {
+        let omit = self.omit;
+        let keyed: Vec<Result<ChunkKeys<'_>, ParseError>> = chunks
+            .par_iter()
+            .map_init(String::new, |buf, chunk| {
+                let mut keys = Vec::new();
+                if !chunk.declarations {
+                    for_each_rule(&chunk.text, |chain, r| {
+                        keys.push((chain, key(chunk.table, chain, &r, (family, omit), buf)));
+                    })?;
+                }
+                Ok(keys)
+            })
+            .collect();
+        for (chunk, keys) in chunks.iter().zip(keyed) {
+            let t = self.table(chunk.table);
+            if chunk.declarations {
+                for line in chunk.text.lines() {
+                    let name = line
+                        .strip_prefix(':')
+                        .and_then(|l| l.split(' ').next())
+                        .unwrap_or(line);
+                    t.declare(name);
+                }
+                continue;
+            }
+            for (chain, key) in keys? {
+                t.push_key(chain, key);
+            }
+        }
+        Ok(())
     }
 
     fn table(&mut self, name: &'static str) -> &mut ExpectedTable {
@@ -450,44 +494,44 @@ pub struct Screen {
 
 /// Compares the keys of every chain of `expected` (the render) with `actual` (the dump).
 pub fn screen(expected: ExpectedRules, actual: &Ruleset<'_>) -> Screen {
-    screen_split(expected, actual, PARALLEL_SCREEN_FROM)
+    screen_split(expected, actual, CHAINS_PER_TASK)
 }
 
-/// [`screen`], split over two threads from `parallel_from` chains.
-fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, parallel_from: usize) -> Screen {
+/// [`screen`], in parallel over runs of `per_task` chains.
+fn screen_split(mut expected: ExpectedRules, actual: &Ruleset<'_>, per_task: usize) -> Screen {
     for t in &mut expected.tables {
         t.order();
     }
-    // A node-sized table is screened in two halves on two threads (the render thread is the
-    // last one busy by then); each half keeps only the chains the findings read, in chain order.
-    // No list of all chains is made: a large node's 110k would be megabytes at verify's busiest
-    // moment.
+    // Each run keeps only the chains the findings read, in chain order. No list of all chains
+    // is made: a large node's 110k would be megabytes at verify's busiest moment.
     let mut chains = Vec::new();
     let omit = expected.omit;
     for t in &expected.tables {
-        let halves = super::halves::in_range_halves(t.chains.len(), parallel_from, |range| {
-            let mut buf = String::new();
-            let mut kept = Vec::new();
-            let part = t.chains.get(range).unwrap_or_default();
-            for ec in part {
-                let chain = chain_name(&t.names, ec);
-                if skipped_chain(chain) {
-                    continue;
+        let parts: Vec<Vec<_>> = t
+            .chains
+            .par_chunks(per_task.max(1))
+            .map_init(String::new, |buf, part| {
+                let mut kept = Vec::new();
+                for ec in part {
+                    let chain = chain_name(&t.names, ec);
+                    if skipped_chain(chain) {
+                        continue;
+                    }
+                    let status = chain_status(t.name, chain, ec, actual, (omit, buf));
+                    if status != Status::Same || !is_ordered(t.name, chain) {
+                        kept.push((t.name, chain.to_string(), status));
+                    }
                 }
-                let status = chain_status(t.name, chain, ec, actual, (omit, &mut buf));
-                if status != Status::Same || !is_ordered(t.name, chain) {
-                    kept.push((t.name, chain.to_string(), status));
-                }
-            }
-            kept
-        });
-        chains.extend(halves.into_iter().flatten());
+                kept
+            })
+            .collect();
+        chains.extend(parts.into_iter().flatten());
     }
     Screen { chains, omit }
 }
 
-/// From how many chains [`screen`] splits its work over two threads.
-const PARALLEL_SCREEN_FROM: usize = 20_000;
+/// How many chains one parallel task of [`screen`] compares.
+const CHAINS_PER_TASK: usize = 4096;
 
 /// How one chain of the render (`ec`) compares with the dump's chain of that name.
 fn chain_status(
@@ -774,8 +818,8 @@ mod tests {
     use crate::proxier::iptables::{RenderChunk, render_decisions_chunks};
     use kproxy_parsers::iptables::{Family, ParseOptions};
 
-    /// Split over two threads, the screen says of every chain what one pass says, in the same
-    /// order (the testdata cluster's render against a drifted dump of it).
+    /// Split into parallel tasks of one chain each, the screen says of every chain what one pass
+    /// says, in the same order (the testdata cluster's render against a drifted dump of it).
     #[test]
     fn split_screen_says_what_one_pass_says() {
         let (plan, facts) = super::super::fixture::cluster_decisions();
@@ -789,7 +833,7 @@ mod tests {
                 .expect("render keys")
         };
         let one = screen_split(keys(), &actual, usize::MAX);
-        assert!(one.chains.len() >= 2, "two halves");
+        assert!(one.chains.len() >= 2, "several tasks");
         assert!(
             one.chains
                 .iter()

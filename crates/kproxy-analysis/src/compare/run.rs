@@ -18,7 +18,6 @@ use crate::state::node::NodeFacts;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
 
 /// One dump to verify.
 #[derive(Debug, Clone, Copy)]
@@ -54,17 +53,25 @@ pub struct VerifyInput<'a> {
 }
 
 /// What kube-proxy would install on the node, computed from the API state: either before the
-/// dumps are read ([`NodePlans::new`]) or on a thread of its own while verify parses them
-/// ([`NodePlans::start`]). Either way the caller can let go of the state (the largest input)
-/// before verify allocates the dumps' models and graphs, which then
-/// reuse its memory.
+/// dumps are read ([`NodePlans::new`]) or when verify first asks for it ([`NodePlans::start`]),
+/// on one of its parallel tasks while the dumps are parsed. Either way the caller can let go of
+/// the state (the largest input) before verify allocates the dumps'
+/// models and graphs, which then reuse its memory.
 #[derive(Debug)]
 pub struct NodePlans {
     /// The families planned: those with a dump.
     families: Vec<IpFamily>,
     planned: OnceLock<Planned>,
-    /// The planning thread of [`NodePlans::start`], until its result is taken into `planned`.
-    worker: Mutex<Option<JoinHandle<Planned>>>,
+    /// What [`NodePlans::start`] plans from, until the plans are made.
+    pending: Mutex<Option<PlanInputs>>,
+}
+
+/// The inputs of a plan not made yet.
+#[derive(Debug)]
+struct PlanInputs {
+    state: Arc<ClusterState>,
+    config: ProxyConfig,
+    facts: NodeFacts,
 }
 
 /// The plans themselves.
@@ -125,49 +132,45 @@ impl NodePlans {
         NodePlans {
             families,
             planned: OnceLock::from(planned),
-            worker: Mutex::new(None),
+            pending: Mutex::new(None),
         }
     }
 
-    /// [`NodePlans::new`] on a thread of its own: returns at once, so verify parses the dumps
-    /// while kube-proxy's plan is computed (whoever needs a plan first waits for it). The thread
-    /// drops its reference to `state` when done: a caller that keeps no other frees the state
-    /// then.
+    /// [`NodePlans::new`], made when first asked for: verify asks on the task that reads the
+    /// render while another parses the dumps. The reference to `state` is dropped once the
+    /// plans are made: a caller that keeps no other frees the state then.
     pub fn start(
         state: Arc<ClusterState>,
         config: &ProxyConfig,
         facts: &NodeFacts,
         dumps: &[DumpText<'_>],
     ) -> NodePlans {
-        let families = dump_families(dumps);
-        let job = {
-            let (state, config, facts) = (Arc::clone(&state), config.clone(), facts.clone());
-            let families = families.clone();
-            move || Planned::new(&state, &config, &facts, &families)
-        };
-        match std::thread::Builder::new().name("plan".into()).spawn(job) {
-            Ok(worker) => NodePlans {
-                families,
-                planned: OnceLock::new(),
-                worker: Mutex::new(Some(worker)),
-            },
-            // No thread to be had: plan here and now.
-            Err(_) => NodePlans::new(&state, config, facts, dumps),
+        NodePlans {
+            families: dump_families(dumps),
+            planned: OnceLock::new(),
+            pending: Mutex::new(Some(PlanInputs {
+                state,
+                config: config.clone(),
+                facts: facts.clone(),
+            })),
         }
     }
 
-    /// The plans, waiting for the planning thread when there is one.
+    /// The plans, made now when [`NodePlans::start`] left them to be made.
     fn planned(&self) -> &Planned {
         self.planned.get_or_init(|| {
-            let worker = self
-                .worker
+            let inputs = self
+                .pending
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
-            match worker.map(JoinHandle::join) {
-                Some(Ok(planned)) => planned,
-                Some(Err(panic)) => std::panic::resume_unwind(panic),
-                None => panic!("the planning thread failed earlier"),
+            match inputs {
+                Some(PlanInputs {
+                    state,
+                    config,
+                    facts,
+                }) => Planned::new(&state, &config, &facts, &self.families),
+                None => panic!("planning failed earlier"),
             }
         })
     }
@@ -444,24 +447,12 @@ struct DumpChecked {
     legacy_tables_present: bool,
 }
 
-/// The dump's model, shared with the render thread: always set before this thread leaves the
-/// scope (to `None` when the dump did not parse, or on a panic), so that thread never waits
-/// forever.
-struct ModelCell<'c, 't>(&'c OnceLock<Option<Ruleset<'t>>>);
-
-impl Drop for ModelCell<'_, '_> {
-    fn drop(&mut self) {
-        let _ = self.0.set(None);
-    }
-}
-
-/// Node-wide, graph-level and rule-level checks of one dump, on two threads:
+/// Node-wide, graph-level and rule-level checks of one dump, in two parallel steps:
 ///
-/// * this one parses the dump, builds its model (handed to the other thread), its graph and the
-///   graph-level findings;
-/// * the other computes what kube-proxy would write, reads the render as it is produced into one
-///   key per rule (the text is never held whole), and compares those keys with the dump's chain
-///   by chain once the model is there ([`rule_level::screen`]).
+/// 1. the dump is parsed into its model while kube-proxy's render is read into one key per rule
+///    (the text is never held whole);
+/// 2. the graph is built and compared with the expected ports (graph level) while the render's
+///    keys are compared with the model's, chain by chain ([`rule_level::screen`]).
 ///
 /// Then the few chains that differ are looked at rule by rule ([`rule_level::findings`]).
 fn verify_dump(
@@ -472,15 +463,7 @@ fn verify_dump(
     mode: &str,
 ) -> Result<DumpChecked, VerifyError> {
     let t0 = std::time::Instant::now();
-    let cpu0 = crate::state::load::thread_cpu_time();
-    let stage = |what: &str| {
-        tracing::debug!(
-            "verify {}: {what} after {:?} (cpu {:?})",
-            d.label,
-            t0.elapsed(),
-            crate::state::load::thread_cpu_time().saturating_sub(cpu0)
-        )
-    };
+    let stage = |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
     let mut facts = facts.clone();
     facts.family = d.family;
     let family = match d.family {
@@ -494,148 +477,127 @@ fn verify_dump(
     if !plans.has(d.family) {
         return Err(not_planned());
     }
-    let model_cell: OnceLock<Option<Ruleset<'_>>> = OnceLock::new();
     let render_error = |source: ParseError| VerifyError::Parse {
         error: Box::new(source.in_source(format!("render for {}", d.label))),
     };
-    // The plan may still be computed ([`NodePlans::start`]): asked for only where it is used.
     let render = |sink: &mut dyn FnMut(ipt::RenderChunk<'_>)| {
         if let Some(plan) = plans.of(d.family) {
             let _ = ipt::render_decisions_chunks(plan, &facts, sink);
         }
     };
-    let facts = &facts;
-    std::thread::scope(|scope| {
-        let rules_job = scope.spawn(|| {
-            let chains = input
-                .plans
+    let omit = if facts.nfacct_known {
+        rule_level::KEY_OMIT_KNOWN_NFACCT
+    } else {
+        rule_level::KEY_OMIT
+    };
+    let (expected_rules, dump) = rayon::join(
+        || {
+            // Plans first, when [`NodePlans::start`] left that to be done.
+            let chains = plans
                 .of(d.family)
                 .map_or(0, ipt::ServiceDecisions::nat_chains_estimate);
-            let omit = if facts.nfacct_known {
-                rule_level::KEY_OMIT_KNOWN_NFACCT
-            } else {
-                rule_level::KEY_OMIT
-            };
-            let expected =
-                rule_level::ExpectedRules::build_omitting(&render, family, chains, omit)?;
-            tracing::debug!(
-                "verify {}: render keys built after {:?}",
-                d.label,
-                t0.elapsed()
-            );
-            let screen = match model_cell.wait() {
-                Some(actual) => rule_level::screen(expected, actual),
-                None => rule_level::Screen::default(),
-            };
-            tracing::debug!(
-                "verify {}: rule keys screened after {:?}",
-                d.label,
-                t0.elapsed()
-            );
-            Ok::<_, ParseError>(screen)
-        });
-        let model_guard = ModelCell(&model_cell);
-        let dump = parse(d, &input.parse)?;
-        stage("parsed");
-        check_family(&dump, family, d.label)?;
-        // A table the dump lacks is one node-wide finding (KP011); the per-port findings about
-        // its chains would only repeat it.
-        let missing: Vec<&'static str> = ["nat", "filter"]
-            .into_iter()
-            .filter(|t| !dump.tables.iter().any(|d| d.name == *t))
-            .collect();
-        let plan = plans.of(d.family).ok_or_else(not_planned)?;
-        // The expected ports name the node's service addresses (node-wide checks) and chain
-        // hashes (graph, rule level); they are made again for the graph level, after the graph
-        // is built: until then verify holds as little as it can.
-        let (mut findings, resolver) = {
-            let expected = expected::expected_ports(plan);
-            stage("expected service ports computed");
-            let addresses = service_addresses(&expected);
-            let node_context = NodeContext {
-                mark: mark_value(facts, input.config),
-                mode,
-                services: &addresses,
-                large_cluster: plan.large_cluster_mode,
-                label: d.label,
-            };
-            let findings = nodewide::check(&dump, &node_context);
-            stage("node-wide checks done");
-            let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
-            (findings, names)
-        };
-        let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
-        let legacy_tables_present = dump.legacy_tables_present;
-        let unreadable = nodewide::is_unreadable(&dump);
-
-        let dump_facts = graph::DumpSummary::of(&dump);
-        // One ruleset serves the graph and the rule level (both threads).
-        let _ = model_cell.set(Some(Ruleset::from_dump(dump)));
-        drop(model_guard);
-        let Some(actual_rules) = model_cell.get().and_then(Option::as_ref) else {
-            unreachable!("the model was just set");
-        };
-        stage("dump indexed");
-        let graph = graph::build_ruleset(
-            actual_rules,
-            &dump_facts,
-            &GraphOptions {
-                resolver: resolver.clone(),
-                source: Some(d.label.to_string()),
-                comparison_only: true,
-            },
-        );
-        let graph_context = GraphContext {
-            masquerade_all: input.config.masquerade_all,
-            local_detector: expected::detector_text(plan),
-            large_cluster: plan.large_cluster_mode,
-            unreadable,
-        };
-        stage("graph built");
+            let keys = rule_level::ExpectedRules::build_omitting(&render, family, chains, omit);
+            stage("render keys built");
+            keys
+        },
+        || {
+            let dump = parse(d, &input.parse)?;
+            stage("parsed");
+            check_family(&dump, family, d.label)?;
+            Ok::<_, VerifyError>(dump)
+        },
+    );
+    let dump = dump?;
+    let expected_rules = expected_rules.map_err(render_error)?;
+    // A table the dump lacks is one node-wide finding (KP011); the per-port findings about its
+    // chains would only repeat it.
+    let missing: Vec<&'static str> = ["nat", "filter"]
+        .into_iter()
+        .filter(|t| !dump.tables.iter().any(|d| d.name == *t))
+        .collect();
+    let plan = plans.of(d.family).ok_or_else(not_planned)?;
+    let facts = &facts;
+    // The expected ports name the node's service addresses (node-wide checks) and chain hashes
+    // (graph, rule level); they are made again for the graph level, after the graph is built:
+    // until then verify holds as little as it can.
+    let (mut findings, resolver) = {
         let expected = expected::expected_ports(plan);
-        let (mut graph_findings, explained) =
-            graph_level::compare(&expected, &graph, &graph_context);
-        if !missing.is_empty() {
-            graph_findings.retain(|f| {
-                let table = match f.chain.as_deref() {
-                    Some(c) if c.starts_with("filter ") => "filter",
-                    _ => "nat",
-                };
-                !missing.contains(&table)
-            });
-        }
-        stage("graph level compared");
-        let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
-        findings.extend(graph_findings);
-        let service_ports = expected.len();
-        // Free what the rule level does not need.
-        drop(graph);
-        drop(expected);
-
-        let screen = rules_job
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            .map_err(render_error)?;
-        stage("rule keys compared");
-        if !unreadable && !skeleton {
-            let rule_findings = rule_level::findings(
-                &screen,
-                family,
-                &render,
-                actual_rules,
-                &resolver,
-                &explained,
-            )
-            .map_err(render_error)?;
-            findings.extend(rule_findings);
-            stage("rule level compared");
-        }
-        Ok(DumpChecked {
-            findings,
-            service_ports,
-            has_kube_proxy_rules,
-            legacy_tables_present,
-        })
+        let addresses = service_addresses(&expected);
+        let node_context = NodeContext {
+            mark: mark_value(facts, input.config),
+            mode,
+            services: &addresses,
+            large_cluster: plan.large_cluster_mode,
+            label: d.label,
+        };
+        let findings = nodewide::check(&dump, &node_context);
+        stage("node-wide checks done");
+        let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
+        (findings, names)
+    };
+    let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
+    let legacy_tables_present = dump.legacy_tables_present;
+    let unreadable = nodewide::is_unreadable(&dump);
+    let dump_summary = graph::DumpSummary::of(&dump);
+    // One ruleset serves the graph and the rule level.
+    let actual_rules = Ruleset::from_dump(dump);
+    stage("dump indexed");
+    let (screen, (graph_findings, explained, service_ports)) = rayon::join(
+        || rule_level::screen(expected_rules, &actual_rules),
+        || {
+            let graph = graph::build_ruleset(
+                &actual_rules,
+                &dump_summary,
+                &GraphOptions {
+                    resolver: resolver.clone(),
+                    source: Some(d.label.to_string()),
+                    comparison_only: true,
+                },
+            );
+            stage("graph built");
+            let graph_context = GraphContext {
+                masquerade_all: input.config.masquerade_all,
+                local_detector: expected::detector_text(plan),
+                large_cluster: plan.large_cluster_mode,
+                unreadable,
+            };
+            let expected = expected::expected_ports(plan);
+            let (mut graph_findings, explained) =
+                graph_level::compare(&expected, &graph, &graph_context);
+            if !missing.is_empty() {
+                graph_findings.retain(|f| {
+                    let table = match f.chain.as_deref() {
+                        Some(c) if c.starts_with("filter ") => "filter",
+                        _ => "nat",
+                    };
+                    !missing.contains(&table)
+                });
+            }
+            stage("graph level compared");
+            (graph_findings, explained, expected.len())
+        },
+    );
+    stage("rule keys compared");
+    let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
+    findings.extend(graph_findings);
+    if !unreadable && !skeleton {
+        let rule_findings = rule_level::findings(
+            &screen,
+            family,
+            &render,
+            &actual_rules,
+            &resolver,
+            &explained,
+        )
+        .map_err(render_error)?;
+        findings.extend(rule_findings);
+        stage("rule level compared");
+    }
+    Ok(DumpChecked {
+        findings,
+        service_ports,
+        has_kube_proxy_rules,
+        legacy_tables_present,
     })
 }
 

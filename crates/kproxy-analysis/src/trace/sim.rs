@@ -17,6 +17,7 @@
 pub mod engine;
 pub mod kernel;
 pub mod kptest;
+pub mod nft;
 pub mod packet;
 pub mod report;
 

@@ -15,6 +15,7 @@ mod anomalies;
 mod build;
 pub mod ipvs;
 pub mod names;
+pub mod nftables;
 pub mod ownership;
 
 pub use build::{DumpSummary, GraphOptions, build, build_ruleset, from_dump};
@@ -113,6 +114,8 @@ pub enum NameSource {
     Resolved,
     /// Not known: only the hash can be shown.
     Unknown,
+    /// The nftables chain name (`service-HASH-ns/name/proto/port`), its hash checked.
+    ChainName,
 }
 
 /// One service port (`ns/name:port` + protocol) as the dump implements it.
@@ -445,6 +448,10 @@ pub enum AnomalyKind {
     UnreadableRule,
     /// Chains that jump or go to each other in a cycle (or a chain to itself).
     JumpLoop,
+    /// An nftables per-service chain whose hash is not kube-proxy's hash of the rest of its name.
+    NameMismatch,
+    /// A cluster IP with `service-ips` entries that the nftables `cluster-ips` set lacks.
+    ClusterIpNotInSet,
 }
 
 /// Something that does not fit kube-proxy's shape.

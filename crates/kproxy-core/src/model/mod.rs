@@ -10,6 +10,7 @@
 pub mod canonical;
 pub mod hashing;
 mod name_index;
+pub mod nft_names;
 pub mod serialize;
 
 use std::collections::HashMap;

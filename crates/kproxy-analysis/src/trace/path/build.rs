@@ -8,7 +8,7 @@ use super::{
 };
 use crate::graph::{
     ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
-    ownership::service_chain,
+    nftables::port_chain_kind,
 };
 use crate::proxier::iptables::{ServiceDecisions, ServicePortDecisions};
 use std::collections::BTreeSet;
@@ -253,7 +253,7 @@ fn entry_path(
     _pp: Option<&ServicePortDecisions>,
 ) -> EntryPath {
     let mut branches = Vec::new();
-    if service_chain(&e.target).is_some() {
+    if port_chain_kind(&e.target).is_some() {
         walk(observed, &e.target, Vec::new(), Vec::new(), &mut branches);
     }
     let chains_on_path: BTreeSet<&str> = branches
@@ -283,10 +283,16 @@ fn entry_path(
                 .flat_map(|b| &b.endpoints)
                 .any(|ep| ep.chain == m.chain)
     }) {
+        // The endpoint chains' prefix and source match, in the mode's own words.
+        let (chain, condition) = if h.chain.starts_with("KUBE-") {
+            ("KUBE-SEP-*", "-s <endpoint>")
+        } else {
+            ("endpoint-*", "ip saddr <endpoint>")
+        };
         masquerade.push(MasqStep {
-            chain: "KUBE-SEP-*".into(),
+            chain: chain.into(),
             reason: MasqueradeReason::Hairpin,
-            condition: Some("-s <endpoint>".into()),
+            condition: Some(condition.into()),
             line: h.line,
             counters: None,
             why: masq_why(MasqueradeReason::Hairpin, None),
@@ -366,13 +372,13 @@ fn walk(
     }
     chains.push(chain.to_string());
     let is_policy = matches!(
-        service_chain(chain),
-        Some((ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(chain),
+        Some(ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb)
     );
     let picks_endpoints = observed
         .edges
         .iter()
-        .any(|e| e.from == chain && matches!(service_chain(e.to), Some((ChainKind::Sep, _))));
+        .any(|e| e.from == chain && matches!(port_chain_kind(e.to), Some(ChainKind::Sep)));
     if is_policy || picks_endpoints {
         let endpoints = observed
             .endpoints
@@ -404,7 +410,7 @@ fn walk(
     // Jumps to the same chain are one way on (e.g. several source ranges of a FW chain).
     let mut onward: Vec<(&str, Vec<&str>)> = Vec::new();
     for e in observed.edges.iter().filter(|e| e.from == chain) {
-        if matches!(service_chain(e.to), Some((ChainKind::Sep, _)) | None) {
+        if matches!(port_chain_kind(e.to), Some(ChainKind::Sep) | None) {
             continue;
         }
         match onward.iter_mut().find(|(to, _)| *to == e.to) {

@@ -3,7 +3,7 @@
 
 use super::{AffinityView, DecidedEndpoint};
 use super::{Branch, Divergence, DivergenceKind, EndpointPath, EntryPath, PodRef, PortPath};
-use crate::graph::{ChainKind, EntryKind, ownership::service_chain, percent};
+use crate::graph::{ChainKind, EntryKind, nftables::port_chain_kind, percent};
 use crate::model::hashing::EndpointChain;
 use crate::proxier::iptables::ServicePortDecisions;
 
@@ -88,8 +88,8 @@ fn expected_set<'p>(
     policy_chain: &str,
 ) -> Vec<(&'p DecidedEndpoint, &'p str)> {
     let local = matches!(
-        service_chain(policy_chain),
-        Some((ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(policy_chain),
+        Some(ChainKind::Svl | ChainKind::Xlb)
     );
     let idx = if local {
         &decisions.categorized.local
@@ -205,7 +205,7 @@ pub(super) fn compare_branch(b: &mut Branch, decisions: &ServicePortDecisions) {
 
 fn local_chain(chain: &str) -> bool {
     matches!(
-        service_chain(chain),
-        Some((ChainKind::Svl | ChainKind::Xlb, _))
+        port_chain_kind(chain),
+        Some(ChainKind::Svl | ChainKind::Xlb)
     )
 }

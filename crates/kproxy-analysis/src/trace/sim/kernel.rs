@@ -121,11 +121,41 @@ pub enum StepResult {
     Policy,
 }
 
+/// The rule a step evaluated: an iptables rule, or an nftables rule (`--nft-ruleset`).
+#[derive(Debug, Clone, Copy)]
+pub enum StepRule<'d, 'a> {
+    /// An iptables rule.
+    Iptables(&'d Rule<'a>),
+    /// An nftables rule.
+    Nft(&'d kproxy_parsers::nft::Rule<'a>),
+}
+
+impl<'d> StepRule<'d, '_> {
+    /// The rule as written (iptables) or in nft's command form (nftables).
+    pub fn text(&self) -> std::borrow::Cow<'d, str> {
+        match self {
+            StepRule::Iptables(r) => std::borrow::Cow::Borrowed(r.raw),
+            StepRule::Nft(r) => std::borrow::Cow::Owned(r.to_string()),
+        }
+    }
+
+    /// The criterion (iptables match) or statement (nftables) at index `at`, as written.
+    pub fn describe(&self, at: usize) -> Option<String> {
+        match self {
+            StepRule::Iptables(r) => r
+                .matches()
+                .nth(at)
+                .map(|m| super::engine::describe_match(r, &m)),
+            StepRule::Nft(r) => r.stmts.get(at).map(ToString::to_string),
+        }
+    }
+}
+
 /// One step of a path: `table/chain#n` and what happened.
 #[derive(Debug, Clone)]
 pub struct Step<'d, 'a> {
-    /// Table name.
-    pub table: &'static str,
+    /// Table name (`nat`; for nftables the table's name, `kube-proxy`).
+    pub table: &'a str,
     /// Chain name.
     pub chain: &'a str,
     /// 1-based rule number in the chain (0 for a policy step).
@@ -133,7 +163,7 @@ pub struct Step<'d, 'a> {
     /// What happened.
     pub result: StepResult,
     /// The rule (`None` for a policy step).
-    pub rule: Option<&'d Rule<'a>>,
+    pub rule: Option<StepRule<'d, 'a>>,
     /// The chain policy (policy steps only).
     pub policy: Option<&'a str>,
 }
@@ -224,16 +254,16 @@ impl Phase {
 }
 
 /// Deepest chain nesting followed before giving up.
-const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 /// Most outcomes one packet may have.
-const MAX_OUTCOMES: usize = 100_000;
+pub(super) const MAX_OUTCOMES: usize = 100_000;
 /// Most times one branch may enter the same chain. A packet enters a chain once per jump to it,
 /// and kube-proxy's rules call `KUBE-MARK-MASQ` and friends at most a few times per hook; only a
 /// `-j`/`-g` cycle (which `-g` keeps at a constant depth) reaches this.
 const MAX_ENTRIES: u32 = 64;
 /// Most rules evaluated over all branches: bounds time and the memory of the recorded paths
 /// whatever the ruleset (a 10,000-service dump takes some 20,000 steps per branch).
-const MAX_STEPS: usize = 4_000_000;
+pub(super) const MAX_STEPS: usize = 4_000_000;
 
 #[derive(Debug, Clone)]
 struct Frame<'a> {
@@ -260,7 +290,7 @@ struct Branch<'d, 'a> {
     route: Option<Route>,
     stack: Vec<Frame<'a>>,
     /// How often this branch entered each user chain (`table`, chain, count): the loop guard.
-    entered: Vec<(&'static str, &'a str, u32)>,
+    entered: Vec<(&'a str, &'a str, u32)>,
     filter_decision: Option<String>,
     path: Vec<Step<'d, 'a>>,
 }
@@ -504,7 +534,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                 chain: chain_name,
                 number,
                 result,
-                rule: Some(rule),
+                rule: Some(StepRule::Iptables(rule)),
                 policy: None,
             };
             match result {
@@ -663,9 +693,9 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
 }
 
 /// Counts one more entry of `table`/`chain` in a branch; a loop error past [`MAX_ENTRIES`].
-fn enter<'a>(
-    entered: &mut Vec<(&'static str, &'a str, u32)>,
-    table: &'static str,
+pub(super) fn enter<'a>(
+    entered: &mut Vec<(&'a str, &'a str, u32)>,
+    table: &'a str,
     chain: &'a str,
 ) -> Result<(), SimError> {
     let times = match entered

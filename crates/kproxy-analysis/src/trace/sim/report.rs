@@ -5,7 +5,6 @@
 //! "table/chain#n", "result": "matched"|"skipped"|"policy", "probability"?, "rule", "because"?}]}],
 //! "notes": […]}`. Test model JSON: exactly `{"output", "masq"}`.
 
-use super::engine::describe_match;
 use super::kernel::{Distribution, Outcome, Step, StepResult};
 use super::kptest::TestTrace;
 use serde_json::{Value, json};
@@ -32,10 +31,7 @@ fn result_name(r: &StepResult) -> &'static str {
 fn because(step: &Step<'_, '_>) -> Option<String> {
     match step.result {
         StepResult::Skipped { at, undecidable } => {
-            let what = step
-                .rule
-                .and_then(|r| r.matches().nth(at).map(|m| describe_match(r, &m)))
-                .unwrap_or_default();
+            let what = step.rule.and_then(|r| r.describe(at)).unwrap_or_default();
             Some(match undecidable {
                 Some(why) => format!("{what} (undecidable: {why})"),
                 None => format!("{what} does not match"),
@@ -52,7 +48,7 @@ fn step_json(step: &Step<'_, '_>) -> Value {
         "result": result_name(&step.result),
     });
     if let Some(rule) = step.rule {
-        v["rule"] = json!(rule.raw);
+        v["rule"] = json!(rule.text());
     }
     if let Some(policy) = step.policy {
         v["policy"] = json!(policy);
@@ -187,7 +183,7 @@ fn write_path(out: &mut String, path: &[Step<'_, '_>]) {
                 StepResult::Policy => format!("policy {}", step.policy.unwrap_or("ACCEPT")),
                 _ => result_name(&step.result).to_string(),
             };
-            let text = step.rule.map_or("", |r| r.raw);
+            let text = step.rule.map(|r| r.text()).unwrap_or_default();
             let mut line = format!("  {:<44} {label:<8} {text}", step.location());
             if let Some(b) =
                 because(step).filter(|_| !matches!(step.result, StepResult::SkippedRandom(_)))

@@ -96,10 +96,6 @@ pub fn build<'a>(dump: &Dump<'a>, opts: &GraphOptions) -> ServiceGraph<'a> {
     from_dump(dump.clone(), opts)
 }
 
-/// Rules from which [`build_ruleset`] runs the anomaly checks on their own thread (below, a
-/// thread costs more than it saves).
-const PARALLEL_ANOMALIES_FROM: usize = 20_000;
-
 /// Builds the service graph of a ruleset (see [`build`]); `facts` carries what the ruleset does not.
 pub fn build_ruleset<'a>(
     rs: &Ruleset<'a>,
@@ -126,21 +122,11 @@ pub fn build_ruleset<'a>(
         b.resolve_names(&opts.resolver);
         b
     };
-    let anomalies_of = || super::anomalies::find(rs, facts.save_form, facts.gaps.is_empty());
-    // The anomaly checks read only the ruleset: on a node-sized dump they run on a second
-    // thread while the service ports are built (about a third of the work).
-    let (mut anomalies, mut b) = if rs.rule_count() >= PARALLEL_ANOMALIES_FROM {
-        std::thread::scope(|scope| {
-            let found = scope.spawn(anomalies_of);
-            let b = service_ports_of();
-            let anomalies = found
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (anomalies, b)
-        })
-    } else {
-        (anomalies_of(), service_ports_of())
-    };
+    // The anomaly checks read only the ruleset: they run in parallel with the service ports.
+    let (mut anomalies, mut b) = rayon::join(
+        || super::anomalies::find(rs, facts.save_form, facts.gaps.is_empty()),
+        service_ports_of,
+    );
     anomalies.append(&mut b.anomalies);
     let service_ports = b.ports.finish();
     if anomalies
@@ -188,54 +174,11 @@ pub fn build_ruleset<'a>(
     }
 }
 
-/// The port of a `sep_owner` slot no port has taken.
-const NO_OWNER: u32 = u32::MAX;
-
 /// An entry's `(address, port, protocol)`.
 type EntryKey = (String, Option<u16>, Option<String>);
 
 /// A candidate name for a port from a kube-proxy comment: (chain, hash, name, protocol).
 type NameCandidate<'a> = (&'a str, &'a str, &'a str, Option<Cow<'static, str>>);
-
-/// The first DNAT of an endpoint chain.
-#[derive(Debug)]
-struct Dnat<'a> {
-    destination: &'a str,
-    ip: Option<std::net::IpAddr>,
-    port: Option<u16>,
-    line: u32,
-    counters: Option<Box<Counters>>,
-}
-
-/// What one endpoint chain says about its endpoint (`Builder::endpoint_chain`).
-#[derive(Debug)]
-struct SepFacts<'a> {
-    /// The port and the position of the endpoint in its endpoints.
-    port: usize,
-    at: usize,
-    /// The protocol of the first DNAT rule that names one.
-    protocol: Option<Cow<'static, str>>,
-    dnat: Option<Dnat<'a>>,
-    /// Some DNAT rule records the client (`-m recent --set`).
-    affinity_set: bool,
-    /// Some rule masquerades the endpoint's own traffic.
-    hairpin: bool,
-    /// How many of the batch's masquerade rules are this chain's.
-    masquerade: usize,
-}
-
-/// Endpoint chains read but not yet written to their endpoints.
-#[derive(Debug, Default)]
-struct SepBatch<'a> {
-    items: Vec<SepFacts<'a>>,
-    /// The masquerade rules of `items`, in order.
-    masquerade: Vec<MasqueradeRule<'a>>,
-}
-
-impl SepBatch<'_> {
-    /// Chains per batch: enough writes in flight to overlap, few enough to stay in cache.
-    const SIZE: usize = 32;
-}
 
 #[derive(Debug, Default)]
 struct Builder<'a> {
@@ -244,12 +187,10 @@ struct Builder<'a> {
     by_name: HashMap<(&'a str, Cow<'static, str>), usize, NameHash>,
     /// `(address, port, protocol)` of entries → port, built on first use (old layouts only).
     by_entry: Option<HashMap<EntryKey, usize>>,
-    /// Scratch: the facts of one chain's rules.
-    facts: Vec<RuleSummary<'a>>,
     /// Per nat chain (by index): the port whose policy chain (SVC/SVL/XLB) picks it as an
-    /// endpoint chain (of several, the first in rank order; [`NO_OWNER`] when none does) and
-    /// the position of its endpoint in that port's endpoints, where the chain's facts go.
-    sep_owner: Vec<(u32, u32)>,
+    /// endpoint chain (of several, the first in rank order; `None` when none does) and the
+    /// position of its endpoint in that port's endpoints, where the chain's facts go.
+    sep_owner: Vec<Option<(usize, usize)>>,
     masq_mark: Option<u32>,
     masq_mark_text: Option<String>,
     anomalies: Vec<super::Anomaly>,
@@ -456,7 +397,7 @@ impl<'a> Builder<'a> {
     /// Each port's SVC/SVL/XLB (policy) and EXT/FW (external) chains, ports in rank order (the
     /// first owner of a shared endpoint chain wins).
     fn policy_and_external_chains(&mut self, nat: &TableRules<'a>) {
-        self.sep_owner = vec![(NO_OWNER, 0); nat.chains.len()];
+        self.sep_owner = vec![None; nat.chains.len()];
         for i in self.ports.by_rank() {
             let chains = self.ports.get(i).chains.clone();
             for pc in chains {
@@ -501,10 +442,8 @@ impl<'a> Builder<'a> {
             return;
         };
         let (chain, kind) = (c.name, pc.kind);
-        // One endpoint and one edge per rule, about: no doubling of 10k ports' vectors.
         let with_edges = !self.comparison_only;
-        // About one endpoint and one edge per jump to an endpoint chain: room for exactly those
-        // (no doubling of 10k ports' vectors, no slack for the chain's other rules).
+        // One endpoint and one edge per jump to an endpoint chain.
         let picks = c
             .rules
             .iter()
@@ -526,10 +465,8 @@ impl<'a> Builder<'a> {
                     let idx = jump.and_then(|j| j.chain);
                     let p = self.ports.at(port);
                     let at = p.endpoint(to, idx);
-                    if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci))
-                        && slot.0 == NO_OWNER
-                    {
-                        *slot = (port as u32, at as u32);
+                    if let Some(slot) = idx.and_then(|ci| self.sep_owner.get_mut(ci)) {
+                        slot.get_or_insert((port, at));
                     }
                     let f = RuleSummary::of(r);
                     let p = self.ports.at(port);
@@ -658,115 +595,61 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The endpoint chains, in chain order (their rules are read in memory order; their ports
-    /// and endpoints are not in any order). What a chain says about its endpoint is gathered
-    /// first and written to the endpoints a batch at a time: the writes, each a cache miss on
-    /// a large node, then overlap instead of waiting behind each chain's decoding.
+    /// The endpoint chains: each one's DNAT, protocol, affinity and masquerade rules go to the
+    /// endpoint its owner's policy chain made for it.
     fn endpoint_chains(&mut self, nat: &TableRules<'a>) {
-        let mut batch = SepBatch::default();
         for (ci, c) in nat.chains.iter().enumerate() {
             if let Some((ChainKind::Sep, _)) = service_chain(c.name) {
-                self.endpoint_chain(ci, c, &mut batch);
-                if batch.items.len() == SepBatch::SIZE {
-                    self.write_endpoints(&mut batch);
-                }
+                self.endpoint_chain(ci, c);
             }
         }
-        self.write_endpoints(&mut batch);
     }
 
-    /// Reads endpoint chain `c` (nat chain `ci`) into `batch`.
-    fn endpoint_chain(&mut self, ci: usize, c: &Chain<'a>, batch: &mut SepBatch<'a>) {
+    /// Reads endpoint chain `c` (nat chain `ci`) into its endpoint.
+    fn endpoint_chain(&mut self, ci: usize, c: &Chain<'a>) {
         let chain = c.name;
-        let mut facts = std::mem::take(&mut self.facts);
-        facts.clear();
-        facts.extend(c.rules.iter().map(|r| RuleSummary::of(r)));
-        let slot = self.sep_owner.get(ci).copied().filter(|o| o.0 != NO_OWNER);
-        let (port, at) = match slot {
-            Some((port, at)) => (port as usize, at as usize),
+        let facts: Vec<RuleSummary<'a>> = c.rules.iter().map(|r| RuleSummary::of(r)).collect();
+        let (port, at) = match self.sep_owner.get(ci).copied().flatten() {
+            Some(owner) => owner,
             None => {
-                // An endpoint chain no policy chain picks: its port comes from its comment, and
-                // may be created here, so everything read before is written first.
-                self.write_endpoints(batch);
+                // An endpoint chain no policy chain picks: its port comes from its comment.
                 let owner = facts.iter().find_map(|f| {
                     let sc = f.comment.and_then(parse_comment)?;
                     let proto = f.protocol.or_else(|| facts.iter().find_map(|f| f.protocol));
                     self.key_for_name(sc.name, proto, true)
                 });
                 let Some(port) = owner else {
-                    self.facts = facts;
                     return;
                 };
                 (port, self.ports.at(port).endpoint_from_chain(chain, ci))
             }
-        };
-        let mut item = SepFacts {
-            port,
-            at,
-            protocol: None,
-            dnat: None,
-            affinity_set: false,
-            hairpin: false,
-            masquerade: 0,
         };
         for (r, f) in c.rules.iter().zip(&facts) {
             match r.target() {
                 t if self.is_masq(t.as_ref()) => {
                     let m = masquerade_rule(chain, Some(ChainKind::Sep), None, r, f);
                     let is_hairpin = m.reason == MasqueradeReason::Hairpin;
-                    item.hairpin |= is_hairpin;
+                    let p = self.ports.at(port);
+                    p.endpoints[at].hairpin_masquerade |= is_hairpin;
                     if !(is_hairpin && self.comparison_only) {
-                        batch.masquerade.push(m);
-                        item.masquerade += 1;
+                        p.endpoint_masquerade.push(m);
                     }
                 }
                 Some(Target::Dnat { to, .. }) => {
-                    item.protocol = item.protocol.or_else(|| f.protocol_lower());
-                    item.affinity_set |= f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
-                    if item.dnat.is_none() {
-                        item.dnat = Some(Dnat {
-                            destination: to.raw,
-                            ip: to.addr,
-                            port: to.ports.map(|pr| pr.first),
-                            line: r.line,
-                            counters: counters(r).map(Box::new),
-                        });
+                    let p = self.ports.at(port);
+                    p.set_protocol(f.protocol_lower());
+                    let ep = &mut p.endpoints[at];
+                    ep.affinity_set |= f.recent.is_some_and(|rc| rc.action == RecentAction::Set);
+                    if ep.dnat_line.is_none() {
+                        ep.destination = Some(to.raw);
+                        ep.ip = to.addr;
+                        ep.port = to.ports.map(|pr| pr.first);
+                        ep.dnat_line = Some(r.line);
+                        ep.counters = counters(r).map(Box::new);
                     }
                 }
                 _ => {}
             }
-        }
-        batch.items.push(item);
-        self.facts = facts;
-    }
-
-    /// Writes what `batch` gathered to the endpoints (in the order the chains were read) and
-    /// empties it.
-    fn write_endpoints(&mut self, batch: &mut SepBatch<'a>) {
-        let mut masquerade = batch.masquerade.drain(..);
-        for item in batch.items.drain(..) {
-            let p = self.ports.at(item.port);
-            if item.masquerade > 0 && p.endpoint_masquerade.capacity() == 0 {
-                // About one hairpin rule per endpoint, and room for the port's own rules, which
-                // go in front of them at the end.
-                p.endpoint_masquerade
-                    .reserve_exact(p.endpoints.len().max(1) + p.masquerade.len());
-            }
-            p.endpoint_masquerade
-                .extend(masquerade.by_ref().take(item.masquerade));
-            p.set_protocol(item.protocol);
-            let ep = &mut p.endpoints[item.at];
-            if let Some(d) = item.dnat
-                && ep.dnat_line.is_none()
-            {
-                ep.destination = Some(d.destination);
-                ep.ip = d.ip;
-                ep.port = d.port;
-                ep.dnat_line = Some(d.line);
-                ep.counters = d.counters;
-            }
-            ep.affinity_set |= item.affinity_set;
-            ep.hairpin_masquerade |= item.hairpin;
         }
     }
 

@@ -139,21 +139,8 @@ impl<'a> PortBuilder<'a> {
         // Stable: one chain's rules stay in rule order.
         self.endpoint_masquerade
             .sort_by(|a, b| a.chain.cmp(b.chain));
-        if self.endpoint_masquerade.capacity() - self.endpoint_masquerade.len()
-            >= self.masquerade.len()
-        {
-            // The endpoint chains' rules made room for the port's own in front of them: a shift
-            // instead of a copy of 100k rules into 10k grown vectors.
-            let own = std::mem::take(&mut self.masquerade);
-            self.endpoint_masquerade.splice(0..0, own);
-            self.masquerade = std::mem::take(&mut self.endpoint_masquerade);
-        } else {
-            self.masquerade
-                .reserve_exact(self.endpoint_masquerade.len());
-            self.masquerade.append(&mut self.endpoint_masquerade);
-        }
-        // The vectors grew by doubling (from four: an entry list of one or two holds four
-        // 160-byte entries): hand back the spare capacity of 10k ports and 100k endpoints.
+        self.masquerade.append(&mut self.endpoint_masquerade);
+        // What the graph keeps: no spare room (a node has 10k ports, 100k endpoints).
         self.entries.shrink_to_fit();
         self.masquerade.shrink_to_fit();
         self.endpoints.shrink_to_fit();
@@ -251,9 +238,7 @@ impl<'a> PortMap<'a> {
         order
     }
 
-    /// The finished service ports, sorted by name (unnamed last), protocol, hash. Finished in
-    /// place, then put in order by following the sorted permutation's cycles: each 300-byte port
-    /// moves about once (a sort of the ports themselves moves each a dozen times).
+    /// The finished service ports, sorted by name (unnamed last), protocol, hash.
     pub fn finish(&mut self) -> Vec<ServicePort<'a>> {
         let mut out: Vec<ServicePort<'a>> = std::mem::take(&mut self.ports)
             .into_iter()
@@ -261,9 +246,7 @@ impl<'a> PortMap<'a> {
             .collect();
         // Collected in place: the vector still has the (larger) builders' room.
         out.shrink_to_fit();
-        let mut order: Vec<usize> = (0..out.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&out[a], &out[b]);
+        out.sort_by(|a, b| {
             (a.name.is_none(), &a.name, &a.protocol, &a.hash).cmp(&(
                 b.name.is_none(),
                 &b.name,
@@ -271,38 +254,6 @@ impl<'a> PortMap<'a> {
                 &b.hash,
             ))
         });
-        permute(&mut out, &mut order);
         out
-    }
-}
-
-/// Reorders `items` so that position `i` holds what was at `order[i]` (`order` is a permutation
-/// of the positions; it is used up).
-fn permute<T>(items: &mut [T], order: &mut [usize]) {
-    for start in 0..order.len() {
-        let mut at = start;
-        while order[at] != start {
-            let from = order[at];
-            items.swap(at, from);
-            order[at] = at;
-            at = from;
-        }
-        order[at] = at;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::permute;
-
-    #[test]
-    fn permute_puts_each_item_where_the_order_says() {
-        let orders: [&[usize]; 5] = [&[], &[0], &[2, 0, 1], &[1, 0, 3, 2], &[4, 3, 0, 1, 2]];
-        for order in orders {
-            let mut items: Vec<usize> = (0..order.len()).map(|i| i * 10).collect();
-            let want: Vec<usize> = order.iter().map(|&i| items[i]).collect();
-            permute(&mut items, &mut order.to_vec());
-            assert_eq!(items, want, "{order:?}");
-        }
     }
 }

@@ -13,7 +13,6 @@ use crate::state::ip::IpFamily;
 use crate::state::node::NodeFacts;
 use crate::state::version::KubeProxyVersion;
 use crate::state::{ClusterState, Warning};
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// Builds rule lines word by word into a table's buffer.
@@ -62,12 +61,6 @@ impl<'t> Line<'t> {
     pub(super) fn end(self) {
         self.buf.push('\n');
     }
-}
-
-fn ip_text(ip: &IpAddr, scratch: &mut String) -> usize {
-    let start = scratch.len();
-    let _ = write!(scratch, "{ip}");
-    start
 }
 
 /// Renders the restore input kube-proxy writes on a full sync (filter and nat), plus the base
@@ -308,13 +301,8 @@ impl Emitter {
         let info = &p.info;
         let spn = info.name_string.as_str();
         let proto = info.name.protocol.lower();
-        self.scratch.clear();
-        let cip_at = ip_text(&info.cluster_ip, &mut self.scratch);
-        let port_at = self.scratch.len();
-        let _ = write!(self.scratch, "{}", info.port);
-        let end = self.scratch.len();
-        let cip = self.scratch[cip_at..port_at].to_string();
-        let port = self.scratch[port_at..end].to_string();
+        let cip = info.cluster_ip.to_string();
+        let port = info.port.to_string();
         let has_endpoints = p.categorized.has_any;
         let (int_target, int_comment, ext_target, ext_comment) = if !has_endpoints {
             ("REJECT", " has no endpoints", "REJECT", " has no endpoints")

@@ -1,0 +1,1203 @@
+//! `--model kernel` on an nftables ruleset: the first packet of a new connection walked through
+//! every base chain of its family (`ip` or `ip6` tables, and `inet` tables) by hook and priority,
+//! statement by statement, as nf_tables evaluates them.
+//!
+//! The hooks are the iptables walk's ([`super::super::kernel`]): arriving traffic runs
+//! prerouting, then input (local destination after DNAT) or forward and postrouting;
+//! node-originated traffic runs output and postrouting, and for a local destination the loopback
+//! prerouting and input, where NAT chains no longer run (the connection's NAT is set up). At
+//! one hook, base chains run in priority order (equal priorities: the chain made last first, as
+//! the kernel inserts a new hook before those of equal priority); a NAT chain
+//! runs only while no NAT of its kind happened yet (nf_nat stops at the first mapping), so
+//! kube-proxy's `nat-prerouting` and an iptables-nft `table ip nat` `PREROUTING` both see the
+//! packet until one of them DNATs it.
+//!
+//! Verdicts: `accept` ends the base chain (the next base chain at the hook runs), `drop` and
+//! `reject` end the walk, `jump`/`goto`/`return`/`continue` as in nft, the end of a base chain
+//! applies its policy. `dnat`, `snat`, `masquerade`, `redirect` rewrite the packet and end the
+//! base chain. `numgen random mod N` splits the walk: a vmap on it gives each verdict the share
+//! of values that select it, a match on it the share that matches. Marks persist along the walk;
+//! conntrack state is `new` (status `dnat`/`snat` after NAT); sets hold their listed elements
+//! (a live affinity set may hold the client) plus what `update @set` added earlier on the walk.
+//! What cannot be known (interfaces not given, unmodelled statements, the `xt` extensions of
+//! iptables-nft tables, whose parameters nft does not show) makes the rule not match, or the
+//! target act without its parameters, with a note.
+
+use super::super::SimError;
+use super::super::kernel::{
+    Distribution, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Origin, Outcome, Route, Step,
+    StepResult, StepRule, Verdict, enter, masquerade_source,
+};
+use super::eval::{self, Missing, Packet, Val};
+use crate::parsers::nft::{
+    Chain, Element, Expr, Family, Nat, NatKind, Policy, Rule, Ruleset, Stmt, Table,
+    Verdict as NftVerdict,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The walk's stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Prerouting,
+    Input,
+    Forward,
+    Output,
+    Postrouting,
+    LoopbackPrerouting,
+    LoopbackInput,
+    Done,
+}
+
+impl Phase {
+    fn hook(self) -> &'static str {
+        match self {
+            Phase::Prerouting | Phase::LoopbackPrerouting => "prerouting",
+            Phase::Input | Phase::LoopbackInput => "input",
+            Phase::Forward => "forward",
+            Phase::Output => "output",
+            Phase::Postrouting => "postrouting",
+            Phase::Done => "",
+        }
+    }
+
+    /// The NAT kind a NAT chain at this stage sets up (`None`: NAT chains do not run).
+    fn nat(self) -> Option<NatKind> {
+        match self {
+            Phase::Prerouting | Phase::Output => Some(NatKind::Dnat),
+            Phase::Input | Phase::Postrouting => Some(NatKind::Snat),
+            _ => None,
+        }
+    }
+}
+
+/// A base chain attached to a hook.
+#[derive(Debug, Clone, Copy)]
+struct Hooked {
+    priority: i32,
+    table: usize,
+    chain: usize,
+    nat: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    table: usize,
+    chain: usize,
+    next: usize,
+}
+
+/// How a branch forked off in the middle of a rule goes on.
+#[derive(Debug, Clone)]
+enum Resume<'d> {
+    /// Apply this verdict of the rule (a numgen vmap arm), at `here`.
+    Verdict(&'d NftVerdict<'d>, String),
+}
+
+#[derive(Debug, Clone)]
+struct Branch<'d> {
+    probability: f64,
+    src: IpAddr,
+    dst: IpAddr,
+    dport: u16,
+    mark: u32,
+    ct_dnat: bool,
+    ct_snat: bool,
+    dnat: Option<(IpAddr, u16)>,
+    snat: Option<IpAddr>,
+    masquerade: bool,
+    phase: Phase,
+    hook_idx: usize,
+    route: Option<Route>,
+    stack: Vec<Frame>,
+    entered: Vec<(&'d str, &'d str, u32)>,
+    decided_by: Option<String>,
+    path: Vec<Step<'d, 'd>>,
+    /// Elements `update @set` added on this walk: (table, set, value).
+    added: Vec<(usize, &'d str, Val)>,
+    resume: Option<Resume<'d>>,
+}
+
+/// What a rule did.
+enum Flow<'d> {
+    /// Go on with the walk.
+    Next,
+    /// The walk ended.
+    Done(Outcome<'d, 'd>),
+}
+
+struct Walker<'r, 'd> {
+    rules: &'d Ruleset<'d>,
+    input: &'r KernelInput,
+    tables: Vec<usize>,
+    chains: HashMap<(usize, &'d str), usize>,
+    hooks: HashMap<&'static str, Vec<Hooked>>,
+    pending: VecDeque<Branch<'d>>,
+    outcomes: Vec<Outcome<'d, 'd>>,
+    notes: Vec<String>,
+    steps: usize,
+}
+
+/// Walks `input.packet` through every base chain of `rules` that sees it and returns every
+/// outcome, as [`super::super::kernel::simulate`] does for iptables.
+pub fn simulate<'d>(
+    rules: &'d Ruleset<'_>,
+    input: &KernelInput,
+) -> Result<Distribution<'d, 'd>, SimError> {
+    let rules: &'d Ruleset<'d> = rules;
+    let v4 = input.packet.dst.is_ipv4();
+    let tables: Vec<usize> = rules
+        .tables
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| match t.family {
+            Family::Ip => v4,
+            Family::Ip6 => !v4,
+            Family::Inet => true,
+            _ => false,
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let mut chains = HashMap::new();
+    let mut hooks: HashMap<&'static str, Vec<Hooked>> = HashMap::new();
+    for &ti in &tables {
+        for (ci, c) in rules.tables[ti].chains.iter().enumerate() {
+            chains.insert((ti, &*c.name), ci);
+            let Some(base) = &c.base else { continue };
+            let hook = match &*base.hook {
+                "prerouting" => "prerouting",
+                "input" => "input",
+                "forward" => "forward",
+                "output" => "output",
+                "postrouting" => "postrouting",
+                _ => continue,
+            };
+            hooks.entry(hook).or_default().push(Hooked {
+                priority: base.priority,
+                table: ti,
+                chain: ci,
+                nat: base.kind == "nat",
+            });
+        }
+    }
+    // At equal priority the kernel runs the chain registered last first (nf_hook_entries_grow
+    // inserts a hook before the first one of equal or higher priority); a listing shows tables
+    // and chains in the order they were made, so: reverse listing order.
+    for list in hooks.values_mut() {
+        list.sort_by_key(|h| {
+            (
+                h.priority,
+                std::cmp::Reverse(h.table),
+                std::cmp::Reverse(h.chain),
+            )
+        });
+    }
+    let p = input.packet;
+    let start = Branch {
+        probability: 1.0,
+        src: p.src,
+        dst: p.dst,
+        dport: p.dport,
+        mark: 0,
+        ct_dnat: false,
+        ct_snat: false,
+        dnat: None,
+        snat: None,
+        masquerade: false,
+        phase: match input.origin {
+            Origin::Node => Phase::Output,
+            Origin::Pod | Origin::External => Phase::Prerouting,
+        },
+        hook_idx: 0,
+        route: None,
+        stack: Vec::new(),
+        entered: Vec::new(),
+        decided_by: None,
+        path: Vec::new(),
+        added: Vec::new(),
+        resume: None,
+    };
+    let mut w = Walker {
+        rules,
+        input,
+        tables,
+        chains,
+        hooks,
+        pending: VecDeque::from([start]),
+        outcomes: Vec::new(),
+        notes: Vec::new(),
+        steps: 0,
+    };
+    if input.local.ips().is_empty() {
+        w.note(
+            "no node addresses given (--local-ip/--node-ip): only loopback addresses count as local"
+                .to_string(),
+        );
+    }
+    if w.tables.is_empty() {
+        w.note(format!(
+            "the ruleset has no table of the packet's family ({}, inet): nothing filters or rewrites it",
+            if v4 { "ip" } else { "ip6" }
+        ));
+    }
+    while let Some(branch) = w.pending.pop_front() {
+        let outcome = w.run(branch)?;
+        w.outcomes.push(outcome);
+        if w.outcomes.len() + w.pending.len() > MAX_OUTCOMES {
+            return Err(SimError::TooManyOutcomes {
+                limit: MAX_OUTCOMES,
+            });
+        }
+    }
+    Ok(Distribution {
+        packet: p,
+        origin: input.origin,
+        outcomes: w.outcomes,
+        notes: w.notes,
+    })
+}
+
+impl<'d> Walker<'_, 'd> {
+    fn note(&mut self, text: String) {
+        if !self.notes.contains(&text) {
+            self.notes.push(text);
+        }
+    }
+
+    fn table(&self, ti: usize) -> &'d Table<'d> {
+        &self.rules.tables[ti]
+    }
+
+    fn chain(&self, f: Frame) -> &'d Chain<'d> {
+        &self.rules.tables[f.table].chains[f.chain]
+    }
+
+    fn finish(
+        &self,
+        b: Branch<'d>,
+        verdict: Verdict,
+        decided_by: Option<String>,
+    ) -> Outcome<'d, 'd> {
+        Outcome {
+            probability: b.probability,
+            dnat: b.dnat,
+            verdict,
+            decided_by,
+            route: if verdict == Verdict::Accept {
+                b.route
+            } else {
+                None
+            },
+            masquerade: b.masquerade,
+            snat: b.snat,
+            mark: b.mark,
+            path: b.path,
+        }
+    }
+
+    fn packet<'s>(&'s self, b: &Branch<'d>) -> Packet<'s> {
+        let loopback = matches!(b.phase, Phase::LoopbackPrerouting | Phase::LoopbackInput);
+        let in_iface = match b.phase {
+            _ if loopback => Some("lo"),
+            Phase::Output => None,
+            _ if self.input.origin == Origin::Node => None,
+            _ => self.input.in_iface.as_deref(),
+        };
+        let out_iface = match b.phase {
+            Phase::Prerouting | Phase::Input | Phase::LoopbackPrerouting | Phase::LoopbackInput => {
+                None
+            }
+            _ if self.input.local.contains(b.dst) => Some("lo"),
+            _ => self.input.out_iface.as_deref(),
+        };
+        Packet {
+            src: b.src,
+            sport: self.input.packet.sport,
+            dst: b.dst,
+            dport: b.dport,
+            proto: self.input.packet.proto,
+            mark: b.mark,
+            ct_dnat: b.ct_dnat,
+            ct_snat: b.ct_snat,
+            in_iface,
+            out_iface,
+            local: &self.input.local,
+        }
+    }
+
+    fn next_phase(&self, b: &Branch<'d>) -> Phase {
+        let local = self.input.local.contains(b.dst);
+        match b.phase {
+            Phase::Prerouting if local => Phase::Input,
+            Phase::Prerouting => Phase::Forward,
+            Phase::Forward | Phase::Output => Phase::Postrouting,
+            Phase::Postrouting if self.input.origin == Origin::Node && local => {
+                Phase::LoopbackPrerouting
+            }
+            Phase::LoopbackPrerouting => Phase::LoopbackInput,
+            Phase::Input | Phase::LoopbackInput | Phase::Postrouting | Phase::Done => Phase::Done,
+        }
+    }
+
+    /// The next base chain of the branch's hook that sees the packet.
+    fn next_base(&self, b: &mut Branch<'d>) -> Option<Frame> {
+        let list = self.hooks.get(b.phase.hook())?;
+        while let Some(h) = list.get(b.hook_idx).copied() {
+            b.hook_idx += 1;
+            if h.nat {
+                let runs = match b.phase.nat() {
+                    Some(NatKind::Dnat) => !b.ct_dnat,
+                    Some(_) => !b.ct_snat,
+                    None => false,
+                };
+                if !runs {
+                    continue;
+                }
+            }
+            return Some(Frame {
+                table: h.table,
+                chain: h.chain,
+                next: 0,
+            });
+        }
+        None
+    }
+
+    fn run(&mut self, mut b: Branch<'d>) -> Result<Outcome<'d, 'd>, SimError> {
+        if let Some(Resume::Verdict(v, here)) = b.resume.take()
+            && let Flow::Done(o) = self.verdict(&mut b, v, here)?
+        {
+            return Ok(o);
+        }
+        loop {
+            if b.stack.is_empty() {
+                if let Some(f) = self.next_base(&mut b) {
+                    b.stack.push(f);
+                    continue;
+                }
+                b.phase = self.next_phase(&b);
+                b.hook_idx = 0;
+                if let Some(route) = match b.phase {
+                    Phase::Input | Phase::LoopbackInput => Some(Route::Local),
+                    Phase::Forward => Some(Route::Forward),
+                    Phase::Output => Some(Route::Output),
+                    _ => None,
+                } {
+                    b.route = Some(route);
+                }
+                if b.phase == Phase::Done {
+                    let decided = b.decided_by.clone();
+                    return Ok(self.finish(b, Verdict::Accept, decided));
+                }
+                continue;
+            }
+            let depth = b.stack.len();
+            let Some(frame) = b.stack.last_mut() else {
+                continue;
+            };
+            let f = *frame;
+            let chain = self.chain(f);
+            let Some(rule) = chain.rules.get(f.next) else {
+                if depth > 1 {
+                    b.stack.pop();
+                    continue;
+                }
+                if let Some(o) = self.policy(&mut b, f) {
+                    return Ok(o);
+                }
+                continue;
+            };
+            frame.next += 1;
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                return Err(SimError::TooManySteps { limit: MAX_STEPS });
+            }
+            if let Flow::Done(o) = self.rule(&mut b, f, rule, f.next + 1)? {
+                return Ok(o);
+            }
+        }
+    }
+
+    /// The end of base chain `f`: its policy.
+    fn policy(&mut self, b: &mut Branch<'d>, f: Frame) -> Option<Outcome<'d, 'd>> {
+        let table = self.table(f.table);
+        let chain = self.chain(f);
+        b.stack.clear();
+        let drop = chain
+            .base
+            .as_ref()
+            .is_some_and(|base| base.policy == Some(Policy::Drop));
+        let policy = if drop { "drop" } else { "accept" };
+        if !chain.rules.is_empty() || drop {
+            b.path.push(Step {
+                table: &table.name,
+                chain: &chain.name,
+                number: 0,
+                result: StepResult::Policy,
+                rule: None,
+                policy: Some(policy),
+            });
+        }
+        let decided = format!("{}/{} policy {policy}", table.name, chain.name);
+        if drop {
+            return Some(self.finish(b.clone(), Verdict::Drop, Some(decided)));
+        }
+        if self.is_filter(f) {
+            b.decided_by = Some(decided);
+        }
+        None
+    }
+
+    fn is_filter(&self, base: Frame) -> bool {
+        self.chain(base)
+            .base
+            .as_ref()
+            .is_some_and(|b| b.kind == "filter")
+    }
+
+    /// The element of named set `name` in table `ti` that holds `v`.
+    fn lookup(
+        &self,
+        ti: usize,
+        name: &str,
+        v: &Val,
+    ) -> Result<Option<&'d Element<'d>>, &'static str> {
+        let Some(set) = self.table(ti).set(name) else {
+            return Err("a set the table does not have");
+        };
+        eval::find(v, &set.elements)
+    }
+
+    /// Whether `update @name` added `v` earlier on this walk.
+    fn added(&self, b: &Branch<'d>, ti: usize, name: &str, v: &Val) -> bool {
+        b.added
+            .iter()
+            .any(|(t, s, x)| *t == ti && *s == name && x == v)
+    }
+
+    /// Evaluates one rule of chain `f` (number `number`).
+    fn rule(
+        &mut self,
+        b: &mut Branch<'d>,
+        f: Frame,
+        rule: &'d Rule<'d>,
+        number: usize,
+    ) -> Result<Flow<'d>, SimError> {
+        let table: &'d Table<'d> = self.table(f.table);
+        let chain: &'d Chain<'d> = self.chain(f);
+        let here = format!("{}/{}#{number}", table.name, chain.name);
+        let step = |result| Step {
+            table: &table.name,
+            chain: &chain.name,
+            number,
+            result,
+            rule: Some(StepRule::Nft(rule)),
+            policy: None,
+        };
+        let mut random: Option<f64> = None;
+        for (at, stmt) in rule.stmts.iter().enumerate() {
+            let skip = |w: &mut Self, b: &mut Branch<'d>, undecidable: Option<&'static str>| {
+                if let Some(why) = undecidable {
+                    w.note(format!("`{stmt}` ({here}): {why}; taken as not matching"));
+                }
+                b.path.push(step(StepResult::Skipped { at, undecidable }));
+                Ok(Flow::Next)
+            };
+            match stmt {
+                Stmt::Counter(_) | Stmt::Log(_) => {}
+                Stmt::Match { left, op, right } => {
+                    if let Expr::Numgen {
+                        mode,
+                        modulus,
+                        offset,
+                    } = left
+                    {
+                        if mode != "random" {
+                            return skip(self, b, Some("numgen inc depends on earlier packets"));
+                        }
+                        let hits = (0..*modulus)
+                            .filter(|k| {
+                                eval::compare(&Val::Num(u64::from(k + offset)), *op, right)
+                                    .unwrap_or(false)
+                            })
+                            .count();
+                        let p = hits as f64 / f64::from((*modulus).max(1));
+                        if p <= 0.0 {
+                            return skip(self, b, None);
+                        }
+                        if p < 1.0 {
+                            let mut other = b.clone();
+                            other.probability *= 1.0 - p;
+                            other.path.push(step(StepResult::SkippedRandom(1.0 - p)));
+                            self.pending.push_back(other);
+                            b.probability *= p;
+                            random = Some(random.unwrap_or(1.0) * p);
+                        }
+                        continue;
+                    }
+                    let packet = self.packet(b);
+                    let v = match eval::value(left, &packet) {
+                        Ok(v) => v,
+                        Err(Missing::NotThisPacket) => return skip(self, b, None),
+                        Err(Missing::Undecidable(why)) => return skip(self, b, Some(why)),
+                    };
+                    let holds = match right {
+                        Expr::SetRef(name) => self
+                            .lookup(f.table, name, &v)
+                            .map(|e| e.is_some() || self.added(b, f.table, name, &v))
+                            .map(|found| (*op == crate::parsers::nft::RelOp::Ne) != found),
+                        _ => eval::compare(&v, *op, right),
+                    };
+                    match holds {
+                        Ok(true) => {}
+                        Ok(false) => return skip(self, b, None),
+                        Err(why) => return skip(self, b, Some(why)),
+                    }
+                }
+                Stmt::Mangle { key, value } => match key {
+                    Expr::Meta(k) if k == "mark" => match eval::value(value, &self.packet(b)) {
+                        Ok(Val::Num(n)) => b.mark = n as u32,
+                        _ => self.note(format!("{here}: the new mark is not known; kept")),
+                    },
+                    _ => self.note(format!("{here}: `{stmt}` is not modelled; ignored")),
+                },
+                Stmt::SetUpdate { op, set, elem } => {
+                    let key = match elem {
+                        Expr::Set(items) => items.first().map(|e| &e.key),
+                        other => Some(other),
+                    };
+                    match key.map(|k| eval::value(k, &self.packet(b))) {
+                        Some(Ok(v)) if op == "delete" => b
+                            .added
+                            .retain(|(t, s, x)| !(*t == f.table && s == set && *x == v)),
+                        Some(Ok(v)) => b.added.push((f.table, set, v)),
+                        _ => self.note(format!("{here}: `{stmt}`: the element is not known")),
+                    }
+                }
+                Stmt::Vmap { key, map } => {
+                    let elements: &'d [Element<'d>] = match map {
+                        Expr::Set(items) => items,
+                        Expr::SetRef(name) => match table.set(name) {
+                            Some(s) => &s.elements,
+                            None => return skip(self, b, Some("a map the table does not have")),
+                        },
+                        _ => return skip(self, b, Some("a map kproxy does not model")),
+                    };
+                    if let Expr::Numgen {
+                        mode,
+                        modulus,
+                        offset,
+                    } = key
+                    {
+                        if mode != "random" {
+                            return skip(self, b, Some("numgen inc depends on earlier packets"));
+                        }
+                        return self
+                            .numgen_vmap(b, f, rule, number, elements, *modulus, *offset, random);
+                    }
+                    let v = match eval::value(key, &self.packet(b)) {
+                        Ok(v) => v,
+                        Err(Missing::NotThisPacket) => return skip(self, b, None),
+                        Err(Missing::Undecidable(why)) => return skip(self, b, Some(why)),
+                    };
+                    let verdict = match eval::find(&v, elements) {
+                        Ok(Some(Element {
+                            value: Some(Expr::Verdict(v)),
+                            ..
+                        })) => v,
+                        Ok(_) => return skip(self, b, None),
+                        Err(why) => return skip(self, b, Some(why)),
+                    };
+                    b.path.push(step(matched(random)));
+                    return self.verdict(b, verdict, here);
+                }
+                Stmt::Verdict(v) => {
+                    b.path.push(step(matched(random)));
+                    return self.verdict(b, v, here);
+                }
+                Stmt::Nat(nat) => {
+                    b.path.push(step(matched(random)));
+                    self.nat(b, nat, &here);
+                    b.stack.clear();
+                    return Ok(Flow::Next);
+                }
+                Stmt::Reject(_) => {
+                    b.path.push(step(matched(random)));
+                    return Ok(Flow::Done(self.finish(
+                        b.clone(),
+                        Verdict::Reject,
+                        Some(here),
+                    )));
+                }
+                Stmt::Xt { kind, name } if kind == "target" => {
+                    b.path.push(step(matched(random)));
+                    return self.xt_target(b, name, here);
+                }
+                Stmt::Xt { name, .. } => {
+                    let why = "an iptables-nft extension whose parameters nft does not show (read this table with iptables-save)";
+                    self.note(format!("{here}: xt match {name}: {why}"));
+                    return skip(self, b, Some("an iptables-nft match nft does not show"));
+                }
+                Stmt::Verbatim(_) => {
+                    return skip(self, b, Some("a statement kproxy does not model"));
+                }
+            }
+        }
+        b.path.push(step(matched(random)));
+        Ok(Flow::Next)
+    }
+
+    /// `numgen random mod N [offset M] vmap { … }`: one branch per verdict, with the share of
+    /// the N values that select it; values without an element leave the rule unmatched.
+    #[allow(clippy::too_many_arguments)]
+    fn numgen_vmap(
+        &mut self,
+        b: &mut Branch<'d>,
+        f: Frame,
+        rule: &'d Rule<'d>,
+        number: usize,
+        elements: &'d [Element<'d>],
+        modulus: u32,
+        offset: u32,
+        random: Option<f64>,
+    ) -> Result<Flow<'d>, SimError> {
+        let table: &'d Table<'d> = self.table(f.table);
+        let chain: &'d Chain<'d> = self.chain(f);
+        let here = format!("{}/{}#{number}", table.name, chain.name);
+        // (the verdict of the value's element, or None for no element; number of values).
+        // Elements with the same verdict (several keys to one endpoint) are one branch.
+        let mut arms: Vec<(Option<&'d NftVerdict<'d>>, u32)> = Vec::new();
+        for k in 0..modulus {
+            let v = Val::Num(u64::from(k) + u64::from(offset));
+            let hit = elements
+                .iter()
+                .find(|e| eval::matches_const(&v, &e.key).unwrap_or(false))
+                .and_then(|e| match &e.value {
+                    Some(Expr::Verdict(v)) => Some(v),
+                    _ => None,
+                });
+            match arms.iter_mut().find(|(e, _)| *e == hit) {
+                Some((_, n)) => *n += 1,
+                None => arms.push((hit, 1)),
+            }
+        }
+        let n = f64::from(modulus.max(1));
+        let base = b.clone();
+        let mut first: Option<(f64, Option<&'d NftVerdict<'d>>)> = None;
+        for (verdict, count) in arms {
+            let p = f64::from(count) / n;
+            if first.is_none() {
+                first = Some((p, verdict));
+                continue;
+            }
+            let mut other = base.clone();
+            other.probability *= p;
+            let whole = random.unwrap_or(1.0) * p;
+            let step = Step {
+                table: &table.name,
+                chain: &chain.name,
+                number,
+                result: match verdict {
+                    Some(_) => StepResult::MatchedRandom(whole),
+                    None => StepResult::SkippedRandom(whole),
+                },
+                rule: Some(StepRule::Nft(rule)),
+                policy: None,
+            };
+            other.path.push(step);
+            other.resume = verdict.map(|v| Resume::Verdict(v, here.clone()));
+            self.pending.push_back(other);
+        }
+        let Some((p, verdict)) = first else {
+            return Ok(Flow::Next);
+        };
+        b.probability *= p;
+        let whole = random.unwrap_or(1.0) * p;
+        b.path.push(Step {
+            table: &table.name,
+            chain: &chain.name,
+            number,
+            result: match verdict {
+                Some(_) if whole < 1.0 => StepResult::MatchedRandom(whole),
+                Some(_) => StepResult::Matched,
+                None => StepResult::SkippedRandom(whole),
+            },
+            rule: Some(StepRule::Nft(rule)),
+            policy: None,
+        });
+        match verdict {
+            Some(v) => self.verdict(b, v, here),
+            None => Ok(Flow::Next),
+        }
+    }
+
+    /// Applies a verdict at `here` (`table/chain#n`).
+    fn verdict(
+        &mut self,
+        b: &mut Branch<'d>,
+        v: &'d NftVerdict<'d>,
+        here: String,
+    ) -> Result<Flow<'d>, SimError> {
+        let Some(&top) = b.stack.last() else {
+            return Ok(Flow::Next);
+        };
+        let base = b.stack[0];
+        match v {
+            NftVerdict::Accept => {
+                if self.is_filter(base) {
+                    b.decided_by = Some(here);
+                }
+                b.stack.clear();
+            }
+            NftVerdict::Drop => {
+                return Ok(Flow::Done(self.finish(
+                    b.clone(),
+                    Verdict::Drop,
+                    Some(here),
+                )));
+            }
+            NftVerdict::Continue => {}
+            NftVerdict::Return => {
+                if b.stack.len() == 1 {
+                    if let Some(f) = b.stack.last_mut() {
+                        f.next = usize::MAX;
+                    }
+                } else {
+                    b.stack.pop();
+                }
+            }
+            NftVerdict::Jump(target) | NftVerdict::Goto(target) => {
+                let table: &'d Table<'d> = self.table(top.table);
+                let Some(&ci) = self.chains.get(&(top.table, &**target)) else {
+                    self.note(format!(
+                        "{here} goes to {target}, which table {} does not have; ignored",
+                        table.name
+                    ));
+                    return Ok(Flow::Next);
+                };
+                if b.stack.len() >= MAX_DEPTH {
+                    return Err(SimError::TooDeep {
+                        chain: format!("{}/{target}", table.name),
+                        depth: MAX_DEPTH,
+                    });
+                }
+                let name: &'d str = &table.chains[ci].name;
+                enter(&mut b.entered, &table.name, name)?;
+                if matches!(v, NftVerdict::Goto(_)) {
+                    if b.stack.len() == 1 {
+                        if let Some(f) = b.stack.last_mut() {
+                            f.next = usize::MAX;
+                        }
+                    } else {
+                        b.stack.pop();
+                    }
+                }
+                b.stack.push(Frame {
+                    table: top.table,
+                    chain: ci,
+                    next: 0,
+                });
+            }
+        }
+        Ok(Flow::Next)
+    }
+
+    /// Applies a NAT statement (which ends the base chain).
+    fn nat(&mut self, b: &mut Branch<'d>, nat: &Nat<'d>, here: &str) {
+        match nat.kind {
+            NatKind::Dnat => {
+                let packet = self.packet(b);
+                let (addr, port) = match &nat.addr {
+                    Some(Expr::Addr(a)) => (Some(*a), None),
+                    Some(Expr::Map { key, map }) => match self.map_value(b, key, map, &packet) {
+                        Some(Val::Ip(a)) => (Some(a), None),
+                        Some(Val::Tuple(t)) => match t.as_slice() {
+                            [Val::Ip(a), Val::Num(p)] => (Some(*a), u16::try_from(*p).ok()),
+                            _ => (None, None),
+                        },
+                        _ => (None, None),
+                    },
+                    _ => (None, None),
+                };
+                let port = match &nat.port {
+                    Some(Expr::Number(p)) => u16::try_from(*p).ok(),
+                    _ => port,
+                };
+                if addr.is_none() {
+                    self.note(format!(
+                        "{here}: the DNAT address is not known; the destination is kept"
+                    ));
+                }
+                if let Some(a) = addr {
+                    b.dst = a;
+                }
+                if let Some(p) = port {
+                    b.dport = p;
+                }
+                b.dnat = Some((b.dst, b.dport));
+                b.ct_dnat = true;
+            }
+            NatKind::Snat => {
+                match &nat.addr {
+                    Some(Expr::Addr(a)) => {
+                        b.src = *a;
+                        b.snat = Some(*a);
+                    }
+                    _ => self.note(format!("{here}: the SNAT address is not known")),
+                }
+                b.ct_snat = true;
+            }
+            NatKind::Masquerade => {
+                self.masquerade(b, here);
+            }
+            NatKind::Redirect => {
+                b.dst = self.redirect_address(b.dst);
+                if let Some(Expr::Number(p)) = &nat.port {
+                    b.dport = u16::try_from(*p).unwrap_or(b.dport);
+                }
+                b.dnat = Some((b.dst, b.dport));
+                b.ct_dnat = true;
+            }
+        }
+    }
+
+    fn masquerade(&mut self, b: &mut Branch<'d>, here: &str) {
+        match masquerade_source(b.dst, &self.input.local) {
+            Some(addr) => {
+                b.src = addr;
+                b.snat = Some(addr);
+            }
+            None => self.note(format!(
+                "{here}: masquerade source unknown (give the node's addresses with --local-ip)"
+            )),
+        }
+        b.masquerade = true;
+        b.ct_snat = true;
+    }
+
+    /// Where `redirect` sends the packet: loopback for the node's own traffic, else its first
+    /// address of the family.
+    fn redirect_address(&self, dst: IpAddr) -> IpAddr {
+        let loopback = if dst.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        };
+        if self.input.origin == Origin::Node {
+            return loopback;
+        }
+        self.input
+            .local
+            .ips()
+            .iter()
+            .copied()
+            .find(|ip| ip.is_ipv4() == dst.is_ipv4())
+            .unwrap_or(loopback)
+    }
+
+    /// The value `key map { … }` / `key map @m` gives the packet.
+    fn map_value(
+        &self,
+        b: &Branch<'d>,
+        key: &Expr<'d>,
+        map: &Expr<'d>,
+        packet: &Packet<'_>,
+    ) -> Option<Val> {
+        let k = eval::value(key, packet).ok()?;
+        let elements: &[Element<'d>] = match map {
+            Expr::Set(items) => items,
+            Expr::SetRef(name) => {
+                let top = b.stack.last()?;
+                &self.table(top.table).set(name)?.elements
+            }
+            _ => return None,
+        };
+        let e = eval::find(&k, elements).ok()??;
+        eval::value(e.value.as_ref()?, packet).ok()
+    }
+
+    /// An iptables-nft `xt target NAME`: what it does, without the parameters nft hides.
+    fn xt_target(
+        &mut self,
+        b: &mut Branch<'d>,
+        name: &str,
+        here: String,
+    ) -> Result<Flow<'d>, SimError> {
+        let hidden = "nft does not show its parameters; read this table with iptables-save";
+        match name {
+            "ACCEPT" => return self.verdict(b, &NftVerdict::Accept, here),
+            "DROP" => {
+                return Ok(Flow::Done(self.finish(
+                    b.clone(),
+                    Verdict::Drop,
+                    Some(here),
+                )));
+            }
+            "REJECT" => {
+                return Ok(Flow::Done(self.finish(
+                    b.clone(),
+                    Verdict::Reject,
+                    Some(here),
+                )));
+            }
+            "RETURN" => return self.verdict(b, &NftVerdict::Return, here),
+            "DNAT" | "REDIRECT" => {
+                self.note(format!(
+                    "{here}: xt target {name}: the new destination is not known ({hidden})"
+                ));
+                b.ct_dnat = true;
+                b.stack.clear();
+            }
+            "MASQUERADE" => {
+                self.masquerade(b, &here);
+                b.stack.clear();
+            }
+            "SNAT" => {
+                self.note(format!(
+                    "{here}: xt target SNAT: the new source is not known ({hidden})"
+                ));
+                b.ct_snat = true;
+                b.stack.clear();
+            }
+            other => self.note(format!(
+                "{here}: xt target {other}: not modelled ({hidden}); the walk goes on"
+            )),
+        }
+        Ok(Flow::Next)
+    }
+}
+
+fn matched(random: Option<f64>) -> StepResult {
+    match random {
+        Some(p) => StepResult::MatchedRandom(p),
+        None => StepResult::Matched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parsers::nft::{ParseOptions, parse};
+    use crate::trace::sim::{LocalAddrs, PacketSpec};
+
+    fn run(
+        text: &'static str,
+        packet: &str,
+        origin: Origin,
+    ) -> Result<Distribution<'static, 'static>, SimError> {
+        let rs: &'static Ruleset<'static> =
+            Box::leak(Box::new(parse(text, &ParseOptions::strict()).unwrap()));
+        let input = KernelInput {
+            packet: packet.parse::<PacketSpec>().unwrap(),
+            origin,
+            local: LocalAddrs::kernel(vec!["192.168.1.2".parse().unwrap()]),
+            in_iface: None,
+            out_iface: None,
+        };
+        let input: &'static KernelInput = Box::leak(Box::new(input));
+        simulate(rs, input)
+    }
+
+    /// (probability, DNAT, verdict, masquerade) per outcome.
+    fn rows(d: &Distribution<'_, '_>) -> Vec<(f64, Option<String>, Verdict, bool)> {
+        d.outcomes
+            .iter()
+            .map(|o| {
+                (
+                    o.probability,
+                    o.dnat.map(|(ip, p)| format!("{ip}:{p}")),
+                    o.verdict,
+                    o.masquerade,
+                )
+            })
+            .collect()
+    }
+
+    /// A kube-proxy-shaped table with one service of three endpoints (one numgen value left
+    /// out, so its share leaks), the masquerade mark, and an iptables-nft `table ip nat` that
+    /// DNATs one address first.
+    const RULESET: &str = r#"table ip kube-proxy {
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.10 . tcp . 80 : goto svc, 10.96.0.99 . tcp . 80 : goto svc }
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain nat-postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}
+	chain filter-forward {
+		type filter hook forward priority filter; policy accept;
+		ip daddr 10.244.3.3 drop
+	}
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}
+	chain mark-for-masquerade {
+		meta mark set meta mark | 0x00004000
+	}
+	chain masquerading {
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
+		masquerade fully-random
+	}
+	chain svc {
+		ip saddr != 10.244.0.0/16 jump mark-for-masquerade
+		numgen random mod 4 vmap { 0 : goto ep1, 1 : goto ep1, 2 : goto ep3 }
+	}
+	chain ep1 {
+		meta l4proto tcp dnat to 10.244.1.1:8080
+	}
+	chain ep3 {
+		meta l4proto tcp dnat to 10.244.3.3:8080
+	}
+}
+# Warning: table ip nat is managed by iptables-nft, do not touch!
+table ip nat {
+	chain PREROUTING {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr 10.96.0.99 tcp dport 80 counter packets 0 bytes 0 jump HOSTPORT
+	}
+	chain HOSTPORT {
+		ip protocol tcp counter packets 0 bytes 0 dnat to 10.244.9.9:8080
+	}
+}
+"#;
+
+    #[test]
+    fn numgen_splits_marks_masquerade_and_forward_drops() {
+        let d = run(RULESET, "192.168.1.9->10.96.0.10:80/tcp", Origin::External).unwrap();
+        assert_eq!(
+            rows(&d),
+            [
+                (
+                    0.5,
+                    Some("10.244.1.1:8080".to_string()),
+                    Verdict::Accept,
+                    true
+                ),
+                (
+                    0.25,
+                    Some("10.244.3.3:8080".to_string()),
+                    Verdict::Drop,
+                    false
+                ),
+                // No DNAT, but marked: forwarded and masqueraded like any marked packet.
+                (0.25, None, Verdict::Accept, true),
+            ]
+        );
+        // Masqueraded to the node address on the way out; the mark is cleared.
+        assert_eq!(d.outcomes[0].snat, Some("192.168.1.2".parse().unwrap()));
+        assert_eq!(d.outcomes[0].mark, 0);
+        // From inside the pod network: not marked, not masqueraded.
+        let d = run(RULESET, "10.244.5.5->10.96.0.10:80/tcp", Origin::Pod).unwrap();
+        assert!(d.outcomes.iter().all(|o| !o.masquerade));
+    }
+
+    #[test]
+    fn a_nat_chain_that_dnats_first_ends_nat_at_the_hook() {
+        // The iptables-nft chain is made (listed) after kube-proxy's at the same priority, so it
+        // runs first: it DNATs, kube-proxy's nat-prerouting does not run.
+        let d = run(RULESET, "192.168.1.9->10.96.0.99:80/tcp", Origin::External).unwrap();
+        assert_eq!(
+            rows(&d),
+            [(
+                1.0,
+                Some("10.244.9.9:8080".to_string()),
+                Verdict::Accept,
+                false
+            )]
+        );
+        assert!(
+            d.outcomes[0]
+                .path
+                .iter()
+                .all(|s| s.chain != "nat-prerouting"),
+            "{:?}",
+            d.outcomes[0].path
+        );
+    }
+
+    #[test]
+    fn priorities_order_base_chains_across_tables_and_policies_apply() {
+        let text = r#"table inet late {
+	chain fwd {
+		type filter hook forward priority 10; policy drop;
+		tcp dport 80 accept
+	}
+}
+table ip early {
+	chain fwd {
+		type filter hook forward priority -10; policy accept;
+		ip saddr 192.168.1.66 reject
+	}
+}
+"#;
+        let d = run(text, "192.168.1.66->10.0.0.1:80/tcp", Origin::External).unwrap();
+        assert_eq!(d.outcomes[0].verdict, Verdict::Reject);
+        assert_eq!(d.outcomes[0].decided_by.as_deref(), Some("early/fwd#1"));
+        let d = run(text, "192.168.1.9->10.0.0.1:81/tcp", Origin::External).unwrap();
+        assert_eq!(d.outcomes[0].verdict, Verdict::Drop);
+        assert_eq!(
+            d.outcomes[0].decided_by.as_deref(),
+            Some("late/fwd policy drop")
+        );
+        let d = run(text, "192.168.1.9->10.0.0.1:80/tcp", Origin::External).unwrap();
+        assert_eq!(d.outcomes[0].verdict, Verdict::Accept);
+        assert_eq!(d.outcomes[0].route, Some(Route::Forward));
+    }
+
+    #[test]
+    fn goto_return_and_loops() {
+        let text = r#"table ip t {
+	chain out {
+		type filter hook output priority 0; policy accept;
+		goto a
+		drop
+	}
+	chain a {
+		return
+	}
+}
+"#;
+        // `goto` from the base chain: when `a` returns, the base chain's policy applies (the
+        // `drop` after the goto is never reached).
+        let d = run(text, "192.168.1.2->10.0.0.1:80/tcp", Origin::Node).unwrap();
+        assert_eq!(d.outcomes[0].verdict, Verdict::Accept);
+        let looped = r#"table ip t {
+	chain out {
+		type filter hook output priority 0; policy accept;
+		jump a
+	}
+	chain a {
+		goto b
+	}
+	chain b {
+		goto a
+	}
+}
+"#;
+        let e = run(looped, "192.168.1.2->10.0.0.1:80/tcp", Origin::Node).unwrap_err();
+        assert!(matches!(e, SimError::Loop { .. }), "{e}");
+    }
+
+    #[test]
+    fn xt_targets_and_unknown_interfaces_are_noted() {
+        let text = r#"table ip nat {
+	chain PREROUTING {
+		type nat hook prerouting priority dstnat; policy accept;
+		iifname "eth9" drop
+		ip protocol tcp counter packets 0 bytes 0 xt target "DNAT"
+	}
+}
+"#;
+        let d = run(text, "192.168.1.9->10.96.0.10:80/tcp", Origin::External).unwrap();
+        assert_eq!(d.outcomes[0].verdict, Verdict::Accept);
+        let notes = d.notes.join("\n");
+        assert!(notes.contains("input interface is not given"), "{notes}");
+        assert!(notes.contains("xt target DNAT"), "{notes}");
+    }
+}

@@ -395,6 +395,8 @@ pub(crate) fn rule_body<'a>(
             }
         }
     }
+    // A whole table holds hundreds of thousands of rules: keep no spare statement slots.
+    stmts.shrink_to_fit();
     (stmts, comment)
 }
 
@@ -902,17 +904,20 @@ pub(crate) fn elements<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Vec<Element<'a>>> 
     let mut out = Vec::new();
     loop {
         if c.eat_kind(Kind::Close) {
-            return Ok(out);
+            break;
         }
         out.push(element(c)?);
         if c.eat_kind(Kind::Comma) {
             continue;
         }
         if c.eat_kind(Kind::Close) {
-            return Ok(out);
+            break;
         }
         return Err(c.fail("`,` or `}`"));
     }
+    // Sets of every service's rules stay alive with the table: no spare slots.
+    out.shrink_to_fit();
+    Ok(out)
 }
 
 /// `element`

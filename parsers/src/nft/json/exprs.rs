@@ -54,6 +54,7 @@ impl<'de: 'a, 'a> Visitor<'de> for ElementsVisitor<'a> {
         while let Some(e) = seq.next_element::<ElementDe<'a>>()? {
             out.push(e.0);
         }
+        out.shrink_to_fit();
         Ok(Elements(out))
     }
 

@@ -677,7 +677,11 @@ fn apply_object<'a>(b: &mut Builder<'a>, verb: &str, item: Item<'a>) -> Result<(
             }
             let found = j.position.or(j.handle).and_then(at_handle);
             let rule = Rule {
-                stmts: j.expr.into_iter().map(|s| s.0).collect(),
+                stmts: {
+                    let mut stmts: Vec<_> = j.expr.into_iter().map(|s| s.0).collect();
+                    stmts.shrink_to_fit();
+                    stmts
+                },
                 comment: j.comment,
                 handle: j.handle,
                 line: 0,

@@ -28,6 +28,7 @@ use crate::state::node::NodeFacts;
 use expected::ExpectedTable;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::nft::{self, Family, ParseOptions, Ruleset, Table};
+use std::sync::OnceLock;
 
 macro_rules! checks {
     ($( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
@@ -229,7 +230,34 @@ fn families(main: IpFamily) -> [IpFamily; 2] {
 
 /// Runs every nftables check for one node.
 pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
-    let rulesets = parse_listings(&input.listings, input.lenient)?;
+    // The node's listings and the expected tables do not depend on each other: the main
+    // family's table is rendered and parsed back while the listings are parsed and the other
+    // family's table (usually small) is rendered.
+    let [main_family, other_family] = families(input.facts.family);
+    let main_expected: OnceLock<ExpectedTable> = OnceLock::new();
+    let (rulesets, other_expected, main_parsed) = std::thread::scope(|scope| {
+        let main_parsed = scope.spawn(|| {
+            let mut facts = input.facts.clone();
+            facts.family = main_family;
+            parse_expected(
+                main_expected
+                    .get_or_init(|| ExpectedTable::build(input.state, input.config, &facts)),
+            )
+        });
+        let rulesets = parse_listings(&input.listings, input.lenient);
+        let mut facts = input.facts.clone();
+        facts.family = other_family;
+        let other_expected = ExpectedTable::build(input.state, input.config, &facts);
+        let main_parsed = main_parsed
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (rulesets, other_expected, main_parsed)
+    });
+    let rulesets = rulesets?;
+    let expected_tables = [
+        (main_expected.get(), Some(main_parsed?)),
+        (Some(&other_expected), None),
+    ];
     let mut out: Vec<Finding> = Vec::new();
     let mut service_ports = 0usize;
     for r in &rulesets {
@@ -251,10 +279,11 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
             );
         }
     }
-    for (i, family) in families(input.facts.family).into_iter().enumerate() {
-        let mut facts = input.facts.clone();
-        facts.family = family;
-        let expected = ExpectedTable::build(input.state, input.config, &facts);
+    for (i, (expected, parsed)) in expected_tables.into_iter().enumerate() {
+        let Some(expected) = expected else {
+            continue;
+        };
+        let family = expected.family;
         let nft_family = expected.nft_family();
         let actual = kube_proxy_table(&rulesets, nft_family);
         let ports = expected.index.ports.len();
@@ -275,7 +304,10 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
             }
             continue;
         }
-        let parsed = parse_expected(&expected)?;
+        let parsed = match parsed {
+            Some(parsed) => parsed,
+            None => parse_expected(expected)?,
+        };
         let Some(table) = parsed.table(nft_family, crate::proxier::nftables::names::TABLE) else {
             continue;
         };

@@ -235,24 +235,25 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     // family's table (usually small) is rendered.
     let [main_family, other_family] = families(input.facts.family);
     let main_expected: OnceLock<ExpectedTable> = OnceLock::new();
-    let (rulesets, other_expected, main_parsed) = std::thread::scope(|scope| {
-        let main_parsed = scope.spawn(|| {
+    let (main_parsed, (rulesets, other_expected)) = rayon::join(
+        || {
             let mut facts = input.facts.clone();
             facts.family = main_family;
             parse_expected(
                 main_expected
                     .get_or_init(|| ExpectedTable::build(input.state, input.config, &facts)),
             )
-        });
-        let rulesets = parse_listings(&input.listings, input.lenient);
-        let mut facts = input.facts.clone();
-        facts.family = other_family;
-        let other_expected = ExpectedTable::build(input.state, input.config, &facts);
-        let main_parsed = main_parsed
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (rulesets, other_expected, main_parsed)
-    });
+        },
+        || {
+            let rulesets = parse_listings(&input.listings, input.lenient);
+            let mut facts = input.facts.clone();
+            facts.family = other_family;
+            (
+                rulesets,
+                ExpectedTable::build(input.state, input.config, &facts),
+            )
+        },
+    );
     let rulesets = rulesets?;
     let expected_tables = [
         (main_expected.get(), Some(main_parsed?)),

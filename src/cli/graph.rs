@@ -127,10 +127,15 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
         .iter()
         .map(|input| graph_of(input, &args.dump))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    if args.output == GraphFormat::Json {
+    if matches!(args.output, GraphFormat::Json | GraphFormat::Yaml) {
         // Streamed: the document of a node-sized dump is large (see `output::write_json`).
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        output::write_json(out, &GraphDocument::new(&graphs))?;
+        let doc = GraphDocument::new(&graphs);
+        if args.output == GraphFormat::Json {
+            output::write_json(out, &doc)?;
+        } else {
+            output::write_yaml(out, &doc)?;
+        }
         return Ok(Outcome::Clean);
     }
     let text = render(&graphs, args.output, global.no_headers)?;

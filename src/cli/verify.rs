@@ -88,10 +88,14 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
     } else {
         report.group_alike()
     };
-    if args.output == VerifyFormat::Json {
+    if matches!(args.output, VerifyFormat::Json | VerifyFormat::Yaml) {
         // Streamed: with --all-findings, the report of mass drift is large.
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        crate::output::write_json(out, &report)?;
+        if args.output == VerifyFormat::Json {
+            crate::output::write_json(out, &report)?;
+        } else {
+            crate::output::write_yaml(out, &report)?;
+        }
         return Ok(report.outcome());
     }
     let text = format_report(

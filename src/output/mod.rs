@@ -58,6 +58,48 @@ pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
     Ok(())
 }
 
+/// [`to_yaml`] written as it is produced (see [`write_json`]), then flushed.
+pub fn write_yaml<W: std::io::Write, T: Serialize>(
+    mut out: W,
+    value: &T,
+) -> Result<(), OutputError> {
+    /// The writer as serde-saphyr's `fmt::Write` target: keeps the writer's own error (so a
+    /// closed pipe stays an I/O error) and whether the document ended with a newline.
+    struct Sink<'w, W: std::io::Write> {
+        out: &'w mut W,
+        error: Option<std::io::Error>,
+        ends_with_newline: bool,
+    }
+    impl<W: std::io::Write> std::fmt::Write for Sink<'_, W> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if s.is_empty() {
+                return Ok(());
+            }
+            self.ends_with_newline = s.ends_with('\n');
+            self.out.write_all(s.as_bytes()).map_err(|e| {
+                self.error = Some(e);
+                std::fmt::Error
+            })
+        }
+    }
+    let mut sink = Sink {
+        out: &mut out,
+        error: None,
+        ends_with_newline: false,
+    };
+    if let Err(e) = serde_saphyr::to_fmt_writer(&mut sink, value) {
+        return Err(match sink.error.take() {
+            Some(io) => OutputError::Io(io),
+            None => OutputError::Yaml(e),
+        });
+    }
+    if !sink.ends_with_newline {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// YAML (serde-saphyr), ending with a newline.
 pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, OutputError> {
     let mut s = serde_saphyr::to_string(value)?;

@@ -701,7 +701,22 @@ pub fn check_ipvs(
     services: Option<&[VirtualService<'_>]>,
     index: &ServiceIndex,
 ) -> ConntrackCheck {
-    let views = connections.iter().filter_map(FlowView::of_ipvs);
+    // IPVS keeps one connection per client and virtual address: a second one for the same pair
+    // exists only after the first was expired (`expire_nodest_conn`) while still referenced, and
+    // the kernel frees that one within a minute (`ip_vs_conn_expire` retries at 60 s). Only the
+    // longest-lived connection of a pair carries the flow.
+    type Pair<'c> = (&'c str, (IpAddr, u16), (IpAddr, u16));
+    let mut longest: HashMap<Pair<'_>, u64> = HashMap::new();
+    for c in connections {
+        let e = longest
+            .entry((c.protocol, c.client, c.virtual_addr))
+            .or_default();
+        *e = (*e).max(c.expire_s);
+    }
+    let views = connections
+        .iter()
+        .filter(|c| longest[&(c.protocol, c.client, c.virtual_addr)] == c.expire_s)
+        .filter_map(FlowView::of_ipvs);
     check_views(FlowTable::Ipvs, connections.len(), views, index, |g| {
         services.map(|s| real_server_state(s, g))
     })

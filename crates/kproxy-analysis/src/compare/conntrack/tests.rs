@@ -378,3 +378,22 @@ fn every_check_is_documented() {
         assert!(docs.contains(&needle), "docs/findings.md lacks `{needle}`");
     }
 }
+
+/// A connection expired by `expire_nodest_conn` while still referenced lingers for up to a
+/// minute beside the one that replaced it (same client and virtual address): only the
+/// longest-lived carries the flow, so the lingering one is no finding; alone, it is one.
+#[test]
+fn an_expired_ipvs_connection_beside_its_replacement_is_no_finding() {
+    let lingering = "UDP 00:57  UDP         10.244.1.9:38211   10.96.0.10:53      10.244.9.9:53\n";
+    let text = format!("{IPVS_CONNECTIONS}{lingering}");
+    let dump = kproxy_parsers::ipvsadm::parse_dump(&text).expect("ipvsadm dump");
+    let c = check_ipvs(&dump.connections, None, &index(&state_json()));
+    assert_eq!(c.groups, vec![], "{:#?}", c.groups);
+    assert_eq!(c.flows, 10);
+    let alone = format!(
+        "IPVS connection entries\npro expire state       source             virtual            destination\n{lingering}"
+    );
+    let dump = kproxy_parsers::ipvsadm::parse_dump(&alone).expect("ipvsadm dump");
+    let c = check_ipvs(&dump.connections, None, &index(&state_json()));
+    assert_eq!(c.groups.len(), 1, "{:#?}", c.groups);
+}

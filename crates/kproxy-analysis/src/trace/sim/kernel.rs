@@ -214,9 +214,10 @@ pub struct Distribution<'d, 'a> {
     pub notes: Vec<String>,
 }
 
-/// The walk's stage: a hook and the tables evaluated there, in priority order.
+/// The walk's stage: a hook and the tables evaluated there, in priority order (the nftables
+/// walk shares it, with the hooks' nft names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     Prerouting,
     Input,
     Forward,

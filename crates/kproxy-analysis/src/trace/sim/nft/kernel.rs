@@ -25,8 +25,8 @@
 
 use super::super::SimError;
 use super::super::kernel::{
-    Distribution, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Origin, Outcome, Route, Step,
-    StepResult, StepRule, Verdict, enter, masquerade_source,
+    Distribution, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Origin, Outcome, Phase, Route,
+    Step, StepResult, StepRule, Verdict, enter, masquerade_source,
 };
 use super::eval::{self, Missing, Packet, Val};
 use crate::parsers::nft::{
@@ -36,21 +36,10 @@ use crate::parsers::nft::{
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The walk's stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Prerouting,
-    Input,
-    Forward,
-    Output,
-    Postrouting,
-    LoopbackPrerouting,
-    LoopbackInput,
-    Done,
-}
-
+/// The hooks' nft names, and what NAT runs there, for the walk's stages (shared with the
+/// iptables walk).
 impl Phase {
-    fn hook(self) -> &'static str {
+    fn nft_hook(self) -> &'static str {
         match self {
             Phase::Prerouting | Phase::LoopbackPrerouting => "prerouting",
             Phase::Input | Phase::LoopbackInput => "input",
@@ -341,7 +330,7 @@ impl<'d> Walker<'_, 'd> {
 
     /// The next base chain of the branch's hook that sees the packet.
     fn next_base(&self, b: &mut Branch<'d>) -> Option<Frame> {
-        let list = self.hooks.get(b.phase.hook())?;
+        let list = self.hooks.get(b.phase.nft_hook())?;
         while let Some(h) = list.get(b.hook_idx).copied() {
             b.hook_idx += 1;
             if h.nat {

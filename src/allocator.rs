@@ -9,7 +9,7 @@
 //! and saves those faults.
 
 /// mimalloc's `mi_option_purge_delay`: its position in `mi_option_e` of the mimalloc that
-/// `libmimalloc-sys` 0.1.49 builds (`c_src/mimalloc/v2/include/mimalloc.h`), which the bindings do
+/// `libmimalloc-sys` 0.1.49 builds (`c_src/mimalloc/v3/include/mimalloc.h`), which the bindings do
 /// not name. Cargo.toml pins that version exactly, so a new one is read before it is used.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 

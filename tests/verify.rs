@@ -91,6 +91,7 @@ fn verify(c: &Cluster, v4: &str, v6: Option<&str>, legacy: Option<&str>) -> Repo
         }),
         nft_ruleset: None,
         parse: ParseOptions::strict(),
+        group_alike: false,
     };
     kproxy::compare::verify(&input).expect("verify runs")
 }
@@ -117,6 +118,7 @@ fn planning_on_its_own_thread_reports_the_same() {
             legacy: None,
             nft_ruleset: None,
             parse: ParseOptions::strict(),
+            group_alike: false,
         };
         kproxy::compare::verify(&input).expect("verify runs")
     };

@@ -73,6 +73,7 @@ impl Scale {
             legacy: None,
             nft_ruleset: None,
             parse: ParseOptions::strict(),
+            group_alike: true,
         }
     }
 }

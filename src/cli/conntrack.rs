@@ -119,10 +119,12 @@ pub fn with_findings(report: Report, findings: Vec<Finding>) -> Report {
         mode,
         summary,
         findings: mut all,
-        ..
+        findings_truncated,
     } = report;
     all.extend(findings);
-    Report::new(node, mode, summary.service_ports, all)
+    let mut report = Report::new(node, mode, summary.service_ports, all);
+    report.left_out(findings_truncated.unwrap_or(0));
+    report
 }
 
 /// `trace svc/NAME --conntrack FILE`: the live flows per endpoint on the path view. Only an

@@ -356,6 +356,7 @@ fn report_with_notes(
         } else {
             ParseOptions::strict()
         },
+        group_alike: !args.all_findings,
     };
     let check = match release {
         Some(r) => ReleaseCheck {

@@ -5,6 +5,8 @@
 
 use super::finding::{Finding, FindingGroup, GroupExample};
 use super::report::thousands;
+use kproxy_parsers::iptables::NameHash;
+use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 
 /// Findings of one cause from which they are reported as one: below, each is shown (a few rules
@@ -15,40 +17,278 @@ pub const GROUP_FROM: usize = 50;
 const EXAMPLES: usize = 3;
 
 /// Replaces each set of at least [`GROUP_FROM`] findings of one cause by one finding (where the
-/// first of them was); returns the findings and how many were folded into groups.
+/// first of them was); returns the findings and how many fewer there are.
 pub fn group(findings: Vec<Finding>) -> (Vec<Finding>, usize) {
-    let keys: Vec<Cause> = findings.iter().map(Cause::of).collect();
-    let mut sizes: HashMap<&Cause, usize> = HashMap::new();
-    for k in &keys {
-        *sizes.entry(k).or_default() += 1;
-    }
-    if sizes.values().all(|&n| n < GROUP_FROM) {
+    if findings.len() < GROUP_FROM {
         return (findings, 0);
     }
-    let mut members: HashMap<&Cause, Vec<Finding>> = HashMap::new();
-    // Each group's place: the position of its first member.
-    let mut order: Vec<Result<Finding, &Cause>> = Vec::new();
-    let mut folded = 0;
-    for (f, k) in findings.into_iter().zip(&keys) {
-        if sizes.get(k).copied().unwrap_or(0) < GROUP_FROM {
-            order.push(Ok(f));
-            continue;
+    let mut folder = Folder::new(true);
+    folder.extend(findings);
+    folder.finish()
+}
+
+/// Findings as they are found, with mass drift folded on the way ([`Folder::new`] with `fold`):
+/// once a cause has [`GROUP_FROM`] findings, later ones only add to its counts, so a node whose
+/// every rule differs never holds every finding. Without `fold` it keeps every finding.
+#[derive(Debug)]
+pub struct Folder {
+    fold: bool,
+    /// Each cause's index in `tallies`.
+    causes: HashMap<Cause, usize, NameHash>,
+    tallies: Vec<Tally>,
+    /// The findings kept and the groups, in the order their (first) findings came.
+    slots: Vec<Slot>,
+}
+
+/// A place in a [`Folder`]'s output.
+#[derive(Debug)]
+enum Slot {
+    /// A finding shown as it is.
+    Kept(Finding),
+    /// The group of a cause (its index), where its first finding came.
+    Group(usize),
+    /// A finding taken into a group after it was kept.
+    Folded,
+}
+
+/// A finding on its way into a [`Folder`].
+enum Entry {
+    /// The finding, its cause and fingerprint (boxed: most findings of a mass drift are
+    /// counted).
+    Whole(Box<(Finding, Cause, u64)>),
+    /// What a finding of a group (the index of its cause) adds to its counts.
+    Counted {
+        cause: usize,
+        print: u64,
+        chain: Option<String>,
+        service: Option<String>,
+    },
+}
+
+/// What a [`Folder`] knows of one cause.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Fingerprints of its distinct findings (an exact repeat counts once, as a report's
+    /// duplicates do).
+    distinct: HashSet<u64, NameHash>,
+    /// The slots of its findings, until it is a group.
+    kept: Vec<usize>,
+    /// Its group, once it has [`GROUP_FROM`] distinct findings.
+    group: Option<GroupTally>,
+}
+
+/// The counts of a cause's group.
+#[derive(Debug)]
+struct GroupTally {
+    /// The first finding: its ID, severity, expected and actual stand for the group.
+    first: Finding,
+    chains: HashSet<String, NameHash>,
+    services: HashSet<String, NameHash>,
+    /// The first findings of distinct chains (or service ports).
+    examples: Vec<GroupExample>,
+}
+
+impl GroupTally {
+    fn new(first: Finding) -> GroupTally {
+        GroupTally {
+            first,
+            chains: HashSet::default(),
+            services: HashSet::default(),
+            examples: Vec::new(),
         }
-        let list = members.entry(k).or_default();
-        if list.is_empty() {
-            order.push(Err(k));
-        }
-        list.push(f);
-        folded += 1;
     }
-    let out = order
-        .into_iter()
-        .filter_map(|slot| match slot {
-            Ok(f) => Some(f),
-            Err(k) => members.remove(k).map(|list| k.finding(list)),
-        })
-        .collect();
-    (out, folded)
+
+    fn add(&mut self, f: Finding) {
+        let pair = (f.chain.as_deref(), f.service.as_deref());
+        if self.examples.len() < EXAMPLES
+            && !self
+                .examples
+                .iter()
+                .any(|e| (e.chain.as_deref(), e.service.as_deref()) == pair)
+        {
+            self.examples.push(GroupExample {
+                service: f.service.clone(),
+                chain: f.chain.clone(),
+                expected: f.expected.clone(),
+                actual: f.actual.clone(),
+            });
+        }
+        if let Some(c) = f.chain {
+            self.chains.insert(c);
+        }
+        if let Some(s) = f.service {
+            self.services.insert(s);
+        }
+    }
+}
+
+/// A finding's fingerprint: equal findings have equal ones.
+fn fingerprint(f: &Finding) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    (f.id, f.severity, &f.service, &f.chain, &f.message).hash(&mut h);
+    (&f.expected, &f.actual, &f.hint).hash(&mut h);
+    h.finish()
+}
+
+impl Folder {
+    /// A folder that folds mass drift (`fold`) or keeps every finding.
+    pub fn new(fold: bool) -> Folder {
+        Folder {
+            fold,
+            causes: HashMap::default(),
+            tallies: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Adds one finding.
+    pub fn push(&mut self, f: Finding) {
+        if self.fold {
+            let (cause, print) = (Cause::of(&f), fingerprint(&f));
+            self.push_of(f, cause, print);
+        } else {
+            self.slots.push(Slot::Kept(f));
+        }
+    }
+
+    /// Adds findings in order (their causes worked out in parallel).
+    pub fn extend(&mut self, findings: impl IntoIterator<Item = Finding>) {
+        let findings: Vec<Finding> = findings.into_iter().collect();
+        if !self.fold {
+            self.slots.extend(findings.into_iter().map(Slot::Kept));
+            return;
+        }
+        // A finding of a cause that is a group with all its examples only adds to the counts:
+        // it is cut down to them here, in parallel.
+        let (causes, tallies) = (&self.causes, &self.tallies);
+        let entries: Vec<Entry> = findings
+            .into_par_iter()
+            .map(|f| {
+                let (cause, print) = (Cause::of(&f), fingerprint(&f));
+                match causes.get(&cause) {
+                    Some(&i)
+                        if tallies[i]
+                            .group
+                            .as_ref()
+                            .is_some_and(|g| g.examples.len() == EXAMPLES) =>
+                    {
+                        Entry::Counted {
+                            cause: i,
+                            print,
+                            chain: f.chain,
+                            service: f.service,
+                        }
+                    }
+                    _ => Entry::Whole(Box::new((f, cause, print))),
+                }
+            })
+            .collect();
+        for entry in entries {
+            match entry {
+                Entry::Whole(whole) => {
+                    let (f, cause, print) = *whole;
+                    self.push_of(f, cause, print);
+                }
+                Entry::Counted {
+                    cause,
+                    print,
+                    chain,
+                    service,
+                } => {
+                    let tally = &mut self.tallies[cause];
+                    if let Some(group) = &mut tally.group
+                        && tally.distinct.insert(print)
+                    {
+                        group.chains.extend(chain);
+                        group.services.extend(service);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `f`, of `cause`, with its [`fingerprint`].
+    fn push_of(&mut self, f: Finding, cause: Cause, print: u64) {
+        let next = self.tallies.len();
+        let i = *self.causes.entry(cause).or_insert(next);
+        if i == next {
+            self.tallies.push(Tally::default());
+        }
+        let tally = &mut self.tallies[i];
+        let new = tally.distinct.insert(print);
+        if let Some(group) = &mut tally.group {
+            if new {
+                group.add(f);
+            }
+            return;
+        }
+        tally.kept.push(self.slots.len());
+        self.slots.push(Slot::Kept(f));
+        if tally.distinct.len() < GROUP_FROM {
+            return;
+        }
+        // The cause has become mass drift: its kept findings go into its group, which takes
+        // the place of the first.
+        let mut group: Option<GroupTally> = None;
+        let mut seen: HashSet<u64, NameHash> = HashSet::default();
+        for &slot in &tally.kept {
+            let Slot::Kept(f) = std::mem::replace(&mut self.slots[slot], Slot::Folded) else {
+                continue;
+            };
+            if !seen.insert(fingerprint(&f)) {
+                continue;
+            }
+            match &mut group {
+                Some(g) => g.add(f),
+                None => {
+                    let mut g = GroupTally::new(f.clone());
+                    g.add(f);
+                    group = Some(g);
+                }
+            }
+        }
+        if let Some(&first) = tally.kept.first() {
+            self.slots[first] = Slot::Group(i);
+        }
+        tally.kept = Vec::new();
+        tally.group = group;
+    }
+
+    /// The findings in order, each group where its first finding came, and how many findings
+    /// the groups stand for beyond themselves.
+    pub fn finish(self) -> (Vec<Finding>, usize) {
+        let mut causes: Vec<Option<Cause>> = Vec::new();
+        causes.resize_with(self.tallies.len(), || None);
+        for (cause, i) in self.causes {
+            causes[i] = Some(cause);
+        }
+        let mut tallies: Vec<Option<Tally>> = self.tallies.into_iter().map(Some).collect();
+        let mut left_out = 0;
+        let mut out = Vec::new();
+        for slot in self.slots {
+            match slot {
+                Slot::Kept(f) => out.push(f),
+                Slot::Folded => {}
+                Slot::Group(i) => {
+                    let tally = tallies[i].take();
+                    if let (
+                        Some(cause),
+                        Some(Tally {
+                            distinct,
+                            group: Some(group),
+                            ..
+                        }),
+                    ) = (&causes[i], tally)
+                    {
+                        left_out += distinct.len() - 1;
+                        out.push(cause.finding(distinct.len(), group));
+                    }
+                }
+            }
+        }
+        (out, left_out)
+    }
 }
 
 /// What findings of one cause share.
@@ -80,24 +320,16 @@ impl Cause {
     fn of(f: &Finding) -> Cause {
         let what = match (f.expected.as_deref(), f.actual.as_deref()) {
             (Some(e), Some(a)) if is_rule(e) && is_rule(a) => {
-                let (e, a) = (options(e), options(a));
-                let same_start = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
-                let rest = e.len().min(a.len()) - same_start;
-                let same_end = e
-                    .iter()
-                    .rev()
-                    .zip(a.iter().rev())
-                    .take(rest)
-                    .take_while(|(x, y)| x == y)
+                let (e, a) = (Options::of(e), Options::of(a));
+                let same_start = (0..e.len().min(a.len()))
+                    .take_while(|&i| e.get(i) == a.get(i))
                     .count();
-                let middle = |o: &[Vec<&str>]| {
-                    o.get(same_start..o.len() - same_end)
-                        .unwrap_or_default()
-                        .iter()
-                        .flatten()
-                        .map(|w| general(w))
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                let rest = e.len().min(a.len()) - same_start;
+                let same_end = (1..=rest)
+                    .take_while(|&i| e.get(e.len() - i) == a.get(a.len() - i))
+                    .count();
+                let middle = |o: &Options<'_>| {
+                    general_words(o.words_of(same_start..o.len() - same_end).iter().copied())
                 };
                 What::Rule {
                     removed: middle(&e),
@@ -105,12 +337,9 @@ impl Cause {
                 }
             }
             _ => {
-                let text = |t: &str| {
-                    let mut t = t.to_string();
-                    if let Some(s) = &f.service {
-                        t = t.replace(s.as_str(), "<service>");
-                    }
-                    t.split(' ').map(general).collect::<Vec<_>>().join(" ")
+                let text = |t: &str| match &f.service {
+                    Some(s) => general_words(t.replace(s.as_str(), "<service>").split(' ')),
+                    None => general_words(t.split(' ')),
                 };
                 What::Other {
                     message: text(&f.message),
@@ -122,28 +351,16 @@ impl Cause {
         Cause {
             id: f.id,
             severity: f.severity,
-            chain_kind: f
-                .chain
-                .as_deref()
-                .map(|c| c.split(' ').map(general).collect::<Vec<_>>().join(" ")),
+            chain_kind: f.chain.as_deref().map(|c| general_words(c.split(' '))),
             hint: f.hint.clone(),
             what,
         }
     }
 
-    /// The finding that stands for `list` (all of this cause, in report order).
-    fn finding(&self, list: Vec<Finding>) -> Finding {
-        let count = list.len();
-        let chains = list
-            .iter()
-            .filter_map(|f| f.chain.as_deref())
-            .collect::<HashSet<_>>()
-            .len();
-        let services = list
-            .iter()
-            .filter_map(|f| f.service.as_deref())
-            .collect::<HashSet<_>>()
-            .len();
+    /// The finding that stands for the `count` findings of this cause that `group` tallied.
+    fn finding(&self, count: usize, group: GroupTally) -> Finding {
+        let chains = group.chains.len();
+        let services = group.services.len();
         let kind = self.chain_kind.as_deref().unwrap_or("kube-proxy");
         let message = match &self.what {
             What::Rule { removed, added } => {
@@ -171,20 +388,8 @@ impl Cause {
                 thousands(services)
             ),
         };
-        // The first findings of distinct chains (or service ports).
-        let mut seen = HashSet::new();
-        let examples: Vec<GroupExample> = list
-            .iter()
-            .filter(|f| seen.insert((f.chain.as_deref(), f.service.as_deref())))
-            .take(EXAMPLES)
-            .map(|f| GroupExample {
-                service: f.service.clone(),
-                chain: f.chain.clone(),
-                expected: f.expected.clone(),
-                actual: f.actual.clone(),
-            })
-            .collect();
-        let named: Vec<&str> = examples
+        let named: Vec<&str> = group
+            .examples
             .iter()
             .filter_map(|e| e.chain.as_deref().or(e.service.as_deref()))
             .collect();
@@ -192,10 +397,7 @@ impl Cause {
         if !named.is_empty() {
             message.push_str(&format!(" (e.g. {})", named.join(", ")));
         }
-        let mut list = list.into_iter();
-        let Some(first) = list.next() else {
-            unreachable!("a cause has at least one finding");
-        };
+        let first = group.first;
         Finding {
             service: None,
             chain: self.chain_kind.clone(),
@@ -208,7 +410,7 @@ impl Cause {
                 count,
                 chains,
                 services,
-                examples,
+                examples: group.examples,
             })),
             ..first
         }
@@ -223,13 +425,61 @@ fn is_rule(text: &str) -> bool {
 /// The options of a rule, each a word starting with `-` and the words up to the next such word
 /// (`-m comment`, `--comment "…"`, `! -s 10.0.0.1`): rules are compared option by option, so an
 /// added match reads as itself, not as a shifted run of words.
-fn options(rule: &str) -> Vec<Vec<&str>> {
-    let mut out: Vec<Vec<&str>> = Vec::new();
-    for w in words(rule) {
-        match out.last_mut() {
-            Some(last) if w != "!" && (!w.starts_with('-') || *last == ["!"]) => last.push(w),
-            _ => out.push(vec![w]),
+struct Options<'a> {
+    words: Vec<&'a str>,
+    /// Where each option starts in `words`.
+    starts: Vec<usize>,
+}
+
+impl<'a> Options<'a> {
+    fn of(rule: &'a str) -> Options<'a> {
+        let words = words(rule);
+        let mut starts = Vec::new();
+        for (i, w) in words.iter().enumerate() {
+            let after_not = i > 0 && starts.last() == Some(&(i - 1)) && words[i - 1] == "!";
+            if i == 0 || *w == "!" || (w.starts_with('-') && !after_not) {
+                starts.push(i);
+            }
         }
+        Options { words, starts }
+    }
+
+    /// How many options.
+    fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The words of option `i`.
+    fn get(&self, i: usize) -> Option<&[&'a str]> {
+        let start = *self.starts.get(i)?;
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.words.len());
+        self.words.get(start..end)
+    }
+
+    /// The words of the options in `range`.
+    fn words_of(&self, range: std::ops::Range<usize>) -> &[&'a str] {
+        let start = self
+            .starts
+            .get(range.start)
+            .copied()
+            .unwrap_or(self.words.len());
+        let end = self
+            .starts
+            .get(range.end)
+            .copied()
+            .unwrap_or(self.words.len());
+        self.words.get(start..end.max(start)).unwrap_or_default()
+    }
+}
+
+/// The words with what differs between service ports left out ([`general`]), joined by spaces.
+fn general_words<'w>(words: impl Iterator<Item = &'w str>) -> String {
+    let mut out = String::new();
+    for (i, w) in words.enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&general(w));
     }
     out
 }
@@ -255,9 +505,10 @@ fn words(rule: &str) -> Vec<&str> {
 
 /// A word with what differs between service ports left out: a chain's hash (`KUBE-SEP-…`), a
 /// quoted text (`"…"`), an address, network or `address:port` (`<address>`).
-fn general(word: &str) -> String {
+fn general(word: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
     if word.starts_with('"') {
-        return "\"…\"".to_string();
+        return Cow::Borrowed("\"…\"");
     }
     if let Some((prefix, hash)) = word.rsplit_once('-')
         && prefix.starts_with("KUBE-")
@@ -266,18 +517,25 @@ fn general(word: &str) -> String {
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
     {
-        return format!("{prefix}-…");
+        return Cow::Owned(format!("{prefix}-…"));
     }
+    // Only a word of digits, dots, colons, hex and brackets can be an address.
     let host = word.split('/').next().unwrap_or(word);
     let host = host.trim_start_matches('[');
-    let is_address = host.parse::<std::net::IpAddr>().is_ok()
-        || host.rsplit_once(':').is_some_and(|(h, p)| {
-            h.trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() && p.parse::<u16>().is_ok()
-        });
+    let maybe_address = host
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_hexdigit() || b == b':');
+    let is_address = maybe_address
+        && (host.parse::<std::net::IpAddr>().is_ok()
+            || host.rsplit_once(':').is_some_and(|(h, p)| {
+                h.trim_end_matches(']').parse::<std::net::IpAddr>().is_ok()
+                    && p.parse::<u16>().is_ok()
+            }));
     if is_address {
-        "<address>".to_string()
+        Cow::Borrowed("<address>")
     } else {
-        word.to_string()
+        Cow::Borrowed(word)
     }
 }
 
@@ -317,8 +575,8 @@ mod tests {
                 changed(&chain, &e, &a)
             })
             .collect();
-        let (out, folded) = group(findings);
-        assert_eq!(folded, 300);
+        let (out, left_out) = group(findings);
+        assert_eq!(left_out, 299);
         assert_eq!(out.len(), 1);
         let f = &out[0];
         assert_eq!(f.id, "KP903");
@@ -335,6 +593,35 @@ mod tests {
             Some("nat KUBE-SEP-0000000000000000")
         );
         assert_eq!(f.expected.as_deref(), Some(sep_rule(0).1.as_str()));
+    }
+
+    #[test]
+    fn a_folder_fed_run_by_run_counts_each_distinct_finding_once() {
+        let sep = |n: usize| {
+            let (chain, e, a) = sep_rule(n);
+            changed(&chain, &e, &a)
+        };
+        let mut folder = Folder::new(true);
+        folder.push(cat::CANARY_MISSING.finding("no canary"));
+        for run in 0..4 {
+            folder.extend((run * 100..run * 100 + 100).map(sep));
+        }
+        // An exact repeat (a rule written twice) is one finding, as in a report.
+        folder.extend([sep(7), sep(7)]);
+        let (out, left_out) = folder.finish();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].message, "no canary");
+        let g = out[1].group.as_deref().unwrap_or_else(|| panic!("a group"));
+        assert_eq!((g.count, g.chains, left_out), (400, 400, 399));
+        let chains: Vec<_> = g.examples.iter().map(|e| e.chain.clone()).collect();
+        assert_eq!(chains, [0, 1, 2].map(|n| Some(sep_rule(n).0)));
+        let report = super::super::Report::new("node", "iptables", 1, out);
+        // The canary finding and the 400 of the group.
+        assert_eq!(report.summary.warnings, 401, "a group counts as its findings");
+
+        let mut all = Folder::new(false);
+        all.extend((0..300).map(sep));
+        assert_eq!(all.finish().0.len(), 300);
     }
 
     #[test]
@@ -369,8 +656,8 @@ mod tests {
             )
         }));
         findings.push(cat::ORPHAN_CHAIN.finding("left over"));
-        let (out, folded) = group(findings);
-        assert_eq!(folded, GROUP_FROM);
+        let (out, left_out) = group(findings);
+        assert_eq!(left_out, GROUP_FROM - 1);
         let ids: Vec<_> = out.iter().map(|f| f.id).collect();
         assert_eq!(
             ids,
@@ -401,7 +688,12 @@ mod tests {
         assert_eq!(general("0x4000/0x4000"), "0x4000/0x4000");
         assert_eq!(general("KUBE-MARK-MASQ"), "KUBE-MARK-MASQ");
         assert_eq!(
-            options("-A X ! -s 10.0.0.1 -m comment --comment \"a b\" -j Y"),
+            {
+                let o = Options::of("-A X ! -s 10.0.0.1 -m comment --comment \"a b\" -j Y");
+                (0..o.len())
+                    .map(|i| o.get(i).unwrap_or_default().to_vec())
+                    .collect::<Vec<_>>()
+            },
             [
                 vec!["-A", "X"],
                 vec!["!", "-s", "10.0.0.1"],

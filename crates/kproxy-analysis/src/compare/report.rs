@@ -3,6 +3,7 @@
 
 use super::finding::{Finding, Severity};
 use crate::exit::Outcome;
+use rayon::prelude::*;
 use serde::Serialize;
 
 /// Counts over a report.
@@ -43,12 +44,19 @@ impl Report {
         service_ports: usize,
         mut findings: Vec<Finding>,
     ) -> Report {
-        findings.sort_by(|a, b| {
+        findings.par_sort_by(|a, b| {
             (a.severity, a.id, &a.service, &a.chain, &a.message)
                 .cmp(&(b.severity, b.id, &b.service, &b.chain, &b.message))
         });
         findings.dedup();
-        let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+        // A group finding counts as the findings it stands for.
+        let count = |s: Severity| {
+            findings
+                .iter()
+                .filter(|f| f.severity == s)
+                .map(|f| f.group.as_ref().map_or(1, |g| g.count))
+                .sum()
+        };
         let summary = Summary {
             service_ports,
             errors: count(Severity::Error),
@@ -68,13 +76,17 @@ impl Report {
     /// ([`super::grouping`]). The summary still counts every finding (and so does the exit
     /// status); `findings_truncated` says how many are not shown.
     pub fn group_alike(mut self) -> Report {
-        let shown_before = self.findings.len();
-        let (findings, folded) = super::grouping::group(std::mem::take(&mut self.findings));
+        let (findings, left_out) = super::grouping::group(std::mem::take(&mut self.findings));
         self.findings = findings;
-        if folded > 0 {
-            self.findings_truncated = Some(shown_before - self.findings.len());
-        }
+        self.left_out(left_out);
         self
+    }
+
+    /// Counts `n` more findings that group findings stand for (`findings_truncated`).
+    pub fn left_out(&mut self, n: usize) {
+        if n > 0 {
+            self.findings_truncated = Some(self.findings_truncated.unwrap_or(0) + n);
+        }
     }
 
     /// Exit status: drift when any warning or error was found.

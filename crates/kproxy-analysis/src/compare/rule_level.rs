@@ -16,6 +16,7 @@
 use super::catalogue as cat;
 use super::finding::Finding;
 use super::graph_level::Explained;
+use super::grouping::Folder;
 use crate::graph::names::{NameResolver, parse_comment};
 use crate::graph::ownership::service_chain;
 use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
@@ -426,9 +427,9 @@ impl ExpectedRules {
 /// One rule as the detailed comparison reads it.
 #[derive(Debug, Clone)]
 struct RuleView {
+    /// The key: the fingerprint of the canonical text without what varies (none for a rule
+    /// the comparison leaves out).
     key: Option<Fingerprint>,
-    /// The key's text (canonical without what varies), for order messages.
-    key_text: Option<String>,
     /// `-A CHAIN <canonical>`.
     line: String,
     owner: Option<String>,
@@ -437,23 +438,19 @@ struct RuleView {
 
 impl RuleView {
     fn of(
-        table: &str,
-        chain: &str,
+        (table, chain): (&str, &str),
         r: &Rule<'_>,
         (family, omit): (Family, Omit),
         names: &NameResolver,
+        buf: &mut String,
     ) -> Self {
-        let key_text = (!optional(table, chain, r, omit)).then(|| {
-            let mut t = String::new();
-            write_rule_omitting(&mut t, r, family, omit);
-            t
-        });
-        let mut canonical = String::new();
-        write_rule(&mut canonical, r, family);
+        let key =
+            (!optional(table, chain, r, omit)).then(|| Fingerprint::omitting(r, family, omit, buf));
+        buf.clear();
+        write_rule(buf, r, family);
         RuleView {
-            key: key_text.as_deref().map(Fingerprint::of_text),
-            key_text,
-            line: format!("-A {chain} {canonical}"),
+            key,
+            line: format!("-A {chain} {buf}"),
             owner: owner(r, chain, names),
             jump: r.jump_target().map(str::to_string),
         }
@@ -562,12 +559,11 @@ fn chain_status(
 /// by rule, the render's side re-read through `render` (the render of `family`).
 pub fn findings(
     screen: &Screen,
-    family: Family,
-    render: &RenderFn<'_>,
+    (family, render): (Family, &RenderFn<'_>),
     actual: &Ruleset<'_>,
-    names: &NameResolver,
-    ex: &Explained,
-) -> Result<Vec<Finding>, ParseError> {
+    (names, ex): (&NameResolver, &Explained),
+    found: &mut Folder,
+) -> Result<(), ParseError> {
     let mut out = Vec::new();
     let mut differing: Vec<(&'static str, String)> = Vec::new();
     for (table, chain, status) in &screen.chains {
@@ -610,8 +606,9 @@ pub fn findings(
             Status::Differs => differing.push((table, chain.to_string())),
         }
     }
+    found.extend(out);
     if differing.is_empty() {
-        return Ok(out);
+        return Ok(());
     }
     tracing::debug!(
         "rule level: {} chain(s) differ from the render, first {:?}",
@@ -619,22 +616,56 @@ pub fn findings(
         &differing[..differing.len().min(5)]
     );
     let omit = screen.omit;
+    let t0 = std::time::Instant::now();
     let wanted = expected_views(render, (family, omit), &differing, names)?;
-    for ((table, chain), want) in differing.iter().zip(&wanted) {
-        let Some(ac) = actual.chain(table, chain) else {
-            continue;
-        };
-        let got: Vec<RuleView> = ac
-            .rules
-            .iter()
-            .map(|r| RuleView::of(table, chain, r, (actual.family, omit), names))
+    tracing::debug!(
+        "rule level: the render's rules of those read in {:?}",
+        t0.elapsed()
+    );
+    // Each chain on its own, a run of chains at a time: a mass-drifted node has one per service
+    // port, and `found` folds their findings before the next run is made.
+    for (chains, wants) in differing
+        .chunks(CHAINS_PER_TASK)
+        .zip(wanted.chunks(CHAINS_PER_TASK))
+    {
+        let details: Vec<Vec<Finding>> = chains
+            .par_iter()
+            .zip(wants)
+            .map(|((table, chain), want)| {
+                let mut out = Vec::new();
+                let Some(ac) = actual.chain(table, chain) else {
+                    return out;
+                };
+                let mut buf = String::new();
+                let got: Vec<RuleView> = ac
+                    .rules
+                    .iter()
+                    .map(|r| {
+                        RuleView::of((table, chain), r, (actual.family, omit), names, &mut buf)
+                    })
+                    .collect();
+                // The keys' texts, for a chain whose rules are all there but in another order.
+                let key_texts = || {
+                    ac.rules
+                        .iter()
+                        .filter(|r| !optional(table, chain, r, omit))
+                        .map(|r| {
+                            let mut t = String::new();
+                            write_rule_omitting(&mut t, r, actual.family, omit);
+                            t
+                        })
+                        .collect()
+                };
+                chain_details((table, chain), (want, &got), ex, &key_texts, &mut out);
+                if !ex.chains.contains(chain.as_str()) && !is_ordered(table, chain) {
+                    tail_last(table, chain, (ac, omit), &mut out);
+                }
+                out
+            })
             .collect();
-        chain_details(table, chain, want, &got, ex, &mut out);
-        if !ex.chains.contains(chain.as_str()) && !is_ordered(table, chain) {
-            tail_last(table, chain, (ac, omit), &mut out);
-        }
+        found.extend(details.into_iter().flatten());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The rules of the `chains` of the render, rule by rule (the render runs again), in the order
@@ -650,36 +681,64 @@ fn expected_views(
         wanted.entry(t).or_default().insert(c.as_str(), i);
     }
     let mut views: Vec<Vec<RuleView>> = vec![Vec::new(); chains.len()];
+    // The render's chunks are read a few at a time, in parallel.
+    let mut batch: Vec<(&'static str, String)> = Vec::new();
     let mut failed = None;
+    let mut read = |batch: &mut Vec<(&'static str, String)>| {
+        let parts: Vec<Result<Vec<(usize, RuleView)>, ParseError>> = batch
+            .par_iter()
+            .map_init(String::new, |buf, (table, text)| {
+                let mut found = Vec::new();
+                if let Some(ids) = wanted.get(table) {
+                    for_each_rule(text, |chain, r| {
+                        if let Some(&i) = ids.get(chain) {
+                            found.push((i, RuleView::of((table, chain), &r, family, names, buf)));
+                        }
+                    })?;
+                }
+                Ok(found)
+            })
+            .collect();
+        batch.clear();
+        for part in parts {
+            match part {
+                Ok(found) => {
+                    for (i, v) in found {
+                        views[i].push(v);
+                    }
+                }
+                Err(e) => failed = failed.take().or(Some(e)),
+            }
+        }
+    };
     render(&mut |chunk: RenderChunk<'_>| {
-        if chunk.declarations || failed.is_some() {
+        if chunk.declarations || !wanted.contains_key(chunk.table) {
             return;
         }
-        let Some(table) = wanted.get(chunk.table) else {
-            return;
-        };
-        let parsed = for_each_rule(chunk.text, |chain, r| {
-            if let Some(v) = table.get(chain).and_then(|&i| views.get_mut(i)) {
-                v.push(RuleView::of(chunk.table, chain, &r, family, names));
-            }
-        });
-        if let Err(e) = parsed {
-            failed = Some(e);
+        batch.push((chunk.table, chunk.text.to_string()));
+        if batch.len() == CHUNKS_PER_READ {
+            read(&mut batch);
         }
     });
+    read(&mut batch);
     match failed {
         Some(e) => Err(e),
         None => Ok(views),
     }
 }
 
+/// How many chunks of the render [`expected_views`] reads at a time (256 KiB each).
+const CHUNKS_PER_READ: usize = 8;
+
 /// Missing, extra, changed and reordered rules of one chain whose keys differ.
+///
+/// `key_texts` gives the texts of `got`'s keys, in order: they are written only for a chain
+/// whose rules are all there in another order (KP904).
 fn chain_details(
-    table: &str,
-    chain: &str,
-    want: &[RuleView],
-    got: &[RuleView],
+    (table, chain): (&str, &str),
+    (want, got): (&[RuleView], &[RuleView]),
     ex: &Explained,
+    key_texts: &dyn Fn() -> Vec<String>,
     out: &mut Vec<Finding>,
 ) {
     let table_chain = format!("{table} {chain}");
@@ -760,13 +819,18 @@ fn chain_details(
         return;
     }
     // KP904: the same rules in another order.
-    let w: Vec<&str> = want.iter().filter_map(|r| r.key_text.as_deref()).collect();
-    let g: Vec<&str> = got.iter().filter_map(|r| r.key_text.as_deref()).collect();
+    let w: Vec<Fingerprint> = want.iter().filter_map(|r| r.key).collect();
+    let g: Vec<Fingerprint> = got.iter().filter_map(|r| r.key).collect();
     let mut ws = w.clone();
     let mut gs = g.clone();
     ws.sort_unstable();
     gs.sort_unstable();
     if ws == gs && w != g {
+        // The same keys: each of `want`'s has the text of the equal one of `got`.
+        let texts: HashMap<Fingerprint, String> = g.iter().copied().zip(key_texts()).collect();
+        let text = |k: &Fingerprint| texts.get(k).map_or("", String::as_str);
+        let w: Vec<&str> = w.iter().map(text).collect();
+        let g: Vec<&str> = g.iter().map(text).collect();
         out.push(
             cat::RULE_ORDER
                 .finding(format!(

@@ -5,6 +5,7 @@ use super::catalogue as cat;
 use super::expected::{self, ExpectedPort};
 use super::finding::Finding;
 use super::graph_level::{self, GraphContext};
+use super::grouping::Folder;
 use super::nodewide::{self, NodeContext, ServiceAddresses};
 use super::report::Report;
 use super::rule_level;
@@ -50,6 +51,10 @@ pub struct VerifyInput<'a> {
     pub nft_ruleset: Option<&'a str>,
     /// Parser options (lenient or strict).
     pub parse: ParseOptions,
+    /// Mass drift folded as it is found ([`super::grouping::Folder`]), as
+    /// [`Report::group_alike`] folds it after: the findings a group stands for are never all
+    /// held. Off: every finding is reported (`--all-findings`).
+    pub group_alike: bool,
 }
 
 /// What kube-proxy would install on the node, computed from the API state: either before the
@@ -360,26 +365,32 @@ pub fn verify_release(
     } else {
         input.config.mode.as_str()
     };
-    let mut findings: Vec<Finding> = Vec::new();
+    // Telling another release's rules from drift (KP906) compares every finding of both.
+    let mut findings = Folder::new(input.group_alike && release.writer.is_none());
     let mut service_ports = 0usize;
     let mut main_has_rules = false;
     let mut legacy_present_warning = false;
     for d in &input.dumps {
-        let mut checked = verify_dump(input, &input.plans, input.facts, d, mode)?;
-        if let (Some(w), Some(inference)) = (&release.writer, &release.inference) {
-            let theirs = verify_dump(input, &w.plans, &w.facts, d, mode)?;
-            checked.findings = super::version::group_release_differences(
-                checked.findings,
-                &theirs.findings,
-                input.facts.kube_proxy_version,
-                w.facts.kube_proxy_version,
-                inference,
-            );
-        }
+        let checked = match (&release.writer, &release.inference) {
+            (Some(w), Some(inference)) => {
+                let mut ours = Folder::new(false);
+                let checked = verify_dump(input, (&input.plans, input.facts), d, mode, &mut ours)?;
+                let mut theirs = Folder::new(false);
+                verify_dump(input, (&w.plans, &w.facts), d, mode, &mut theirs)?;
+                findings.extend(super::version::group_release_differences(
+                    ours.finish().0,
+                    &theirs.finish().0,
+                    input.facts.kube_proxy_version,
+                    w.facts.kube_proxy_version,
+                    inference,
+                ));
+                checked
+            }
+            _ => verify_dump(input, (&input.plans, input.facts), d, mode, &mut findings)?,
+        };
         service_ports += checked.service_ports;
         main_has_rules |= checked.has_kube_proxy_rules;
         legacy_present_warning |= checked.legacy_tables_present;
-        findings.extend(checked.findings);
     }
     if let Some(inference) = &release.inference {
         if release.inferred {
@@ -436,12 +447,14 @@ pub fn verify_release(
     {
         findings.push(f);
     }
-    Ok(Report::new(input.node, mode, service_ports, findings))
+    let (findings, left_out) = findings.finish();
+    let mut report = Report::new(input.node, mode, service_ports, findings);
+    report.left_out(left_out);
+    Ok(report)
 }
 
-/// What checking one dump found.
+/// What checking one dump found, besides its findings.
 struct DumpChecked {
-    findings: Vec<Finding>,
     service_ports: usize,
     has_kube_proxy_rules: bool,
     legacy_tables_present: bool,
@@ -457,10 +470,10 @@ struct DumpChecked {
 /// Then the few chains that differ are looked at rule by rule ([`rule_level::findings`]).
 fn verify_dump(
     input: &VerifyInput<'_>,
-    plans: &NodePlans,
-    facts: &NodeFacts,
+    (plans, facts): (&NodePlans, &NodeFacts),
     d: &DumpText<'_>,
     mode: &str,
+    found: &mut Folder,
 ) -> Result<DumpChecked, VerifyError> {
     let t0 = std::time::Instant::now();
     let stage = |what: &str| tracing::debug!("verify {}: {what} after {:?}", d.label, t0.elapsed());
@@ -520,7 +533,7 @@ fn verify_dump(
     // The expected ports name the node's service addresses (node-wide checks) and chain hashes
     // (graph, rule level); they are made again for the graph level, after the graph is built:
     // until then verify holds as little as it can.
-    let (mut findings, resolver) = {
+    let resolver = {
         let expected = expected::expected_ports(plan);
         let addresses = service_addresses(&expected);
         let node_context = NodeContext {
@@ -530,10 +543,9 @@ fn verify_dump(
             large_cluster: plan.large_cluster_mode,
             label: d.label,
         };
-        let findings = nodewide::check(&dump, &node_context);
+        found.extend(nodewide::check(&dump, &node_context));
         stage("node-wide checks done");
-        let names = NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)));
-        (findings, names)
+        NameResolver::from_ports(expected.iter().map(|e| (e.name, e.protocol)))
     };
     let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
     let legacy_tables_present = dump.legacy_tables_present;
@@ -579,22 +591,19 @@ fn verify_dump(
     );
     stage("rule keys compared");
     let skeleton = graph_findings.iter().any(|f| f.id == cat::SKELETON_ONLY.id);
-    findings.extend(graph_findings);
+    found.extend(graph_findings);
     if !unreadable && !skeleton {
-        let rule_findings = rule_level::findings(
+        rule_level::findings(
             &screen,
-            family,
-            &render,
+            (family, &render),
             &actual_rules,
-            &resolver,
-            &explained,
+            (&resolver, &explained),
+            found,
         )
         .map_err(render_error)?;
-        findings.extend(rule_findings);
         stage("rule level compared");
     }
     Ok(DumpChecked {
-        findings,
         service_ports,
         has_kube_proxy_rules,
         legacy_tables_present,

@@ -169,12 +169,27 @@ pub fn resolve_inputs(
     };
     let exec_timeout = exec_timeout(live)?;
     let rt = runtime()?;
-    rt.block_on(async {
-        let shared = load_shared(global, live, state, collector).await?;
-        check_node_known(&shared, &node)?;
-        let snapshot = collect_node(&shared, live, dumps, collector, &node, exec_timeout).await?;
-        Ok(shared.into_inputs(node, snapshot))
-    })
+    // Dump files are read while the API state loads: both are tens of megabytes on a large
+    // node.
+    let files = matches!(collector, CollectorChoice::Files | CollectorChoice::Auto);
+    let (shared, read) = rayon::join(
+        || rt.block_on(load_shared(global, live, state, collector)),
+        || files.then(|| collect::files::collect(&dump_files(dumps))),
+    );
+    let shared = shared?;
+    check_node_known(&shared, &node)?;
+    let snapshot = match read {
+        Some(read) => read?,
+        None => rt.block_on(collect_node(
+            &shared,
+            live,
+            dumps,
+            collector,
+            &node,
+            exec_timeout,
+        ))?,
+    };
+    Ok(shared.into_inputs(node, snapshot))
 }
 
 /// The API state and configuration of a live run, without the node's dumps, and the

@@ -617,7 +617,10 @@ mod tests {
         assert_eq!(chains, [0, 1, 2].map(|n| Some(sep_rule(n).0)));
         let report = super::super::Report::new("node", "iptables", 1, out);
         // The canary finding and the 400 of the group.
-        assert_eq!(report.summary.warnings, 401, "a group counts as its findings");
+        assert_eq!(
+            report.summary.warnings, 401,
+            "a group counts as its findings"
+        );
 
         let mut all = Folder::new(false);
         all.extend((0..300).map(sep));

@@ -433,7 +433,9 @@ struct RuleView {
     /// `-A CHAIN <canonical>`.
     line: String,
     owner: Option<String>,
-    jump: Option<String>,
+    /// Whether the graph level has reported what this rule is about (its chain, the chain it
+    /// jumps to or its service port).
+    explained: bool,
 }
 
 impl RuleView {
@@ -441,25 +443,23 @@ impl RuleView {
         (table, chain): (&str, &str),
         r: &Rule<'_>,
         (family, omit): (Family, Omit),
-        names: &NameResolver,
+        (names, ex): (&NameResolver, &Explained),
         buf: &mut String,
     ) -> Self {
         let key =
             (!optional(table, chain, r, omit)).then(|| Fingerprint::omitting(r, family, omit, buf));
         buf.clear();
         write_rule(buf, r, family);
+        let owner = owner(r, chain, names);
+        let explained = ex.chains.contains(chain)
+            || r.jump_target().is_some_and(|t| ex.chains.contains(t))
+            || owner.as_ref().is_some_and(|s| ex.services.contains(s));
         RuleView {
             key,
             line: format!("-A {chain} {buf}"),
-            owner: owner(r, chain, names),
-            jump: r.jump_target().map(str::to_string),
+            owner,
+            explained,
         }
-    }
-
-    fn explained(&self, chain: &str, ex: &Explained) -> bool {
-        ex.chains.contains(chain)
-            || self.jump.as_ref().is_some_and(|t| ex.chains.contains(t))
-            || self.owner.as_ref().is_some_and(|s| ex.services.contains(s))
     }
 }
 
@@ -617,7 +617,7 @@ pub fn findings(
     );
     let omit = screen.omit;
     let t0 = std::time::Instant::now();
-    let wanted = expected_views(render, (family, omit), &differing, names)?;
+    let wanted = expected_views(render, (family, omit), &differing, (names, ex))?;
     tracing::debug!(
         "rule level: the render's rules of those read in {:?}",
         t0.elapsed()
@@ -641,7 +641,13 @@ pub fn findings(
                     .rules
                     .iter()
                     .map(|r| {
-                        RuleView::of((table, chain), r, (actual.family, omit), names, &mut buf)
+                        RuleView::of(
+                            (table, chain),
+                            r,
+                            (actual.family, omit),
+                            (names, ex),
+                            &mut buf,
+                        )
                     })
                     .collect();
                 // The keys' texts, for a chain whose rules are all there but in another order.
@@ -674,7 +680,7 @@ fn expected_views(
     render: &RenderFn<'_>,
     family: (Family, Omit),
     chains: &[(&'static str, String)],
-    names: &NameResolver,
+    names: (&NameResolver, &Explained),
 ) -> Result<Vec<Vec<RuleView>>, ParseError> {
     let mut wanted: HashMap<&'static str, HashMap<&str, usize, NameHash>> = HashMap::new();
     for (i, (t, c)) in chains.iter().enumerate() {
@@ -769,8 +775,8 @@ fn chain_details(
             extra.push(r);
         }
     }
-    missing.retain(|r| !r.explained(chain, ex));
-    extra.retain(|r| !r.explained(chain, ex));
+    missing.retain(|r| !r.explained);
+    extra.retain(|r| !r.explained);
     // Pairs of one missing and one extra rule of the same owner: a changed rule.
     let mut changed: Vec<(&RuleView, &RuleView)> = Vec::new();
     if is_ordered(table, chain) && missing.len() == extra.len() {

@@ -130,11 +130,10 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
     if matches!(args.output, GraphFormat::Json | GraphFormat::Yaml) {
         // Streamed: the document of a node-sized dump is large (see `output::write_json`).
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        let doc = GraphDocument::new(&graphs);
         if args.output == GraphFormat::Json {
-            output::write_json(out, &doc)?;
+            output::graph::write_json(out, &graphs)?;
         } else {
-            output::write_yaml(out, &doc)?;
+            output::write_yaml(out, &GraphDocument::new(&graphs))?;
         }
         return Ok(Outcome::Clean);
     }

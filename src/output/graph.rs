@@ -4,8 +4,8 @@
 use super::dot::{Cluster, Digraph};
 use super::table::KubeTable;
 use crate::graph::{
-    AnomalyKind, ChainKind, Entry, EntryKind, MasqueradeReason, ServiceGraph, ServicePort,
-    VerdictReason, percent,
+    AnomalyKind, ChainKind, Entry, EntryKind, GraphDocument, MasqueradeReason, ServiceGraph,
+    ServicePort, VerdictReason, percent,
 };
 use std::collections::BTreeSet;
 
@@ -306,4 +306,113 @@ pub fn dot(g: &ServiceGraph) -> String {
         }
     }
     d.render()
+}
+
+/// `graph -o json` of `graphs`, byte for byte as [`super::write_json`] writes their
+/// [`GraphDocument`], with the service ports (nearly all of a large node's document) written
+/// in parallel, a run at a time; then flushed.
+pub fn write_json<W: std::io::Write>(
+    mut out: W,
+    graphs: &[ServiceGraph<'_>],
+) -> Result<(), super::OutputError> {
+    // The document without its service ports, whose empty lists mark where they go.
+    let shells: Vec<ServiceGraph<'_>> = graphs.iter().map(without_ports).collect();
+    let text = serde_json::to_string_pretty(&GraphDocument::new(&shells))?;
+    const EMPTY: &str = "\"service_ports\": []";
+    let mut rest = text.as_str();
+    for g in graphs {
+        // A string value never holds `"service_ports": []`: its quotes would be escaped.
+        let Some(at) = rest.find(EMPTY) else {
+            break;
+        };
+        let indent = at - rest[..at].rfind('\n').map_or(0, |i| i + 1);
+        // Up to and with `[`.
+        out.write_all(&rest.as_bytes()[..at + EMPTY.len() - 1])?;
+        write_ports(&mut out, &g.service_ports, indent)?;
+        rest = &rest[at + EMPTY.len()..];
+    }
+    out.write_all(rest.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A copy of `g` without its service ports.
+fn without_ports<'a>(g: &ServiceGraph<'a>) -> ServiceGraph<'a> {
+    // Every field named: a new one is not forgotten here.
+    ServiceGraph {
+        source: g.source.clone(),
+        family: g.family.clone(),
+        backend: g.backend.clone(),
+        masquerade_mark: g.masquerade_mark.clone(),
+        service_ports: Vec::new(),
+        anomalies: g.anomalies.clone(),
+        skipped_lines: g.skipped_lines.clone(),
+        gaps: g.gaps.clone(),
+    }
+}
+
+/// The elements of a service-port list whose key is indented by `indent` spaces and whose `[`
+/// is written, then its `]`, as serde_json's pretty printer writes them.
+fn write_ports<W: std::io::Write>(
+    out: &mut W,
+    ports: &[ServicePort<'_>],
+    indent: usize,
+) -> Result<(), super::OutputError> {
+    use rayon::prelude::*;
+    /// Service ports written at a time: enough for every core, few enough to hold.
+    const RUN: usize = 512;
+    let inner = format!("\n{}", " ".repeat(indent + 2));
+    for (run, ports) in ports.chunks(RUN).enumerate() {
+        let texts: Vec<Result<String, serde_json::Error>> = ports
+            .par_iter()
+            .map(|p| serde_json::to_string_pretty(p).map(|t| t.replace('\n', &inner)))
+            .collect();
+        for (i, text) in texts.into_iter().enumerate() {
+            out.write_all(if run == 0 && i == 0 { b"" } else { b"," })?;
+            out.write_all(inner.as_bytes())?;
+            out.write_all(text?.as_bytes())?;
+        }
+    }
+    if !ports.is_empty() {
+        write!(out, "\n{}", " ".repeat(indent))?;
+    }
+    out.write_all(b"]")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphOptions, from_dump};
+    use crate::parsers::iptables::{ParseOptions, parse_dump};
+
+    #[test]
+    fn json_written_in_parallel_is_the_documents_json() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/dumps/cluster.nft.save"
+        );
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let dump = parse_dump(&text, &ParseOptions::strict()).unwrap_or_else(|e| panic!("{e}"));
+        let mut big = from_dump(dump, &GraphOptions::default());
+        assert!(!big.service_ports.is_empty());
+        // More ports than one parallel run, a graph without any, and a source that names the key.
+        let one = big.service_ports.clone();
+        while big.service_ports.len() <= 1100 {
+            big.service_ports.extend(one.iter().cloned());
+        }
+        let empty = ServiceGraph {
+            source: Some("\"service_ports\": []".into()),
+            ..ServiceGraph::default()
+        };
+        for graphs in [vec![big.clone(), empty.clone()], vec![empty, big]] {
+            let mut parallel = Vec::new();
+            write_json(&mut parallel, &graphs).unwrap_or_else(|e| panic!("{e}"));
+            let mut serial = Vec::new();
+            crate::output::write_json(&mut serial, &GraphDocument::new(&graphs))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(parallel == serial, "the parallel writer's bytes differ");
+        }
+    }
 }

@@ -113,12 +113,13 @@ impl GroupTally {
                 actual: f.actual.clone(),
             });
         }
-        if let Some(c) = f.chain {
-            self.chains.insert(c);
-        }
-        if let Some(s) = f.service {
-            self.services.insert(s);
-        }
+        self.count(f.chain, f.service);
+    }
+
+    /// Counts a finding's chain and service port.
+    fn count(&mut self, chain: Option<String>, service: Option<String>) {
+        self.chains.extend(chain);
+        self.services.extend(service);
     }
 }
 
@@ -200,8 +201,7 @@ impl Folder {
                     if let Some(group) = &mut tally.group
                         && tally.distinct.insert(print)
                     {
-                        group.chains.extend(chain);
-                        group.services.extend(service);
+                        group.count(chain, service);
                     }
                 }
             }

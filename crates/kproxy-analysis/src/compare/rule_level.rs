@@ -291,8 +291,36 @@ struct OwnedChunk {
     text: String,
 }
 
-/// Render chunks read into keys at a time (in parallel).
+/// Render chunks read at a time (in parallel).
 const WINDOW_CHUNKS: usize = 8;
+
+/// Runs `render` and hands its chunks to `read` a window of [`WINDOW_CHUNKS`] at a time, in
+/// render order (the reader reads a window's chunks in parallel); stops at the first error.
+fn read_in_windows(
+    render: &RenderFn<'_>,
+    mut read: impl FnMut(&[OwnedChunk]) -> Result<(), ParseError>,
+) -> Result<(), ParseError> {
+    let mut window: Vec<OwnedChunk> = Vec::new();
+    let mut failed = None;
+    render(&mut |chunk: RenderChunk<'_>| {
+        if failed.is_some() {
+            return;
+        }
+        window.push(OwnedChunk {
+            table: chunk.table,
+            declarations: chunk.declarations,
+            text: chunk.text.to_string(),
+        });
+        if window.len() == WINDOW_CHUNKS {
+            failed = read(&window).err();
+            window.clear();
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => read(&window),
+    }
+}
 
 /// What kube-proxy's render implies for the rule level: each chain's rule keys, read from the
 /// render as it is produced (none of its text is kept).
@@ -338,34 +366,13 @@ impl ExpectedRules {
         };
         // The render's chunks are gathered a window at a time; their rules are read into keys in
         // parallel, then added to the chains in render order.
-        let mut window: Vec<OwnedChunk> = Vec::new();
-        let mut failed = None;
-        render(&mut |chunk: RenderChunk<'_>| {
-            if failed.is_some() {
-                return;
-            }
-            window.push(OwnedChunk {
-                table: chunk.table,
-                declarations: chunk.declarations,
-                text: chunk.text.to_string(),
-            });
-            if window.len() == WINDOW_CHUNKS {
-                failed = rules.add_chunks(&window, family).err();
-                window.clear();
-            }
-        });
-        if failed.is_none() {
-            failed = rules.add_chunks(&window, family).err();
-        }
+        let read = read_in_windows(render, |window| rules.add_chunks(window, family));
         for t in &mut rules.tables {
             // Grown by doubling while the render was read: hand back the spare room.
             t.chains.shrink_to_fit();
             t.names.shrink_to_fit();
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(rules),
-        }
+        read.map(|()| rules)
     }
 
     /// Adds the chains and keys of `chunks` (a window of the render, in order); the chunks' keys
@@ -631,23 +638,16 @@ pub fn findings(
         let details: Vec<Vec<Finding>> = chains
             .par_iter()
             .zip(wants)
-            .map(|((table, chain), want)| {
+            .map_init(String::new, |buf, ((table, chain), want)| {
                 let mut out = Vec::new();
                 let Some(ac) = actual.chain(table, chain) else {
                     return out;
                 };
-                let mut buf = String::new();
                 let got: Vec<RuleView> = ac
                     .rules
                     .iter()
                     .map(|r| {
-                        RuleView::of(
-                            (table, chain),
-                            r,
-                            (actual.family, omit),
-                            (names, ex),
-                            &mut buf,
-                        )
+                        RuleView::of((table, chain), r, (actual.family, omit), (names, ex), buf)
                     })
                     .collect();
                 // The keys' texts, for a chain whose rules are all there but in another order.
@@ -687,54 +687,31 @@ fn expected_views(
         wanted.entry(t).or_default().insert(c.as_str(), i);
     }
     let mut views: Vec<Vec<RuleView>> = vec![Vec::new(); chains.len()];
-    // The render's chunks are read a few at a time, in parallel.
-    let mut batch: Vec<(&'static str, String)> = Vec::new();
-    let mut failed = None;
-    let mut read = |batch: &mut Vec<(&'static str, String)>| {
-        let parts: Vec<Result<Vec<(usize, RuleView)>, ParseError>> = batch
+    read_in_windows(render, |window| {
+        let parts: Vec<Result<Vec<(usize, RuleView)>, ParseError>> = window
             .par_iter()
-            .map_init(String::new, |buf, (table, text)| {
+            .map_init(String::new, |buf, chunk| {
                 let mut found = Vec::new();
-                if let Some(ids) = wanted.get(table) {
-                    for_each_rule(text, |chain, r| {
+                if let Some(ids) = wanted.get(chunk.table).filter(|_| !chunk.declarations) {
+                    for_each_rule(&chunk.text, |chain, r| {
                         if let Some(&i) = ids.get(chain) {
-                            found.push((i, RuleView::of((table, chain), &r, family, names, buf)));
+                            let view = RuleView::of((chunk.table, chain), &r, family, names, buf);
+                            found.push((i, view));
                         }
                     })?;
                 }
                 Ok(found)
             })
             .collect();
-        batch.clear();
         for part in parts {
-            match part {
-                Ok(found) => {
-                    for (i, v) in found {
-                        views[i].push(v);
-                    }
-                }
-                Err(e) => failed = failed.take().or(Some(e)),
+            for (i, v) in part? {
+                views[i].push(v);
             }
         }
-    };
-    render(&mut |chunk: RenderChunk<'_>| {
-        if chunk.declarations || !wanted.contains_key(chunk.table) {
-            return;
-        }
-        batch.push((chunk.table, chunk.text.to_string()));
-        if batch.len() == CHUNKS_PER_READ {
-            read(&mut batch);
-        }
-    });
-    read(&mut batch);
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(views),
-    }
+        Ok(())
+    })?;
+    Ok(views)
 }
-
-/// How many chunks of the render [`expected_views`] reads at a time (256 KiB each).
-const CHUNKS_PER_READ: usize = 8;
 
 /// Missing, extra, changed and reordered rules of one chain whose keys differ.
 ///

@@ -35,6 +35,11 @@ impl Clue {
         }
     }
 
+    /// Written by `oldest` and every release after it, up to the newest this build knows.
+    fn since(what: &'static str, oldest: u32) -> Clue {
+        Clue::new(what, oldest, KubeProxyVersion::NEWEST.minor())
+    }
+
     /// Whether `v` writes it.
     pub fn admits(&self, v: KubeProxyVersion) -> bool {
         self.oldest <= v && v <= self.newest
@@ -236,7 +241,7 @@ fn scan(text: &str, inf: &mut Inference) {
         }
     }
     if seen.forward_rules && !seen.invalid_drop {
-        inf.add(Clue::new("no INVALID drop in KUBE-FORWARD", 29, 35));
+        inf.add(Clue::since("no INVALID drop in KUBE-FORWARD", 29));
     }
     if seen.firewalls.values().any(|ended| !ended) {
         inf.add(Clue::new(
@@ -267,7 +272,7 @@ fn declared(table: &str, name: &str, seen: &mut Seen, inf: &mut Inference) {
         ("filter", "KUBE-PROXY-FIREWALL") => {
             seen.proxy_firewall = true;
             inf.add_in(
-                Clue::new("filter KUBE-PROXY-FIREWALL chain", 25, 35),
+                Clue::since("filter KUBE-PROXY-FIREWALL chain", 25),
                 table,
                 name,
             );
@@ -276,11 +281,7 @@ fn declared(table: &str, name: &str, seen: &mut Seen, inf: &mut Inference) {
             inf.add_in(Clue::new("KUBE-XLB-… chains", 20, 23), table, name);
         }
         ("nat", n) if n.starts_with("KUBE-EXT-") || n.starts_with("KUBE-SVL-") => {
-            inf.add_in(
-                Clue::new("KUBE-EXT-…/KUBE-SVL-… chains", 24, 35),
-                table,
-                name,
-            );
+            inf.add_in(Clue::since("KUBE-EXT-…/KUBE-SVL-… chains", 24), table, name);
         }
         ("nat", "KUBE-SERVICES") => inf.has_rules = true,
         _ => {}
@@ -311,18 +312,18 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 );
             } else if line.contains("\"kubernetes forwarding conntrack rule\"") {
                 inf.add_in(
-                    Clue::new("one KUBE-FORWARD conntrack rule", 23, 35),
+                    Clue::since("one KUBE-FORWARD conntrack rule", 23),
                     table,
                     chain,
                 );
             }
             if line.contains("--nfacct-name") {
-                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
+                inf.add_in(Clue::since("nfacct counters", 31), table, chain);
             }
         }
         ("filter", "INPUT") if line.contains("kubernetes health check service ports") => {
             inf.add_in(
-                Clue::new("INPUT jump to filter KUBE-NODEPORTS", 21, 35),
+                Clue::since("INPUT jump to filter KUBE-NODEPORTS", 21),
                 table,
                 chain,
             );
@@ -331,7 +332,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("has no local endpoints") =>
         {
             inf.add_in(
-                Clue::new("filter \"has no local endpoints\" drops", 25, 35),
+                Clue::since("filter \"has no local endpoints\" drops", 25),
                 table,
                 chain,
             );
@@ -351,7 +352,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 && (line.contains("! -d 127.0.0.0/8") || line.contains("! -d ::1/128"))
             {
                 inf.add_in(
-                    Clue::new("NodePort jump excluding localhost", 26, 35),
+                    Clue::since("NodePort jump excluding localhost", 26),
                     table,
                     chain,
                 );
@@ -366,13 +367,13 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 );
             }
             if line.contains("--nfacct-name") {
-                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
+                inf.add_in(Clue::since("nfacct counters", 31), table, chain);
             }
         }
         ("nat", c) if c.starts_with("KUBE-SVC-") => {
             if masq() && line.contains(" cluster IP\"") {
                 inf.add_in(
-                    Clue::new("cluster IP masquerade in KUBE-SVC-…", 22, 35),
+                    Clue::since("cluster IP masquerade in KUBE-SVC-…", 22),
                     table,
                     chain,
                 );
@@ -380,7 +381,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("-j KUBE-SEP-") && line.contains("--comment") {
                 if line.contains(" -> ") {
                     inf.add_in(
-                        Clue::new("\"<svc> -> <endpoint>\" comments", 24, 35),
+                        Clue::since("\"<svc> -> <endpoint>\" comments", 24),
                         table,
                         chain,
                     );
@@ -416,7 +417,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("will be dropped by KUBE-PROXY-FIREWALL") {
                 ended = true;
                 inf.add_in(
-                    Clue::new("KUBE-FW-… \"other traffic\" rule", 27, 35),
+                    Clue::since("KUBE-FW-… \"other traffic\" rule", 27),
                     table,
                     chain,
                 );
@@ -484,38 +485,53 @@ impl ReleaseChoice {
     }
 }
 
+/// A release this build cannot work with: the kube-proxy pod runs one newer than it knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the kube-proxy pod runs {image}: {reason} (pass --kube-proxy-version X.Y only if you know its rules are those of an older release)"
+)]
+pub struct NewerRelease {
+    /// The pod's image.
+    pub image: String,
+    /// Why: the version error, naming the newest release this build knows.
+    pub reason: crate::state::version::VersionError,
+}
+
 /// Chooses the release to `verb` ("verifying", "repairing") with: `flag`, else the kube-proxy
 /// pod's `image` tag, else what `inference` says (the newest when it says nothing). An image
 /// whose name or tag names no release (k3s, RKE2 and some managed offerings rebuild kube-proxy)
-/// is noted and the rules decide.
+/// is noted and the rules decide. An image of a release newer than this build is refused, never
+/// taken for the newest known: its rules may have a layout this build cannot read.
 pub fn choose_release(
     flag: Option<KubeProxyVersion>,
     image: Option<&str>,
     inference: Inference,
     verb: &str,
-) -> ReleaseChoice {
+) -> Result<ReleaseChoice, NewerRelease> {
     let mut notes = Vec::new();
-    let from_image = image.and_then(|img| match KubeProxyVersion::from_image(img) {
-        Ok(v) => Some((v, img.to_string())),
-        Err(crate::state::version::VersionError::TooNew(minor)) => {
-            notes.push(format!(
-                "the kube-proxy pod runs {img} (1.{minor}), newer than this build knows: {verb} with {}",
-                KubeProxyVersion::NEWEST
-            ));
-            Some((KubeProxyVersion::NEWEST, img.to_string()))
-        }
-        Err(e) => {
-            notes.push(format!(
-                "the kube-proxy pod's {e}; meanwhile the rules' own clues decide"
-            ));
-            None
-        }
-    });
+    let from_image = match (flag, image) {
+        (None, Some(img)) => match KubeProxyVersion::from_image(img) {
+            Ok(v) => Some((v, img.to_string())),
+            Err(reason @ crate::state::version::VersionError::TooNew(_)) => {
+                return Err(NewerRelease {
+                    image: img.to_string(),
+                    reason,
+                });
+            }
+            Err(e) => {
+                notes.push(format!(
+                    "the kube-proxy pod's {e}; meanwhile the rules' own clues decide"
+                ));
+                None
+            }
+        },
+        _ => None,
+    };
     let (version, source) = match (flag, from_image) {
         (Some(v), _) => (v, ReleaseSource::Flag),
         (None, Some((v, img))) => (v, ReleaseSource::Image(img)),
         (None, None) => {
-            let v = inference.pick().unwrap_or(KubeProxyVersion::NEWEST);
+            let v = inference.pick().unwrap_or_default();
             notes.push(format!(
                 "{}; {verb} with {v}, pass --kube-proxy-version to choose",
                 inference.describe()
@@ -538,13 +554,13 @@ pub fn choose_release(
             inference.describe()
         ));
     }
-    ReleaseChoice {
+    Ok(ReleaseChoice {
         version,
         source,
         inference,
         writer,
         notes,
-    }
+    })
 }
 
 /// The info finding (KP907) that says which release the rules were verified with, chosen from
@@ -796,7 +812,8 @@ mod tests {
             Some("registry.k8s.io/kube-proxy:v1.28.4"),
             v123(),
             "verifying",
-        );
+        )
+        .unwrap();
         assert_eq!(
             (c.version, &c.source, c.writer),
             (v(35), &ReleaseSource::Flag, Some(v(23)))
@@ -811,7 +828,8 @@ mod tests {
             Some("registry.k8s.io/kube-proxy:v1.23.17"),
             v123(),
             "verifying",
-        );
+        )
+        .unwrap();
         assert_eq!((c.version, c.writer), (v(23), None));
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let c = choose_release(
@@ -819,7 +837,8 @@ mod tests {
             Some("rancher/hardened-kubernetes:v1.28.4-rke2r1"),
             v123(),
             "repairing",
-        );
+        )
+        .unwrap();
         assert_eq!((c.version, &c.source), (v(23), &ReleaseSource::Inferred));
         assert!(
             c.notes[0].contains("pass --kube-proxy-version X.Y"),
@@ -830,19 +849,31 @@ mod tests {
             c.notes[1],
             "rules look written by kube-proxy 1.23; repairing with 1.23, pass --kube-proxy-version to choose"
         );
-        let c = choose_release(None, None, Inference::default(), "verifying");
-        assert_eq!(c.version, KubeProxyVersion::NEWEST);
+        let c = choose_release(None, None, Inference::default(), "verifying").unwrap();
+        assert_eq!(c.version, KubeProxyVersion::DEFAULT);
         assert!(c.notes[0].starts_with("the dump holds no kube-proxy rules; verifying with 1.35"));
-        let c = choose_release(
+        let refused = choose_release(
             None,
             Some("registry.k8s.io/kube-proxy:v1.40.0"),
             v123(),
             "verifying",
+        )
+        .expect_err("a release newer than the build is refused");
+        assert!(
+            refused.to_string().contains(&format!(
+                "newer than the newest release this build knows ({})",
+                KubeProxyVersion::NEWEST
+            )),
+            "{refused}"
         );
-        assert_eq!(
-            (c.version, c.writer),
-            (KubeProxyVersion::NEWEST, Some(v(23)))
-        );
+        let c = choose_release(
+            Some(v(36)),
+            Some("registry.k8s.io/kube-proxy:v1.40.0"),
+            Inference::default(),
+            "verifying",
+        )
+        .expect("the flag wins over the image");
+        assert_eq!(c.version, v(36));
     }
 
     #[test]

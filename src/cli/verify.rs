@@ -157,7 +157,7 @@ fn report_with_notes(
     inputs: super::live::ResolvedInputs,
     notes: bool,
 ) -> anyhow::Result<Report> {
-    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs)? {
+    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs, notes)? {
         return Ok(report);
     }
     let super::live::ResolvedInputs {

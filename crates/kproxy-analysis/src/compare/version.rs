@@ -190,6 +190,105 @@ pub fn infer<'t>(texts: impl IntoIterator<Item = &'t str>) -> Inference {
     inf
 }
 
+/// Reads nftables-mode `kube-proxy` tables (parsed and normalised, one per family) for clues of
+/// the release that wrote them (kube-proxy's `pkg/proxy/nftables/proxier.go` at each release;
+/// docs/versions.md). An unreferenced `mark-for-masquerade` chain is no clue: kube-proxy 1.36+
+/// neither writes nor deletes it, so an upgraded node keeps it ([`upgrade_residue`]).
+pub fn infer_nftables(tables: &[&kproxy_parsers::nft::Table<'_>]) -> Inference {
+    use crate::proxier::nftables::names as n;
+    let mut inf = Inference::default();
+    for table in tables {
+        inf.has_rules = true;
+        let refs = super::nftables::diff::References::of(table);
+        if refs.by_rule.contains(n::MARK_MASQ_CHAIN) {
+            inf.add_in(
+                Clue::new("jumps to mark-for-masquerade", NFTABLES_OLDEST, 35),
+                "",
+                n::MARK_MASQ_CHAIN,
+            );
+        }
+        if table.set(n::HAIRPIN_CONNECTIONS_SET).is_some() {
+            inf.add_in(
+                Clue::since("hairpin-connections set", 36),
+                "",
+                n::HAIRPIN_CONNECTIONS_SET,
+            );
+        }
+        // The map is 1.38's by default, and 1.37's with the gate turned on: the same rules.
+        if table.set(n::LOCALHOST_NODEPORT_REJECT_MAP).is_some() {
+            inf.add_in(
+                Clue::since("localhost-nodeport-reject-ports map", 38),
+                "",
+                n::LOCALHOST_NODEPORT_REJECT_MAP,
+            );
+        } else {
+            // On by default from 1.38 (KubeProxyNFTablesLocalhostNodePorts), whatever the
+            // services: a table without the map is older, or has the gate off (then its rules
+            // are 1.37's).
+            inf.add(Clue::new(
+                "no localhost-nodeport-reject-ports map",
+                NFTABLES_OLDEST,
+                37,
+            ));
+        }
+        for chain in &table.chains {
+            let policy = chain.name.starts_with(n::SERVICE_PREFIX)
+                || chain.name.starts_with(n::LOCAL_PREFIX);
+            if !policy {
+                continue;
+            }
+            for rule in &chain.rules {
+                let Some(nat) = rule.stmts.iter().find_map(|s| match s {
+                    kproxy_parsers::nft::Stmt::Nat(nat)
+                        if nat.kind == kproxy_parsers::nft::NatKind::Dnat =>
+                    {
+                        Some(nat)
+                    }
+                    _ => None,
+                }) else {
+                    continue;
+                };
+                let text = nat.to_string();
+                let clue = if !text.contains("numgen") {
+                    Clue::since("service chains DNAT one endpoint directly", 37)
+                } else if text.contains(" mod 1 ") {
+                    Clue::new("a one-endpoint numgen DNAT map", 36, 36)
+                } else {
+                    Clue::since("service chains DNAT through a numgen map", 36)
+                };
+                inf.add_in(clue, "", &chain.name);
+            }
+        }
+    }
+    inf
+}
+
+/// The oldest release with an nftables mode (alpha in 1.29).
+const NFTABLES_OLDEST: u32 = 29;
+
+/// Whether `table` (an nftables-mode `kube-proxy` table) keeps the `mark-for-masquerade`
+/// chain of kube-proxy ≤1.35 with nothing jumping to it: an in-place upgrade to 1.36+ leaves it,
+/// since kube-proxy then neither writes it nor deletes it (its stale-chain cleanup only takes
+/// chains whose name holds a `/`, `proxier.go` `isServiceChainName`).
+pub fn upgrade_residue(table: &kproxy_parsers::nft::Table<'_>) -> bool {
+    use crate::proxier::nftables::names as n;
+    table.chain(n::MARK_MASQ_CHAIN).is_some() && {
+        let refs = super::nftables::diff::References::of(table);
+        !refs.by_rule.contains(n::MARK_MASQ_CHAIN) && !refs.by_element.contains(n::MARK_MASQ_CHAIN)
+    }
+}
+
+/// The finding (KP909) for [`upgrade_residue`] on a node verified as 1.36 or later.
+pub fn residue_finding(family: &str) -> Finding {
+    cat::UPGRADE_RESIDUE
+        .finding(format!(
+            "table {family} kube-proxy keeps the mark-for-masquerade chain of kube-proxy 1.35 or older, and nothing jumps to it: left by an in-place upgrade (kube-proxy 1.36 and later neither write nor delete it)"
+        ))
+        .chain(format!("{family} {}", crate::proxier::nftables::names::MARK_MASQ_CHAIN))
+        .expected("no mark-for-masquerade chain (kube-proxy 1.36 and later)")
+        .actual("an unreferenced mark-for-masquerade chain")
+}
+
 /// What one text shows.
 #[derive(Default)]
 struct Seen<'t> {

@@ -297,6 +297,8 @@ struct Seen<'t> {
     proxy_firewall: bool,
     forward_rules: bool,
     invalid_drop: bool,
+    /// The text is IPv6 rules.
+    ipv6: bool,
     /// `KUBE-FW-…` chains with rules, and whether they end the way 1.27+ (the "other traffic"
     /// rule) or 1.20–1.24 (a `KUBE-MARK-DROP` jump) end them.
     firewalls: std::collections::HashMap<&'t str, bool>,
@@ -305,6 +307,11 @@ struct Seen<'t> {
 fn scan(text: &str, inf: &mut Inference) {
     let mut table = "";
     let mut seen = Seen::default();
+    // `ip6tables-save` names itself in its header; a restore input shows IPv6 service addresses.
+    seen.ipv6 = text.lines().any(|l| {
+        (l.starts_with('#') && l.contains("ip6tables"))
+            || (l.starts_with("-A KUBE-SERVICES") && l.contains("/128"))
+    });
     for line in text.lines() {
         let line = line.trim_end();
         if let Some(t) = line.strip_prefix('*') {
@@ -452,6 +459,16 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             {
                 inf.add_in(
                     Clue::since("NodePort jump excluding localhost", 26),
+                    table,
+                    chain,
+                );
+            } else if seen.ipv6
+                && line.contains(NODEPORTS_TAIL)
+                && line.contains("--dst-type LOCAL")
+            {
+                // From 1.26 IPv6 NodePorts always exclude ::1.
+                inf.add_in(
+                    Clue::new("IPv6 NodePort jump including ::1", 20, 25),
                     table,
                     chain,
                 );

@@ -162,6 +162,13 @@ impl KubeProxyVersion {
         }
     }
 
+    /// nftables: a release whose table this build writes as kube-proxy does. The nftables
+    /// mode came in 1.29 (alpha); the layout modelled here, with the `filter-*-pre-dnat` base
+    /// chains, is that of 1.34 (kube-proxy#131492, #132456) and 1.35, on which 1.36 builds.
+    pub fn models_nftables_layout(self) -> bool {
+        self.minor() >= 34
+    }
+
     /// nftables: the layout of kube-proxy#135800 and #136499 (1.36): no `mark-for-masquerade`
     /// chain (marks are set inline), a `hairpin-connections` set of local endpoints
     /// masqueraded in `masquerading`, the cluster-IP masquerade as one `services` rule, and

@@ -418,6 +418,15 @@ pub fn decide_each(
     });
     let mut all = shared.warnings;
     all.append(&mut warnings);
+    if !node.version.models_nftables_layout() {
+        all.push(Warning::new(
+            "kube-proxy version",
+            format!(
+                "kube-proxy {}'s nftables table is laid out otherwise than this build models (1.34 and later, with the filter-*-pre-dnat base chains): written as 1.35's",
+                node.version
+            ),
+        ));
+    }
     (node, all)
 }
 

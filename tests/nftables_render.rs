@@ -169,6 +169,93 @@ fn nft_render_conformance_cases() {
     report("nft-render", dirs.len(), &misses);
 }
 
+/// kube-proxy 1.36's own `TestOverallNFTablesRules` (`../shared/conformance/nftables-next`).
+#[test]
+fn nft_render_conformance_cases_of_1_36() {
+    let Some(base) = shared() else { return };
+    let root = base.join("../nftables-next/render");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("case.yaml").is_file())
+        .collect();
+    let misses: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| {
+            check_render_case(d)
+                .err()
+                .map(|why| format!("{}: {why}", d.display()))
+        })
+        .collect();
+    report("nft-render 1.36", dirs.len(), &misses);
+}
+
+/// The goldens of `testdata/kube-proxy-goldens/nftables-1.36`: kube-proxy 1.36's
+/// `TestSyncProxyRulesRepeated` and `TestSyncProxyRulesStartup` steps, rendered from the inputs
+/// of the same steps in `../shared` with every endpoint on the test node (as the 1.36 test
+/// places them), equal under kube-proxy's test comparison.
+#[test]
+fn kube_proxy_136_goldens_render_byte_for_byte() {
+    let Some(base) = shared() else { return };
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kube-proxy-goldens/nftables-1.36");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("case.yaml").is_file())
+        .collect();
+    dirs.sort();
+    let misses: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| {
+            check_golden_136(d, &base)
+                .err()
+                .map(|why| format!("{}: {why}", d.display()))
+        })
+        .collect();
+    report("kube-proxy 1.36 goldens", dirs.len(), &misses);
+}
+
+/// One golden of `testdata/kube-proxy-goldens/nftables-1.36` (see its `case.yaml`).
+fn check_golden_136(dir: &Path, shared: &Path) -> Result<(), String> {
+    let golden = yaml(&dir.join("case.yaml"));
+    let from = text_of(get(&golden, &["inputs", "from"])).ok_or("no inputs.from")?;
+    let inputs = shared.join(
+        from.strip_prefix("../shared/conformance/nftables/")
+            .ok_or("inputs.from outside ../shared/conformance/nftables")?,
+    );
+    let node = text_of(get(&golden, &["inputs", "endpoints_node"])).ok_or("no endpoints_node")?;
+    let mut state: Value = serde_json::from_str(
+        &std::fs::read_to_string(inputs.join("state.json")).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let items = state["items"]
+        .as_array_mut()
+        .ok_or("state.json has no items")?;
+    for slice in items.iter_mut().filter(|i| i["kind"] == "EndpointSlice") {
+        for ep in slice["endpoints"].as_array_mut().into_iter().flatten() {
+            ep["nodeName"] = Value::String(node.clone());
+        }
+    }
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::write(work.path().join("state.json"), state.to_string()).map_err(|e| e.to_string())?;
+    std::fs::copy(inputs.join("config.yaml"), work.path().join("config.yaml"))
+        .map_err(|e| e.to_string())?;
+    let mut case = yaml(&inputs.join("case.yaml"));
+    case["kube_proxy_version"] = get(&golden, &["kube_proxy_version"])
+        .cloned()
+        .ok_or("no kube_proxy_version")?;
+    let out = render_dir(work.path(), &case);
+    let expected = std::fs::read_to_string(dir.join("expected.nft"))
+        .map_err(|e| format!("expected.nft: {e}"))?;
+    let (e, g) = (comparable(&expected), comparable(&out));
+    if e == g {
+        Ok(())
+    } else {
+        Err(first_diff(&e, &g))
+    }
+}
+
 /// The rulesets the packet-flow cases trace (IPv6 tables, Local policies, masqueradeAll, no
 /// detector, several nodePortAddresses, terminating endpoints …) rendered from their inputs.
 #[test]

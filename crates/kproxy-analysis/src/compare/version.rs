@@ -897,7 +897,7 @@ mod tests {
             (
                 "31-eks-v1.34-iptables-t-nat-S-nfacct-xor-mark-random-fully.txt",
                 31,
-                35,
+                KubeProxyVersion::NEWEST.minor(),
             ),
         ];
         let mut read = 0;
@@ -918,6 +918,70 @@ mod tests {
         if read == 0 {
             println!("notice: ../shared absent; real-world dumps not read");
         }
+    }
+
+    /// The `kube-proxy` table of an `nft -f` text, parsed and normalised.
+    fn nft_inference(text: &str) -> Inference {
+        let mut rs = kproxy_parsers::nft::parse(text, &kproxy_parsers::nft::ParseOptions::strict())
+            .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        infer_nftables(&[table])
+    }
+
+    const NFT_HEAD: &str = "add table ip kube-proxy\nadd chain ip kube-proxy services\n";
+
+    #[test]
+    fn nftables_tables_tell_their_release() {
+        let g3 = format!(
+            "{NFT_HEAD}add chain ip kube-proxy mark-for-masquerade\n\
+             add chain ip kube-proxy endpoint-X\n\
+             add rule ip kube-proxy endpoint-X ip saddr 10.0.0.1 jump mark-for-masquerade\n"
+        );
+        assert_eq!(nft_inference(&g3).range(), Some((v(29), v(35))));
+        let g4 = format!(
+            "{NFT_HEAD}add set ip kube-proxy hairpin-connections {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service ; }}\n\
+             add chain ip kube-proxy service-A\n\
+             add rule ip kube-proxy service-A meta l4proto tcp dnat ip addr . port to numgen random mod 1 map {{ 0 : 10.0.0.1 . 80 }}\n"
+        );
+        assert_eq!(nft_inference(&g4).range(), Some((v(36), v(36))));
+        let v37 = format!(
+            "{NFT_HEAD}add set ip kube-proxy hairpin-connections {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service ; }}\n\
+             add chain ip kube-proxy service-A\n\
+             add rule ip kube-proxy service-A meta l4proto tcp dnat to 10.0.0.1:80\n"
+        );
+        assert_eq!(nft_inference(&v37).range(), Some((v(37), v(37))));
+        let v38 = format!(
+            "{v37}add map ip kube-proxy localhost-nodeport-reject-ports {{ type inet_proto . inet_service : verdict ; }}\n"
+        );
+        assert_eq!(nft_inference(&v38).range(), Some((v(38), v(38))));
+        // An upgraded node's orphan chain is residue, no clue.
+        let upgraded = format!(
+            "{v37}add chain ip kube-proxy mark-for-masquerade\nadd rule ip kube-proxy mark-for-masquerade mark set mark or 0x4000\n"
+        );
+        let inf = nft_inference(&upgraded);
+        assert_eq!(inf.range(), Some((v(37), v(37))));
+        assert!(inf.strays().is_empty());
+        let mut rs =
+            kproxy_parsers::nft::parse(&upgraded, &kproxy_parsers::nft::ParseOptions::strict())
+                .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        assert!(upgrade_residue(table));
+        let mut rs = kproxy_parsers::nft::parse(&g3, &kproxy_parsers::nft::ParseOptions::strict())
+            .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        assert!(
+            !upgrade_residue(table),
+            "a chain something jumps to is no residue"
+        );
     }
 
     #[test]

@@ -643,6 +643,50 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn feature_gates_as_kube_proxy_spells_them() {
+        let gates = parse_feature_gates(
+            "AllowServiceExternalIPs=false, KubeProxyNFTablesLocalhostNodePorts=TRUE",
+        )
+        .expect("parses");
+        assert_eq!(gates.get("AllowServiceExternalIPs"), Some(&false));
+        assert_eq!(
+            gates.get("KubeProxyNFTablesLocalhostNodePorts"),
+            Some(&true)
+        );
+        assert!(parse_feature_gates("").expect("empty").is_empty());
+        for bad in ["Gate", "Gate=yes", "=true", "Bad-Name=true"] {
+            assert!(parse_feature_gates(bad).is_err(), "{bad}");
+        }
+        let mut config = ProxyConfig::default();
+        config
+            .feature_gates
+            .insert("AllowServiceExternalIPs".into(), true);
+        let merged = config.with_feature_gates(&gates);
+        assert_eq!(
+            merged.feature_gates.get("AllowServiceExternalIPs"),
+            Some(&false)
+        );
+        assert!(matches!(
+            config.with_feature_gates(&BTreeMap::new()),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn node_port_keywords() {
+        assert_eq!(
+            node_port_keyword_cidrs("localhost"),
+            Some(["127.0.0.0/8", "::1/128"])
+        );
+        assert_eq!(
+            node_port_keyword_cidrs(" all "),
+            Some(["0.0.0.0/0", "::/0"])
+        );
+        assert_eq!(node_port_keyword_cidrs("primary"), None);
+        assert_eq!(node_port_keyword_cidrs("10.0.0.0/8"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -962,3 +962,167 @@ impl<'s> Emitter<'s> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_comment;
+    use crate::proxier::nftables::render_text;
+    use crate::state::config::{ProxyConfig, parse};
+    use crate::state::ip::IpFamily;
+    use crate::state::node::{NodeInputs, build};
+    use crate::state::version::KubeProxyVersion;
+    use crate::state::{ClusterState, load};
+    use std::path::PathBuf;
+
+    fn cluster() -> (ClusterState, ProxyConfig) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cluster");
+        let state = load::from_files(&[dir.join("state.json")]).expect("state");
+        let text = std::fs::read_to_string(dir.join("config.yaml")).expect("config");
+        let (config, _) = parse(&text, "config.yaml").expect("config parses");
+        (state, config.for_nftables())
+    }
+
+    /// The example cluster's table of release 1.`minor` and `family`, with `gates` set.
+    fn table(minor: u32, family: IpFamily, config: &ProxyConfig, gates: &[(&str, bool)]) -> String {
+        let (state, _) = cluster();
+        let inputs = NodeInputs {
+            family: Some(family),
+            kube_proxy_version: Some(KubeProxyVersion::of_minor(minor).expect("known")),
+            feature_gates: gates.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ..NodeInputs::default()
+        };
+        let (facts, _) = build(&inputs, &state, config).expect("facts");
+        render_text(&state, config, &facts).0
+    }
+
+    fn has(text: &str, part: &str) -> bool {
+        text.lines().any(|l| l.contains(part))
+    }
+
+    #[test]
+    fn each_release_writes_its_layout() {
+        let (_, config) = cluster();
+        let g3 = table(35, IpFamily::V4, &config, &[]);
+        assert!(has(&g3, "add chain ip kube-proxy mark-for-masquerade"));
+        assert!(has(&g3, " jump mark-for-masquerade"));
+        assert!(!has(&g3, "hairpin-connections"));
+
+        let g4 = table(36, IpFamily::V4, &config, &[]);
+        assert!(!has(&g4, "mark-for-masquerade"), "{g4}");
+        assert!(has(
+            &g4,
+            "add set ip kube-proxy hairpin-connections { type ipv4_addr . ipv4_addr . inet_proto . inet_service ; comment \"service hairpin connections\" ; }"
+        ));
+        assert!(has(
+            &g4,
+            "masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"
+        ));
+        assert!(has(
+            &g4,
+            "services ip daddr @cluster-ips ip saddr != 10.244.0.0/16 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\""
+        ));
+        assert!(has(
+            &g4,
+            "dnat ip addr . port to numgen random mod 1 map { 0 : "
+        ));
+        assert!(!has(&g4, "localhost-nodeport-reject"));
+        // Endpoint chains remain only for ClientIP affinity, and DNAT there.
+        let endpoint_rules: Vec<&str> = g4
+            .lines()
+            .filter(|l| l.starts_with("add rule ip kube-proxy endpoint-"))
+            .collect();
+        assert!(!endpoint_rules.is_empty());
+        assert!(
+            endpoint_rules
+                .iter()
+                .all(|l| l.contains(" update @affinity-") || l.contains(" dnat to ")),
+            "{endpoint_rules:?}"
+        );
+
+        let v37 = table(37, IpFamily::V4, &config, &[]);
+        assert!(!has(&v37, "numgen random mod 1 map"), "{v37}");
+        assert!(has(&v37, "dnat ip addr . port to numgen random mod 2 map"));
+        assert!(!has(&v37, "localhost-nodeport-reject"));
+
+        let v38 = table(38, IpFamily::V4, &config, &[]);
+        for proto in ["tcp", "udp", "sctp"] {
+            assert!(has(
+                &v38,
+                &format!("add chain ip kube-proxy localhost-nodeport-reject-{proto}")
+            ));
+        }
+        assert!(has(
+            &v38,
+            "nodeport-endpoints-check ip daddr 127.0.0.0/8 meta l4proto . th dport vmap @localhost-nodeport-reject-ports"
+        ));
+        assert!(has(&v38, ": goto localhost-nodeport-reject-tcp }"));
+        // The gate off by flag: 1.37's table; on in 1.37: 1.38's.
+        let gate = crate::proxier::version::LOCALHOST_NODEPORTS_GATE;
+        assert_eq!(table(38, IpFamily::V4, &config, &[(gate, false)]), v37);
+        assert_eq!(table(37, IpFamily::V4, &config, &[(gate, true)]), v38);
+    }
+
+    #[test]
+    fn ipv6_tables_name_ip6() {
+        let (_, config) = cluster();
+        let v37 = table(37, IpFamily::V6, &config, &[]);
+        assert!(has(
+            &v37,
+            "ipv6_addr . ipv6_addr . inet_proto . inet_service"
+        ));
+        assert!(
+            has(&v37, "dnat ip6 addr . port to numgen random mod") || has(&v37, "dnat to ["),
+            "{v37}"
+        );
+        assert!(has(&v37, "ct status dnat ip6 saddr . ip6 daddr"));
+        let v38 = table(38, IpFamily::V6, &config, &[]);
+        assert!(has(
+            &v38,
+            "nodeport-endpoints-check ip6 daddr ::1 meta l4proto"
+        ));
+    }
+
+    #[test]
+    fn configuration_and_gates_shape_the_release() {
+        let (_, config) = cluster();
+        let mut all = config.clone();
+        all.masquerade_all = true;
+        let t = table(36, IpFamily::V4, &all, &[]);
+        assert!(has(
+            &t,
+            "services ip daddr @cluster-ips mark set mark or 0x00004000 comment \"masquerade all clusterIP traffic\""
+        ));
+        // An explicit loopback range: the userspace proxy serves TCP, so only UDP and SCTP are
+        // rejected.
+        let mut lo = config.clone();
+        lo.node_port_addresses = vec!["primary".into(), "localhost".into()];
+        let t = table(38, IpFamily::V4, &lo, &[]);
+        assert!(!has(&t, "localhost-nodeport-reject-tcp"), "{t}");
+        assert!(has(
+            &t,
+            "add chain ip kube-proxy localhost-nodeport-reject-udp"
+        ));
+        // AllowServiceExternalIPs off (1.36 and later): no element for an external IP.
+        let external = "192.168.77.50 . tcp";
+        let gate = crate::proxier::version::ALLOW_EXTERNAL_IPS_GATE;
+        assert!(has(&table(36, IpFamily::V4, &config, &[]), external));
+        assert!(!has(
+            &table(36, IpFamily::V4, &config, &[(gate, false)]),
+            external
+        ));
+        assert!(has(
+            &table(35, IpFamily::V4, &config, &[(gate, false)]),
+            external
+        ));
+    }
+
+    #[test]
+    fn comments_are_cut_at_the_kernel_limit() {
+        let long = "n".repeat(63) + "/" + &"s".repeat(63) + ":" + &"p".repeat(15);
+        assert_eq!(truncate_comment(&long).len(), 128);
+        assert_eq!(truncate_comment("ns1/svc1:p80"), "ns1/svc1:p80");
+        let wide = "é".repeat(70);
+        assert_eq!(truncate_comment(&wide).len(), 128);
+        assert!(truncate_comment(&wide).is_char_boundary(128));
+    }
+}

@@ -200,6 +200,32 @@ fn iptables_release(minor: u32) {
     }
 }
 
+/// A fresh namespace holding the example cluster's nftables tables (both families) of
+/// `version`, loaded with `nft -f`.
+fn loaded(config: &Path, prefix: &str, version: &str) -> Netns {
+    let ns = Netns::new(prefix).expect("netns");
+    for family in ["4", "6"] {
+        let table = stdout(
+            &kproxy(
+                config,
+                &[
+                    "render",
+                    "--mode",
+                    "nftables",
+                    "--ip-family",
+                    family,
+                    "--kube-proxy-version",
+                    version,
+                ],
+            ),
+            "render",
+        );
+        ns.nft_load(&table)
+            .unwrap_or_else(|e| panic!("nft -f of {version} IPv{family}: {e}"));
+    }
+    ns
+}
+
 /// The nftables table of release 1.`minor` (both families), loaded with `nft -f` and listed
 /// back as text and as JSON, verifies clean as itself.
 fn nftables_release(minor: u32) {
@@ -209,26 +235,7 @@ fn nftables_release(minor: u32) {
     let dir = tempfile::tempdir().expect("tmp");
     let config = config(dir.path(), "nftables");
     let version = format!("1.{minor}");
-    let ns = Netns::new(&format!("reln{minor}")).expect("netns");
-    for family in ["4", "6"] {
-        let table = stdout(
-            &kproxy(
-                &config,
-                &[
-                    "render",
-                    "--mode",
-                    "nftables",
-                    "--ip-family",
-                    family,
-                    "--kube-proxy-version",
-                    &version,
-                ],
-            ),
-            "render",
-        );
-        ns.nft_load(&table)
-            .unwrap_or_else(|e| panic!("nft -f of {version} IPv{family}: {e}"));
-    }
+    let ns = loaded(&config, &format!("reln{minor}"), &version);
     let mut listings = vec![("text", ns.nft(&["list", "ruleset"]).expect("nft list"))];
     // 1.38's named counters in `nft -j` output are read by the nft JSON parser of issue 33
     // part B; until then the text listing covers them.
@@ -321,25 +328,7 @@ fn a_1_36_table_is_another_release_for_1_35_and_keeps_its_upgrade_residue() {
     }
     let dir = tempfile::tempdir().expect("tmp");
     let config = config(dir.path(), "nftables");
-    let ns = Netns::new("relres").expect("netns");
-    for family in ["4", "6"] {
-        let table = stdout(
-            &kproxy(
-                &config,
-                &[
-                    "render",
-                    "--mode",
-                    "nftables",
-                    "--ip-family",
-                    family,
-                    "--kube-proxy-version",
-                    "1.36",
-                ],
-            ),
-            "render",
-        );
-        ns.nft_load(&table).expect("nft -f");
-    }
+    let ns = loaded(&config, "relres", "1.36");
     let write = |name: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, ns.nft(&["-j", "list", "ruleset"]).expect("nft -j")).expect("write");

@@ -306,12 +306,14 @@ struct Seen<'t> {
 
 fn scan(text: &str, inf: &mut Inference) {
     let mut table = "";
-    let mut seen = Seen::default();
-    // `ip6tables-save` names itself in its header; a restore input shows IPv6 service addresses.
-    seen.ipv6 = text.lines().any(|l| {
-        (l.starts_with('#') && l.contains("ip6tables"))
-            || (l.starts_with("-A KUBE-SERVICES") && l.contains("/128"))
-    });
+    let mut seen = Seen {
+        // `ip6tables-save` names itself in its header; a restore input shows IPv6 addresses.
+        ipv6: text.lines().any(|l| {
+            (l.starts_with('#') && l.contains("ip6tables"))
+                || (l.starts_with("-A KUBE-SERVICES") && l.contains("/128"))
+        }),
+        ..Seen::default()
+    };
     for line in text.lines() {
         let line = line.trim_end();
         if let Some(t) = line.strip_prefix('*') {

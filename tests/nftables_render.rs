@@ -95,20 +95,23 @@ fn first_diff(expected: &str, got: &str) -> String {
     format!("missing {missing:?}, extra {extra:?}")
 }
 
+/// `out` against the `expected.nft` of `dir`, as kube-proxy's tests compare them.
+fn same_as_expected(dir: &Path, out: &str) -> Result<(), String> {
+    let expected = std::fs::read_to_string(dir.join("expected.nft"))
+        .map_err(|e| format!("expected.nft: {e}"))?;
+    let (e, g) = (comparable(&expected), comparable(out));
+    if e == g {
+        Ok(())
+    } else {
+        Err(first_diff(&e, &g))
+    }
+}
+
 fn check_render_case(dir: &Path) -> Result<(), String> {
     let case = yaml(&dir.join("case.yaml"));
     let out = render_dir(dir, &case);
     match text_of(get(&case, &["compare", "mode"])).as_deref() {
-        Some("full-dump") => {
-            let expected = std::fs::read_to_string(dir.join("expected.nft"))
-                .map_err(|e| format!("expected.nft: {e}"))?;
-            let (e, g) = (comparable(&expected), comparable(&out));
-            if e == g {
-                Ok(())
-            } else {
-                Err(first_diff(&e, &g))
-            }
-        }
+        Some("full-dump") => same_as_expected(dir, &out),
         Some("assertions") => {
             let text = std::fs::read_to_string(dir.join("expected.json"))
                 .map_err(|e| format!("expected.json: {e}"))?;
@@ -148,11 +151,9 @@ fn report(what: &str, total: usize, misses: &[String]) {
     );
 }
 
-#[test]
-fn nft_render_conformance_cases() {
-    let Some(base) = shared() else { return };
-    let root = base.join("render");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+/// Checks every case folder (one with a `case.yaml`) of `root` with `check`.
+fn check_cases(what: &str, root: &Path, check: impl Fn(&Path) -> Result<(), String>) {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("case.yaml").is_file())
@@ -160,13 +161,72 @@ fn nft_render_conformance_cases() {
     dirs.sort();
     let misses: Vec<String> = dirs
         .iter()
-        .filter_map(|d| {
-            check_render_case(d)
-                .err()
-                .map(|why| format!("{}: {why}", d.display()))
-        })
+        .filter_map(|d| check(d).err().map(|why| format!("{}: {why}", d.display())))
         .collect();
-    report("nft-render", dirs.len(), &misses);
+    report(what, dirs.len(), &misses);
+}
+
+#[test]
+fn nft_render_conformance_cases() {
+    let Some(base) = shared() else { return };
+    check_cases("nft-render", &base.join("render"), check_render_case);
+}
+
+/// kube-proxy 1.36's own `TestOverallNFTablesRules` (`../shared/conformance/nftables-next`).
+#[test]
+fn nft_render_conformance_cases_of_1_36() {
+    let Some(base) = shared() else { return };
+    check_cases(
+        "nft-render 1.36",
+        &base.join("../nftables-next/render"),
+        check_render_case,
+    );
+}
+
+/// The goldens of `testdata/kube-proxy-goldens/nftables-1.36`: kube-proxy 1.36's
+/// `TestSyncProxyRulesRepeated` and `TestSyncProxyRulesStartup` steps, rendered from the inputs
+/// of the same steps in `../shared` with every endpoint on the test node (as the 1.36 test
+/// places them), equal under kube-proxy's test comparison.
+#[test]
+fn kube_proxy_136_goldens_render_byte_for_byte() {
+    let Some(base) = shared() else { return };
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kube-proxy-goldens/nftables-1.36");
+    check_cases("kube-proxy 1.36 goldens", &root, |d| {
+        check_golden_136(d, &base)
+    });
+}
+
+/// One golden of `testdata/kube-proxy-goldens/nftables-1.36` (see its `case.yaml`).
+fn check_golden_136(dir: &Path, shared: &Path) -> Result<(), String> {
+    let golden = yaml(&dir.join("case.yaml"));
+    let from = text_of(get(&golden, &["inputs", "from"])).ok_or("no inputs.from")?;
+    let inputs = shared.join(
+        from.strip_prefix("../shared/conformance/nftables/")
+            .ok_or("inputs.from outside ../shared/conformance/nftables")?,
+    );
+    let node = text_of(get(&golden, &["inputs", "endpoints_node"])).ok_or("no endpoints_node")?;
+    let mut state: Value = serde_json::from_str(
+        &std::fs::read_to_string(inputs.join("state.json")).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let items = state["items"]
+        .as_array_mut()
+        .ok_or("state.json has no items")?;
+    for slice in items.iter_mut().filter(|i| i["kind"] == "EndpointSlice") {
+        for ep in slice["endpoints"].as_array_mut().into_iter().flatten() {
+            ep["nodeName"] = Value::String(node.clone());
+        }
+    }
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::write(work.path().join("state.json"), state.to_string()).map_err(|e| e.to_string())?;
+    std::fs::copy(inputs.join("config.yaml"), work.path().join("config.yaml"))
+        .map_err(|e| e.to_string())?;
+    let mut case = yaml(&inputs.join("case.yaml"));
+    case["kube_proxy_version"] = get(&golden, &["kube_proxy_version"])
+        .cloned()
+        .ok_or("no kube_proxy_version")?;
+    same_as_expected(dir, &render_dir(work.path(), &case))
 }
 
 /// The rulesets the packet-flow cases trace (IPv6 tables, Local policies, masqueradeAll, no

@@ -93,6 +93,7 @@ pub(crate) fn harness_args(case: &Value) -> NodeInputs {
             v.parse()
                 .unwrap_or_else(|e| panic!("case.yaml kube_proxy_version: {e}"))
         }),
+        feature_gates: Default::default(),
     }
 }
 

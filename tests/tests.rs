@@ -23,6 +23,7 @@ mod packaging;
 mod packetflow;
 mod parse;
 mod pastes;
+mod releases;
 mod render;
 mod repair;
 mod repair_ipvs;

@@ -83,11 +83,18 @@ pub struct NodeFactArgs {
     /// formats masqueradeBit).
     #[arg(hide_short_help = true, long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
-    /// The kube-proxy release whose rules to expect, 1.20 … 1.35, e.g. `1.28`, `v1.28.4` or
+    /// The kube-proxy release whose rules to expect, 1.20 … 1.38, e.g. `1.28`, `v1.36.2` or
     /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
-    /// through the API, else inferred from the dump (verify, repair), else the newest).
+    /// through the API, else inferred from the dump (verify, repair), else 1.35); a newer
+    /// release is refused.
     #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
     pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
+    /// Feature gates as kube-proxy's --feature-gates spells them (`Name=true,Name=false`); they
+    /// win over the configuration's featureGates. Those that change rules:
+    /// AllowServiceExternalIPs (1.36+), KubeProxyNFTablesLocalhostNodePorts (1.37+; on by
+    /// default from 1.38), and the older gates docs/versions.md lists.
+    #[arg(hide_short_help = true, long = "feature-gates", value_name = "NAME=BOOL,…", value_parser = crate::state::config::parse_feature_gates)]
+    pub feature_gates: Option<std::collections::BTreeMap<String, bool>>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
     /// a node the state does not list is an error).
     #[arg(
@@ -122,6 +129,7 @@ impl NodeFactArgs {
             masquerade_mark: self.masquerade_mark.clone(),
             not_in_state: self.node_not_in_state,
             kube_proxy_version: self.kube_proxy_version,
+            feature_gates: self.feature_gates.clone().unwrap_or_default(),
         }
     }
 }

@@ -322,6 +322,10 @@ pub(super) fn decisions_of(
     if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
         match crate::state::version::KubeProxyVersion::from_image(image) {
             Ok(v) => fact_args.kube_proxy_version = Some(v),
+            // Never explained as the newest known release: its rules may be laid out otherwise.
+            Err(e @ crate::state::version::VersionError::TooNew(_)) => {
+                anyhow::bail!("the kube-proxy pod runs {image}: {e}")
+            }
             Err(e) => warnings.push(crate::state::Warning::new(
                 "kube-proxy version",
                 e.to_string(),

@@ -157,7 +157,7 @@ fn report_with_notes(
     inputs: super::live::ResolvedInputs,
     notes: bool,
 ) -> anyhow::Result<Report> {
-    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs)? {
+    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs, notes)? {
         return Ok(report);
     }
     let super::live::ResolvedInputs {
@@ -212,23 +212,25 @@ fn report_with_notes(
         fact_args.node = Some(n);
     }
     // The kube-proxy release to compare with: the flag, the pod's image, else the rules' own.
-    let release = (!ipvs_node).then(|| {
-        let texts = [
-            snap.iptables_save.as_deref(),
-            snap.ip6tables_save.as_deref(),
-        ];
-        crate::compare::version::choose_release(
-            args.facts.kube_proxy_version,
-            snap.kube_proxy_image.as_deref(),
-            crate::compare::version::infer(texts.into_iter().flatten()).given_invalid_counter(
-                super::common::says_counter(
-                    &args.facts,
-                    crate::state::node::NFACCT_CT_STATE_INVALID,
+    let release = (!ipvs_node)
+        .then(|| {
+            let texts = [
+                snap.iptables_save.as_deref(),
+                snap.ip6tables_save.as_deref(),
+            ];
+            crate::compare::version::choose_release(
+                args.facts.kube_proxy_version,
+                snap.kube_proxy_image.as_deref(),
+                crate::compare::version::infer(texts.into_iter().flatten()).given_invalid_counter(
+                    super::common::says_counter(
+                        &args.facts,
+                        crate::state::node::NFACCT_CT_STATE_INVALID,
+                    ),
                 ),
-            ),
-            "verifying",
-        )
-    });
+                "verifying",
+            )
+        })
+        .transpose()?;
     if let Some(r) = &release {
         fact_args.kube_proxy_version = Some(r.version);
         if notes {

@@ -125,6 +125,7 @@ fn is_nftables_node(
 pub fn verify_if_nftables(
     args: &VerifyArgs,
     inputs: &ResolvedInputs,
+    notes: bool,
 ) -> anyhow::Result<Option<Report>> {
     let snap = &inputs.snapshot;
     let config = config_of(inputs)?;
@@ -148,6 +149,21 @@ pub fn verify_if_nftables(
         .or_else(|| (!inputs.node.is_empty()).then(|| inputs.node.clone()))
     {
         fact_args.node = Some(n);
+    }
+    // The kube-proxy release to compare with: the flag, the pod's image, else the table's own.
+    let texts: Vec<NftText> = listings
+        .iter()
+        .map(|(label, text)| NftText { label, text })
+        .collect();
+    let release = crate::compare::version::choose_release(
+        args.facts.kube_proxy_version,
+        snap.kube_proxy_image.as_deref(),
+        crate::compare::nftables::release::infer(&texts, args.dumps.lenient)?,
+        "verifying",
+    )?;
+    fact_args.kube_proxy_version = Some(release.version);
+    if notes {
+        super::common::print_notes(&release.notes);
     }
     let (facts, warnings) = crate::state::node::build(&fact_args.inputs(), &inputs.state, &config)
         .context("node facts")?;
@@ -190,10 +206,7 @@ pub fn verify_if_nftables(
         state: &inputs.state,
         config: &config,
         facts: &facts,
-        listings: listings
-            .iter()
-            .map(|(label, text)| NftText { label, text })
-            .collect(),
+        listings: texts,
         iptables: iptables
             .iter()
             .map(|(label, text)| NftText { label, text })
@@ -202,7 +215,7 @@ pub fn verify_if_nftables(
         ipset: snap.ipset_save.as_deref(),
         lenient: args.dumps.lenient,
     };
-    let report = crate::compare::nftables::verify(&input)?;
+    let report = crate::compare::nftables::release::verify_release(&input, &release)?;
     let conntrack = super::conntrack::verify_findings(
         &args.conntrack,
         snap.conntrack.as_deref(),

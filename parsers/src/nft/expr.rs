@@ -8,7 +8,7 @@
 //!           | ( "add" | "update" | "delete" ) "@" SET "{" expr "}"
 //!           | expr "vmap" map | expr "set" expr | expr [ relop ] rhs
 //! verdict   = "accept" | "drop" | "return" | "continue" | ( "jump" | "goto" ) CHAIN
-//! nat       = ( "dnat" | "snat" ) [ "ip" | "ip6" ] [ "to" ADDR[:PORT] ] [ flags ]
+//! nat       = ( "dnat" | "snat" ) [ ( "ip" | "ip6" ) [ "addr" "." "port" ] ] [ "to" target ] [ flags ]
 //!           | ( "masquerade" | "redirect" ) [ "to" ":" PORT ] [ flags ]
 //! reject    = "reject" [ "with" ( ( "icmp" | "icmpv6" | "icmpx" ) [ "type" ] CODE | "tcp" "reset" ) ]
 //! xt        = "xt" ( "match" | "target" | "watcher" ) NAME
@@ -521,11 +521,22 @@ fn nat<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         flags: Vec::new(),
     };
     if matches!(kind, NatKind::Dnat | NatKind::Snat)
-        && c.peek_at(1).is_some_and(|t| t.is("to"))
         && let Some(f) = c.peek_word().and_then(Family::from_keyword)
     {
-        c.bump();
-        n.family = Some(f);
+        // `dnat ip to …`, and kube-proxy's `dnat ip addr . port to … map { … }` (since 1.36):
+        // `addr . port` says the map's values are address and port, which nft reads from the
+        // map's data type anyway and never lists, so it is not kept.
+        let addr_port = ["addr", ".", "port", "to"]
+            .iter()
+            .enumerate()
+            .all(|(i, w)| c.peek_at(i + 1).is_some_and(|t| t.is(w)));
+        if addr_port {
+            c.skip(4);
+            n.family = Some(f);
+        } else if c.peek_at(1).is_some_and(|t| t.is("to")) {
+            c.bump();
+            n.family = Some(f);
+        }
     }
     if c.eat("to") {
         let expression = c.peek_word().is_some_and(is_keyword)

@@ -194,7 +194,7 @@ fn choose_release(
             ),
         )
     };
-    let release = crate::compare::version::choose_release(flag, image, inference, "repairing");
+    let release = crate::compare::version::choose_release(flag, image, inference, "repairing")?;
     crate::cli::common::print_notes(&release.notes);
     Ok(release)
 }

@@ -118,7 +118,8 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
             "the node runs kube-proxy in nftables mode: plan offline with --nft-ruleset FILE (nft -j list ruleset), not --iptables-save"
         );
     }
-    let inputs = load_nftables_inputs(&args)?;
+    let release = nftables_release(&args)?;
+    let inputs = load_nftables_inputs(&args, release)?;
     let mut guard_facts = input_facts(&args, &inputs)?;
     // Selected from the host's table when the configuration names no mode.
     if inputs.config.mode.is_empty() {
@@ -200,9 +201,43 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     })
 }
 
+/// The kube-proxy release whose table `repair` writes: `--kube-proxy-version`, else the release
+/// the node's current table points to (never another release's layout behind kube-proxy's
+/// back); how it was chosen is noted on stderr.
+fn nftables_release(args: &RepairArgs) -> anyhow::Result<crate::state::version::KubeProxyVersion> {
+    let flag = args.facts.kube_proxy_version;
+    let listings: Vec<(String, String)> = if flag.is_some() {
+        Vec::new()
+    } else if let Some(path) = &args.nftables.nft_ruleset {
+        let dump = crate::collect::files::read_dump(path, false)?;
+        vec![(dump.name, dump.text)]
+    } else {
+        let host = LocalNft {
+            netns: args.netns.clone(),
+        };
+        [Family::Ip, Family::Ip6]
+            .into_iter()
+            .filter_map(|f| host.list_table(f, true).ok().flatten())
+            .map(|text| ("nft -j list table".to_string(), text))
+            .collect()
+    };
+    let texts: Vec<crate::compare::nftables::NftText> = listings
+        .iter()
+        .map(|(label, text)| crate::compare::nftables::NftText { label, text })
+        .collect();
+    // A listing that does not parse is reported when it is compared.
+    let inference = crate::compare::nftables::release::infer(&texts, false).unwrap_or_default();
+    let release = crate::compare::version::choose_release(flag, None, inference, "repairing")?;
+    crate::cli::common::print_notes(&release.notes);
+    Ok(release.version)
+}
+
 /// `--state`, `--config` (read as kube-proxy reads it in nftables mode) and the node facts
-/// built from them.
-fn load_nftables_inputs(args: &RepairArgs) -> anyhow::Result<ProxyInputs> {
+/// built from them, for kube-proxy `release`.
+fn load_nftables_inputs(
+    args: &RepairArgs,
+    release: crate::state::version::KubeProxyVersion,
+) -> anyhow::Result<ProxyInputs> {
     if args.state.state.is_empty() {
         bail!(
             "the API state is needed: --state FILE (kubectl get services,endpointslices,nodes,servicecidrs -A -o json)"
@@ -219,6 +254,7 @@ fn load_nftables_inputs(args: &RepairArgs) -> anyhow::Result<ProxyInputs> {
     if let Some(n) = &args.node_name {
         fact_args.node = Some(n.clone());
     }
+    fact_args.kube_proxy_version = Some(release);
     let (facts, warnings) =
         crate::state::node::build(&fact_args.inputs(), &state, &config).context("node facts")?;
     warnings.iter().for_each(crate::cli::common::warn);

@@ -262,6 +262,10 @@ catalogue! {
     VERSIONS_MIXED = "KP908", Warning,
         "rules of more than one kube-proxy version on the node", "",
         "a kube-proxy upgrade (or downgrade) left the other release's chains: they go on the next full sync; restart kube-proxy, or kubectl kproxy repair";
+    /// What an in-place upgrade of an nftables-mode node leaves that no release deletes.
+    UPGRADE_RESIDUE = "KP909", Info,
+        "residue of a kube-proxy upgrade that no release deletes", "",
+        "harmless (nothing jumps to it); kube-proxy deletes it only with its whole table (kube-proxy --cleanup, or a switch of mode), and repair leaves it as kube-proxy does";
 }
 
 /// Looks a check up by ID.

@@ -35,6 +35,11 @@ impl Clue {
         }
     }
 
+    /// Written by `oldest` and every release after it, up to the newest this build knows.
+    fn since(what: &'static str, oldest: u32) -> Clue {
+        Clue::new(what, oldest, KubeProxyVersion::NEWEST.minor())
+    }
+
     /// Whether `v` writes it.
     pub fn admits(&self, v: KubeProxyVersion) -> bool {
         self.oldest <= v && v <= self.newest
@@ -185,6 +190,105 @@ pub fn infer<'t>(texts: impl IntoIterator<Item = &'t str>) -> Inference {
     inf
 }
 
+/// Reads nftables-mode `kube-proxy` tables (parsed and normalised, one per family) for clues of
+/// the release that wrote them (kube-proxy's `pkg/proxy/nftables/proxier.go` at each release;
+/// docs/versions.md). An unreferenced `mark-for-masquerade` chain is no clue: kube-proxy 1.36+
+/// neither writes nor deletes it, so an upgraded node keeps it ([`upgrade_residue`]).
+pub fn infer_nftables(tables: &[&kproxy_parsers::nft::Table<'_>]) -> Inference {
+    use crate::proxier::nftables::names as n;
+    let mut inf = Inference::default();
+    for table in tables {
+        inf.has_rules = true;
+        let refs = super::nftables::diff::References::of(table);
+        if refs.by_rule.contains(n::MARK_MASQ_CHAIN) {
+            inf.add_in(
+                Clue::new("jumps to mark-for-masquerade", NFTABLES_OLDEST, 35),
+                "",
+                n::MARK_MASQ_CHAIN,
+            );
+        }
+        if table.set(n::HAIRPIN_CONNECTIONS_SET).is_some() {
+            inf.add_in(
+                Clue::since("hairpin-connections set", 36),
+                "",
+                n::HAIRPIN_CONNECTIONS_SET,
+            );
+        }
+        // The map is 1.38's by default, and 1.37's with the gate turned on: the same rules.
+        if table.set(n::LOCALHOST_NODEPORT_REJECT_MAP).is_some() {
+            inf.add_in(
+                Clue::since("localhost-nodeport-reject-ports map", 38),
+                "",
+                n::LOCALHOST_NODEPORT_REJECT_MAP,
+            );
+        } else {
+            // On by default from 1.38 (KubeProxyNFTablesLocalhostNodePorts), whatever the
+            // services: a table without the map is older, or has the gate off (then its rules
+            // are 1.37's).
+            inf.add(Clue::new(
+                "no localhost-nodeport-reject-ports map",
+                NFTABLES_OLDEST,
+                37,
+            ));
+        }
+        for chain in &table.chains {
+            let policy = chain.name.starts_with(n::SERVICE_PREFIX)
+                || chain.name.starts_with(n::LOCAL_PREFIX);
+            if !policy {
+                continue;
+            }
+            for rule in &chain.rules {
+                let Some(nat) = rule.stmts.iter().find_map(|s| match s {
+                    kproxy_parsers::nft::Stmt::Nat(nat)
+                        if nat.kind == kproxy_parsers::nft::NatKind::Dnat =>
+                    {
+                        Some(nat)
+                    }
+                    _ => None,
+                }) else {
+                    continue;
+                };
+                let text = nat.to_string();
+                let clue = if !text.contains("numgen") {
+                    Clue::since("service chains DNAT one endpoint directly", 37)
+                } else if text.contains(" mod 1 ") {
+                    Clue::new("a one-endpoint numgen DNAT map", 36, 36)
+                } else {
+                    Clue::since("service chains DNAT through a numgen map", 36)
+                };
+                inf.add_in(clue, "", &chain.name);
+            }
+        }
+    }
+    inf
+}
+
+/// The oldest release with an nftables mode (alpha in 1.29).
+const NFTABLES_OLDEST: u32 = 29;
+
+/// Whether `table` (an nftables-mode `kube-proxy` table) keeps the `mark-for-masquerade`
+/// chain of kube-proxy ≤1.35 with nothing jumping to it: an in-place upgrade to 1.36+ leaves it,
+/// since kube-proxy then neither writes it nor deletes it (its stale-chain cleanup only takes
+/// chains whose name holds a `/`, `proxier.go` `isServiceChainName`).
+pub fn upgrade_residue(table: &kproxy_parsers::nft::Table<'_>) -> bool {
+    use crate::proxier::nftables::names as n;
+    table.chain(n::MARK_MASQ_CHAIN).is_some() && {
+        let refs = super::nftables::diff::References::of(table);
+        !refs.by_rule.contains(n::MARK_MASQ_CHAIN) && !refs.by_element.contains(n::MARK_MASQ_CHAIN)
+    }
+}
+
+/// The finding (KP909) for [`upgrade_residue`] on a node verified as 1.36 or later.
+pub fn residue_finding(family: &str) -> Finding {
+    cat::UPGRADE_RESIDUE
+        .finding(format!(
+            "table {family} kube-proxy keeps the mark-for-masquerade chain of kube-proxy 1.35 or older, and nothing jumps to it: left by an in-place upgrade (kube-proxy 1.36 and later neither write nor delete it)"
+        ))
+        .chain(format!("{family} {}", crate::proxier::nftables::names::MARK_MASQ_CHAIN))
+        .expected("no mark-for-masquerade chain (kube-proxy 1.36 and later)")
+        .actual("an unreferenced mark-for-masquerade chain")
+}
+
 /// What one text shows.
 #[derive(Default)]
 struct Seen<'t> {
@@ -193,6 +297,8 @@ struct Seen<'t> {
     proxy_firewall: bool,
     forward_rules: bool,
     invalid_drop: bool,
+    /// The text is IPv6 rules.
+    ipv6: bool,
     /// `KUBE-FW-…` chains with rules, and whether they end the way 1.27+ (the "other traffic"
     /// rule) or 1.20–1.24 (a `KUBE-MARK-DROP` jump) end them.
     firewalls: std::collections::HashMap<&'t str, bool>,
@@ -200,7 +306,14 @@ struct Seen<'t> {
 
 fn scan(text: &str, inf: &mut Inference) {
     let mut table = "";
-    let mut seen = Seen::default();
+    let mut seen = Seen {
+        // `ip6tables-save` names itself in its header; a restore input shows IPv6 addresses.
+        ipv6: text.lines().any(|l| {
+            (l.starts_with('#') && l.contains("ip6tables"))
+                || (l.starts_with("-A KUBE-SERVICES") && l.contains("/128"))
+        }),
+        ..Seen::default()
+    };
     for line in text.lines() {
         let line = line.trim_end();
         if let Some(t) = line.strip_prefix('*') {
@@ -236,7 +349,7 @@ fn scan(text: &str, inf: &mut Inference) {
         }
     }
     if seen.forward_rules && !seen.invalid_drop {
-        inf.add(Clue::new("no INVALID drop in KUBE-FORWARD", 29, 35));
+        inf.add(Clue::since("no INVALID drop in KUBE-FORWARD", 29));
     }
     if seen.firewalls.values().any(|ended| !ended) {
         inf.add(Clue::new(
@@ -267,7 +380,7 @@ fn declared(table: &str, name: &str, seen: &mut Seen, inf: &mut Inference) {
         ("filter", "KUBE-PROXY-FIREWALL") => {
             seen.proxy_firewall = true;
             inf.add_in(
-                Clue::new("filter KUBE-PROXY-FIREWALL chain", 25, 35),
+                Clue::since("filter KUBE-PROXY-FIREWALL chain", 25),
                 table,
                 name,
             );
@@ -276,11 +389,7 @@ fn declared(table: &str, name: &str, seen: &mut Seen, inf: &mut Inference) {
             inf.add_in(Clue::new("KUBE-XLB-… chains", 20, 23), table, name);
         }
         ("nat", n) if n.starts_with("KUBE-EXT-") || n.starts_with("KUBE-SVL-") => {
-            inf.add_in(
-                Clue::new("KUBE-EXT-…/KUBE-SVL-… chains", 24, 35),
-                table,
-                name,
-            );
+            inf.add_in(Clue::since("KUBE-EXT-…/KUBE-SVL-… chains", 24), table, name);
         }
         ("nat", "KUBE-SERVICES") => inf.has_rules = true,
         _ => {}
@@ -311,18 +420,18 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 );
             } else if line.contains("\"kubernetes forwarding conntrack rule\"") {
                 inf.add_in(
-                    Clue::new("one KUBE-FORWARD conntrack rule", 23, 35),
+                    Clue::since("one KUBE-FORWARD conntrack rule", 23),
                     table,
                     chain,
                 );
             }
             if line.contains("--nfacct-name") {
-                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
+                inf.add_in(Clue::since("nfacct counters", 31), table, chain);
             }
         }
         ("filter", "INPUT") if line.contains("kubernetes health check service ports") => {
             inf.add_in(
-                Clue::new("INPUT jump to filter KUBE-NODEPORTS", 21, 35),
+                Clue::since("INPUT jump to filter KUBE-NODEPORTS", 21),
                 table,
                 chain,
             );
@@ -331,7 +440,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("has no local endpoints") =>
         {
             inf.add_in(
-                Clue::new("filter \"has no local endpoints\" drops", 25, 35),
+                Clue::since("filter \"has no local endpoints\" drops", 25),
                 table,
                 chain,
             );
@@ -351,7 +460,17 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 && (line.contains("! -d 127.0.0.0/8") || line.contains("! -d ::1/128"))
             {
                 inf.add_in(
-                    Clue::new("NodePort jump excluding localhost", 26, 35),
+                    Clue::since("NodePort jump excluding localhost", 26),
+                    table,
+                    chain,
+                );
+            } else if seen.ipv6
+                && line.contains(NODEPORTS_TAIL)
+                && line.contains("--dst-type LOCAL")
+            {
+                // From 1.26 IPv6 NodePorts always exclude ::1.
+                inf.add_in(
+                    Clue::new("IPv6 NodePort jump including ::1", 20, 25),
                     table,
                     chain,
                 );
@@ -366,13 +485,13 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
                 );
             }
             if line.contains("--nfacct-name") {
-                inf.add_in(Clue::new("nfacct counters", 31, 35), table, chain);
+                inf.add_in(Clue::since("nfacct counters", 31), table, chain);
             }
         }
         ("nat", c) if c.starts_with("KUBE-SVC-") => {
             if masq() && line.contains(" cluster IP\"") {
                 inf.add_in(
-                    Clue::new("cluster IP masquerade in KUBE-SVC-…", 22, 35),
+                    Clue::since("cluster IP masquerade in KUBE-SVC-…", 22),
                     table,
                     chain,
                 );
@@ -380,7 +499,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("-j KUBE-SEP-") && line.contains("--comment") {
                 if line.contains(" -> ") {
                     inf.add_in(
-                        Clue::new("\"<svc> -> <endpoint>\" comments", 24, 35),
+                        Clue::since("\"<svc> -> <endpoint>\" comments", 24),
                         table,
                         chain,
                     );
@@ -416,7 +535,7 @@ fn rule<'t>(table: &str, chain: &'t str, line: &str, seen: &mut Seen<'t>, inf: &
             if line.contains("will be dropped by KUBE-PROXY-FIREWALL") {
                 ended = true;
                 inf.add_in(
-                    Clue::new("KUBE-FW-… \"other traffic\" rule", 27, 35),
+                    Clue::since("KUBE-FW-… \"other traffic\" rule", 27),
                     table,
                     chain,
                 );
@@ -484,38 +603,53 @@ impl ReleaseChoice {
     }
 }
 
+/// A release this build cannot work with: the kube-proxy pod runs one newer than it knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the kube-proxy pod runs {image}: {reason} (pass --kube-proxy-version X.Y only if you know its rules are those of an older release)"
+)]
+pub struct NewerRelease {
+    /// The pod's image.
+    pub image: String,
+    /// Why: the version error, naming the newest release this build knows.
+    pub reason: crate::state::version::VersionError,
+}
+
 /// Chooses the release to `verb` ("verifying", "repairing") with: `flag`, else the kube-proxy
 /// pod's `image` tag, else what `inference` says (the newest when it says nothing). An image
 /// whose name or tag names no release (k3s, RKE2 and some managed offerings rebuild kube-proxy)
-/// is noted and the rules decide.
+/// is noted and the rules decide. An image of a release newer than this build is refused, never
+/// taken for the newest known: its rules may have a layout this build cannot read.
 pub fn choose_release(
     flag: Option<KubeProxyVersion>,
     image: Option<&str>,
     inference: Inference,
     verb: &str,
-) -> ReleaseChoice {
+) -> Result<ReleaseChoice, NewerRelease> {
     let mut notes = Vec::new();
-    let from_image = image.and_then(|img| match KubeProxyVersion::from_image(img) {
-        Ok(v) => Some((v, img.to_string())),
-        Err(crate::state::version::VersionError::TooNew(minor)) => {
-            notes.push(format!(
-                "the kube-proxy pod runs {img} (1.{minor}), newer than this build knows: {verb} with {}",
-                KubeProxyVersion::NEWEST
-            ));
-            Some((KubeProxyVersion::NEWEST, img.to_string()))
-        }
-        Err(e) => {
-            notes.push(format!(
-                "the kube-proxy pod's {e}; meanwhile the rules' own clues decide"
-            ));
-            None
-        }
-    });
+    let from_image = match (flag, image) {
+        (None, Some(img)) => match KubeProxyVersion::from_image(img) {
+            Ok(v) => Some((v, img.to_string())),
+            Err(reason @ crate::state::version::VersionError::TooNew(_)) => {
+                return Err(NewerRelease {
+                    image: img.to_string(),
+                    reason,
+                });
+            }
+            Err(e) => {
+                notes.push(format!(
+                    "the kube-proxy pod's {e}; meanwhile the rules' own clues decide"
+                ));
+                None
+            }
+        },
+        _ => None,
+    };
     let (version, source) = match (flag, from_image) {
         (Some(v), _) => (v, ReleaseSource::Flag),
         (None, Some((v, img))) => (v, ReleaseSource::Image(img)),
         (None, None) => {
-            let v = inference.pick().unwrap_or(KubeProxyVersion::NEWEST);
+            let v = inference.pick().unwrap_or_default();
             notes.push(format!(
                 "{}; {verb} with {v}, pass --kube-proxy-version to choose",
                 inference.describe()
@@ -538,13 +672,13 @@ pub fn choose_release(
             inference.describe()
         ));
     }
-    ReleaseChoice {
+    Ok(ReleaseChoice {
         version,
         source,
         inference,
         writer,
         notes,
-    }
+    })
 }
 
 /// The info finding (KP907) that says which release the rules were verified with, chosen from
@@ -765,7 +899,7 @@ mod tests {
             (
                 "31-eks-v1.34-iptables-t-nat-S-nfacct-xor-mark-random-fully.txt",
                 31,
-                35,
+                KubeProxyVersion::NEWEST.minor(),
             ),
         ];
         let mut read = 0;
@@ -788,6 +922,70 @@ mod tests {
         }
     }
 
+    /// The `kube-proxy` table of an `nft -f` text, parsed and normalised.
+    fn nft_inference(text: &str) -> Inference {
+        let mut rs = kproxy_parsers::nft::parse(text, &kproxy_parsers::nft::ParseOptions::strict())
+            .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        infer_nftables(&[table])
+    }
+
+    const NFT_HEAD: &str = "add table ip kube-proxy\nadd chain ip kube-proxy services\n";
+
+    #[test]
+    fn nftables_tables_tell_their_release() {
+        let g3 = format!(
+            "{NFT_HEAD}add chain ip kube-proxy mark-for-masquerade\n\
+             add chain ip kube-proxy endpoint-X\n\
+             add rule ip kube-proxy endpoint-X ip saddr 10.0.0.1 jump mark-for-masquerade\n"
+        );
+        assert_eq!(nft_inference(&g3).range(), Some((v(29), v(35))));
+        let g4 = format!(
+            "{NFT_HEAD}add set ip kube-proxy hairpin-connections {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service ; }}\n\
+             add chain ip kube-proxy service-A\n\
+             add rule ip kube-proxy service-A meta l4proto tcp dnat ip addr . port to numgen random mod 1 map {{ 0 : 10.0.0.1 . 80 }}\n"
+        );
+        assert_eq!(nft_inference(&g4).range(), Some((v(36), v(36))));
+        let v37 = format!(
+            "{NFT_HEAD}add set ip kube-proxy hairpin-connections {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service ; }}\n\
+             add chain ip kube-proxy service-A\n\
+             add rule ip kube-proxy service-A meta l4proto tcp dnat to 10.0.0.1:80\n"
+        );
+        assert_eq!(nft_inference(&v37).range(), Some((v(37), v(37))));
+        let v38 = format!(
+            "{v37}add map ip kube-proxy localhost-nodeport-reject-ports {{ type inet_proto . inet_service : verdict ; }}\n"
+        );
+        assert_eq!(nft_inference(&v38).range(), Some((v(38), v(38))));
+        // An upgraded node's orphan chain is residue, no clue.
+        let upgraded = format!(
+            "{v37}add chain ip kube-proxy mark-for-masquerade\nadd rule ip kube-proxy mark-for-masquerade mark set mark or 0x4000\n"
+        );
+        let inf = nft_inference(&upgraded);
+        assert_eq!(inf.range(), Some((v(37), v(37))));
+        assert!(inf.strays().is_empty());
+        let mut rs =
+            kproxy_parsers::nft::parse(&upgraded, &kproxy_parsers::nft::ParseOptions::strict())
+                .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        assert!(upgrade_residue(table));
+        let mut rs = kproxy_parsers::nft::parse(&g3, &kproxy_parsers::nft::ParseOptions::strict())
+            .expect("parses");
+        rs.normalize();
+        let table = rs
+            .table(kproxy_parsers::nft::Family::Ip, "kube-proxy")
+            .expect("table");
+        assert!(
+            !upgrade_residue(table),
+            "a chain something jumps to is no residue"
+        );
+    }
+
     #[test]
     fn the_flag_then_the_image_then_the_rules_choose() {
         let v123 = || infer([V123]);
@@ -796,7 +994,8 @@ mod tests {
             Some("registry.k8s.io/kube-proxy:v1.28.4"),
             v123(),
             "verifying",
-        );
+        )
+        .unwrap();
         assert_eq!(
             (c.version, &c.source, c.writer),
             (v(35), &ReleaseSource::Flag, Some(v(23)))
@@ -811,7 +1010,8 @@ mod tests {
             Some("registry.k8s.io/kube-proxy:v1.23.17"),
             v123(),
             "verifying",
-        );
+        )
+        .unwrap();
         assert_eq!((c.version, c.writer), (v(23), None));
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let c = choose_release(
@@ -819,7 +1019,8 @@ mod tests {
             Some("rancher/hardened-kubernetes:v1.28.4-rke2r1"),
             v123(),
             "repairing",
-        );
+        )
+        .unwrap();
         assert_eq!((c.version, &c.source), (v(23), &ReleaseSource::Inferred));
         assert!(
             c.notes[0].contains("pass --kube-proxy-version X.Y"),
@@ -830,19 +1031,31 @@ mod tests {
             c.notes[1],
             "rules look written by kube-proxy 1.23; repairing with 1.23, pass --kube-proxy-version to choose"
         );
-        let c = choose_release(None, None, Inference::default(), "verifying");
-        assert_eq!(c.version, KubeProxyVersion::NEWEST);
+        let c = choose_release(None, None, Inference::default(), "verifying").unwrap();
+        assert_eq!(c.version, KubeProxyVersion::DEFAULT);
         assert!(c.notes[0].starts_with("the dump holds no kube-proxy rules; verifying with 1.35"));
-        let c = choose_release(
+        let refused = choose_release(
             None,
             Some("registry.k8s.io/kube-proxy:v1.40.0"),
             v123(),
             "verifying",
+        )
+        .expect_err("a release newer than the build is refused");
+        assert!(
+            refused.to_string().contains(&format!(
+                "newer than the newest release this build knows ({})",
+                KubeProxyVersion::NEWEST
+            )),
+            "{refused}"
         );
-        assert_eq!(
-            (c.version, c.writer),
-            (KubeProxyVersion::NEWEST, Some(v(23)))
-        );
+        let c = choose_release(
+            Some(v(36)),
+            Some("registry.k8s.io/kube-proxy:v1.40.0"),
+            Inference::default(),
+            "verifying",
+        )
+        .expect("the flag wins over the image");
+        assert_eq!(c.version, v(36));
     }
 
     #[test]

@@ -272,6 +272,13 @@ pub fn node_port_ips(config: &ProxyConfig, node: &IpvsNode, family: IpFamily) ->
     for s in &config.node_port_addresses {
         if s == "primary" {
             primary = true;
+        } else if let Some(words) = crate::state::config::node_port_keyword_cidrs(s) {
+            cidrs.extend(
+                words
+                    .iter()
+                    .filter_map(|c| Cidr::parse_sloppy(c))
+                    .filter(|c| c.family() == family),
+            );
         } else if let Some(c) = Cidr::parse_sloppy(s.trim())
             && c.family() == family
         {
@@ -372,6 +379,11 @@ pub fn render(
         name: &node.name,
         zone: &node.zone,
         node_hints_enabled: config.feature_enabled("PreferSameTrafficDistribution"),
+        allows_external_ips: config
+            .feature_gates
+            .get(crate::proxier::version::ALLOW_EXTERNAL_IPS_GATE)
+            .copied()
+            .unwrap_or(true),
     };
     let ports = ports::service_ports(state, family, view, &mut warnings);
     let has_node_port = ports.iter().any(|p| p.info.node_port != 0);

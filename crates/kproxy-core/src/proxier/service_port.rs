@@ -195,7 +195,8 @@ pub fn service_ports(
 }
 
 /// [`service_ports`] as kube-proxy `version` builds them: before 1.30 load-balancer ingress IPs
-/// with `ipMode: Proxy` get rules too, before 1.22 `internalTrafficPolicy` is ignored, and
+/// with `ipMode: Proxy` get rules too, before 1.22 `internalTrafficPolicy` is ignored, with
+/// `AllowServiceExternalIPs` off (1.36 and later) `spec.externalIPs` get none, and
 /// 1.24–1.30 use topology hints only when the Service's annotation asks for them
 /// (`service.kubernetes.io/topology-aware-hints`, from 1.27 also `…/topology-mode`).
 pub fn service_ports_of_release(
@@ -230,9 +231,13 @@ pub fn service_ports_of_release(
         }
     };
     let itp = version.honours_internal_traffic_policy(config);
+    let external_ips = version.allows_external_ips(config);
     for p in &mut ports {
         p.topology_hints_allowed = hints;
         p.internal_policy_local &= itp;
+        if !external_ips {
+            p.external_ips.clear();
+        }
     }
     ports
 }

@@ -1,13 +1,20 @@
-//! What each kube-proxy release changes in the iptables rules, as switches the renderer asks of
-//! a [`KubeProxyVersion`].
+//! What each kube-proxy release changes in the rules, as switches the renderers ask of a
+//! [`KubeProxyVersion`].
 //!
 //! Each switch names one change and the release that made it, read from kube-proxy's
-//! `pkg/proxy/iptables/proxier.go` (`syncProxyRules`), `pkg/proxy/topology.go` and the feature
-//! gate defaults of `pkg/features/kube_features.go` at each release; docs/versions.md has the
-//! table.
+//! `pkg/proxy/iptables/proxier.go` and `pkg/proxy/nftables/proxier.go` (`syncProxyRules`),
+//! `pkg/proxy/topology.go` and the feature gate defaults of `pkg/features/kube_features.go` at
+//! each release; docs/versions.md has the table. A gate that changes rules is read from the
+//! configuration's `featureGates` (or `--feature-gates`) for the releases that have it, and
+//! otherwise takes its default at that release.
 
 use crate::state::config::ProxyConfig;
 use crate::state::version::KubeProxyVersion;
+
+/// The gate of the nftables localhost NodePort handling (kube-proxy#138427).
+pub const LOCALHOST_NODEPORTS_GATE: &str = "KubeProxyNFTablesLocalhostNodePorts";
+/// The gate that lets Services' `spec.externalIPs` have rules (kube-proxy#137293).
+pub const ALLOW_EXTERNAL_IPS_GATE: &str = "AllowServiceExternalIPs";
 
 /// How a version uses EndpointSlice topology hints for Cluster-policy traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +162,60 @@ impl KubeProxyVersion {
         }
     }
 
+    /// nftables: a release whose table this build writes as kube-proxy does. The nftables
+    /// mode came in 1.29 (alpha); the layout modelled here, with the `filter-*-pre-dnat` base
+    /// chains, is that of 1.34 (kube-proxy#131492, #132456) and 1.35, on which 1.36 builds.
+    pub fn models_nftables_layout(self) -> bool {
+        self.minor() >= 34
+    }
+
+    /// nftables: the layout of kube-proxy#135800 and #136499 (1.36): no `mark-for-masquerade`
+    /// chain (marks are set inline), a `hairpin-connections` set of local endpoints
+    /// masqueraded in `masquerading`, the cluster-IP masquerade as one `services` rule, and
+    /// service chains that DNAT through a `numgen … map` (endpoint chains only for ClientIP
+    /// affinity).
+    pub fn dnats_in_service_chains(self) -> bool {
+        self.minor() >= 36
+    }
+
+    /// nftables: a service chain with one endpoint DNATs with `dnat to IP:PORT` rather than a
+    /// one-entry `numgen` map (kube-proxy#140723, 1.37: `writeServiceToEndpointDNATs`).
+    pub fn dnats_single_endpoint_directly(self) -> bool {
+        self.minor() >= 37
+    }
+
+    /// nftables: element comments are cut to the kernel's 128 bytes
+    /// (`truncateNFTablesComment`, kube-proxy#139516, 1.37); before, a longer one failed the
+    /// whole sync.
+    pub fn truncates_element_comments(self) -> bool {
+        self.minor() >= 37
+    }
+
+    /// `nodePortAddresses` takes the keywords `localhost` and `all` besides `primary`
+    /// (kube-proxy#138427, 1.37).
+    pub fn expands_node_port_keywords(self) -> bool {
+        self.minor() >= 37
+    }
+
+    /// nftables: localhost NodePorts kube-proxy does not serve are rejected through the
+    /// `localhost-nodeport-reject-ports` map (`KubeProxyNFTablesLocalhostNodePorts`: alpha off
+    /// 1.37, beta on from 1.38.0-alpha.2, kube-proxy#142490).
+    pub fn rejects_localhost_nodeports(self, config: &ProxyConfig) -> bool {
+        match config.feature_gates.get(LOCALHOST_NODEPORTS_GATE) {
+            Some(&on) => on && self.minor() >= 37,
+            None => self.minor() >= 38,
+        }
+    }
+
+    /// A Service's `spec.externalIPs` get rules (`AllowServiceExternalIPs`, 1.36, on by
+    /// default; kube-proxy#137293: off, kube-proxy writes nothing for them, in every mode).
+    pub fn allows_external_ips(self, config: &ProxyConfig) -> bool {
+        match config.feature_gates.get(ALLOW_EXTERNAL_IPS_GATE) {
+            Some(&on) if self.minor() >= 36 => on,
+            _ => true,
+        }
+    }
+
     /// Large-cluster mode counts only ready endpoints (1.20: its endpoints map holds no
     /// others).
     pub fn counts_only_ready_endpoints(self) -> bool {
@@ -198,14 +259,26 @@ mod tests {
             Some(29)
         );
         assert_eq!(on_from(KubeProxyVersion::counts_with_nfacct), Some(31));
+        assert_eq!(on_from(KubeProxyVersion::dnats_in_service_chains), Some(36));
+        assert_eq!(
+            on_from(KubeProxyVersion::dnats_single_endpoint_directly),
+            Some(37)
+        );
+        assert_eq!(
+            on_from(KubeProxyVersion::truncates_element_comments),
+            Some(37)
+        );
+        assert_eq!(
+            on_from(KubeProxyVersion::expands_node_port_keywords),
+            Some(37)
+        );
         assert!(
             KubeProxyVersion::all()
                 .filter(|v| v.chains_every_endpoint())
                 .eq([v(22)])
         );
-        let newest = KubeProxyVersion::default();
-        assert_eq!(newest, KubeProxyVersion::NEWEST);
-        assert_eq!(newest.to_string(), "1.35");
+        assert_eq!(KubeProxyVersion::NEWEST.to_string(), "1.38");
+        assert_eq!(KubeProxyVersion::default().to_string(), "1.35");
     }
 
     #[test]
@@ -226,6 +299,20 @@ mod tests {
         assert_eq!(v(31).topology_hints(&config), TopologyHints::Always);
         assert!(!v(33).uses_node_hints(&config));
         assert!(v(34).uses_node_hints(&config));
+        assert!(!v(37).rejects_localhost_nodeports(&config));
+        assert!(v(38).rejects_localhost_nodeports(&config));
+        assert!(v(35).allows_external_ips(&config));
+        assert!(v(36).allows_external_ips(&config));
+        config
+            .feature_gates
+            .insert(LOCALHOST_NODEPORTS_GATE.into(), true);
+        config
+            .feature_gates
+            .insert(ALLOW_EXTERNAL_IPS_GATE.into(), false);
+        assert!(!v(36).rejects_localhost_nodeports(&config));
+        assert!(v(37).rejects_localhost_nodeports(&config));
+        assert!(v(35).allows_external_ips(&config));
+        assert!(!v(36).allows_external_ips(&config));
         config
             .feature_gates
             .insert("ProxyTerminatingEndpoints".into(), true);

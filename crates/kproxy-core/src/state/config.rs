@@ -80,7 +80,8 @@ pub struct ProxyConfig {
     pub bridge_interface: String,
     /// `detectLocal.interfaceNamePrefix`.
     pub interface_name_prefix: String,
-    /// `nodePortAddresses` (empty = all; `primary` keyword allowed).
+    /// `nodePortAddresses` (empty = all; the keyword `primary`, and from 1.37 `localhost` and
+    /// `all`, allowed).
     pub node_port_addresses: Vec<String>,
     /// `iptables.masqueradeAll`.
     pub masquerade_all: bool,
@@ -149,10 +150,58 @@ impl ProxyConfig {
         c
     }
 
+    /// This configuration with `gates` set over its `featureGates` (kube-proxy's
+    /// `--feature-gates` flag wins over the file's map); borrowed when there is nothing to set.
+    pub fn with_feature_gates(
+        &self,
+        gates: &BTreeMap<String, bool>,
+    ) -> std::borrow::Cow<'_, ProxyConfig> {
+        if gates.is_empty() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut c = self.clone();
+        c.feature_gates
+            .extend(gates.iter().map(|(k, v)| (k.clone(), *v)));
+        std::borrow::Cow::Owned(c)
+    }
+
     /// The masquerade mark as kube-proxy formats `1 << masqueradeBit` (`%#08x` → `0x00004000`).
     pub fn masquerade_mark(&self) -> String {
         let value: u64 = 1u64 << self.masquerade_bit.min(31);
         format!("{value:#010x}")
+    }
+}
+
+/// Feature gates as kube-proxy's `--feature-gates` flag spells them: `Name=bool,Name=bool`
+/// (`true`/`false`, any case).
+pub fn parse_feature_gates(text: &str) -> Result<BTreeMap<String, bool>, String> {
+    let mut gates = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((name, value)) = item.split_once('=') else {
+            return Err(format!("{item:?} is not Name=true or Name=false"));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(format!("{name:?} is not a feature gate name"));
+        }
+        let on = match value.trim().to_ascii_lowercase().as_str() {
+            "true" => true,
+            "false" => false,
+            other => return Err(format!("{name}={other:?}: the value is not true or false")),
+        };
+        gates.insert(name.to_string(), on);
+    }
+    Ok(gates)
+}
+
+/// The CIDRs a `nodePortAddresses` keyword stands for (kube-proxy#138427, 1.37:
+/// `localhost` is the loopback range of each family, `all` every address), or `None` for a CIDR
+/// or `primary`, which the node's addresses decide.
+pub fn node_port_keyword_cidrs(word: &str) -> Option<[&'static str; 2]> {
+    match word.trim() {
+        "localhost" => Some(["127.0.0.0/8", "::1/128"]),
+        "all" => Some(["0.0.0.0/0", "::/0"]),
+        _ => None,
     }
 }
 
@@ -594,6 +643,50 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn feature_gates_as_kube_proxy_spells_them() {
+        let gates = parse_feature_gates(
+            "AllowServiceExternalIPs=false, KubeProxyNFTablesLocalhostNodePorts=TRUE",
+        )
+        .expect("parses");
+        assert_eq!(gates.get("AllowServiceExternalIPs"), Some(&false));
+        assert_eq!(
+            gates.get("KubeProxyNFTablesLocalhostNodePorts"),
+            Some(&true)
+        );
+        assert!(parse_feature_gates("").expect("empty").is_empty());
+        for bad in ["Gate", "Gate=yes", "=true", "Bad-Name=true"] {
+            assert!(parse_feature_gates(bad).is_err(), "{bad}");
+        }
+        let mut config = ProxyConfig::default();
+        config
+            .feature_gates
+            .insert("AllowServiceExternalIPs".into(), true);
+        let merged = config.with_feature_gates(&gates);
+        assert_eq!(
+            merged.feature_gates.get("AllowServiceExternalIPs"),
+            Some(&false)
+        );
+        assert!(matches!(
+            config.with_feature_gates(&BTreeMap::new()),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn node_port_keywords() {
+        assert_eq!(
+            node_port_keyword_cidrs("localhost"),
+            Some(["127.0.0.0/8", "::1/128"])
+        );
+        assert_eq!(
+            node_port_keyword_cidrs(" all "),
+            Some(["0.0.0.0/0", "::/0"])
+        );
+        assert_eq!(node_port_keyword_cidrs("primary"), None);
+        assert_eq!(node_port_keyword_cidrs("10.0.0.0/8"), None);
+    }
+
     use super::*;
 
     #[test]

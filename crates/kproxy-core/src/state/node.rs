@@ -45,8 +45,12 @@ pub struct NodeFacts {
     pub masquerade_mark: String,
     /// `bindAddress` when it is a specific address (it overrides the primary node IP).
     pub bind_address: Option<IpAddr>,
-    /// The kube-proxy release whose rules are rendered (the newest unless told).
+    /// The kube-proxy release whose rules are rendered ([`KubeProxyVersion::DEFAULT`] unless
+    /// told).
     pub kube_proxy_version: KubeProxyVersion,
+    /// Feature gates given on the command line (`--feature-gates`): they override the
+    /// configuration's `featureGates` ([`ProxyConfig::with_feature_gates`]).
+    pub feature_gates: std::collections::BTreeMap<String, bool>,
 }
 
 impl NodeFacts {
@@ -65,7 +69,8 @@ impl NodeFacts {
             tcp_be_liberal: false,
             masquerade_mark: ProxyConfig::default().masquerade_mark(),
             bind_address: None,
-            kube_proxy_version: KubeProxyVersion::NEWEST,
+            kube_proxy_version: KubeProxyVersion::DEFAULT,
+            feature_gates: std::collections::BTreeMap::new(),
         }
     }
 
@@ -124,8 +129,10 @@ pub struct NodeInputs {
     /// The node is deliberately not one of the state's Nodes (its facts come from
     /// [`NodeInputs::node_ips`]): no "not found" error.
     pub not_in_state: bool,
-    /// The kube-proxy release whose rules to expect; `None` means the newest.
+    /// The kube-proxy release whose rules to expect; `None` means [`KubeProxyVersion::DEFAULT`].
     pub kube_proxy_version: Option<KubeProxyVersion>,
+    /// Feature gates that override the configuration's (`--feature-gates`).
+    pub feature_gates: std::collections::BTreeMap<String, bool>,
 }
 
 impl Default for NodeInputs {
@@ -141,6 +148,7 @@ impl Default for NodeInputs {
             masquerade_mark: None,
             not_in_state: false,
             kube_proxy_version: None,
+            feature_gates: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -273,6 +281,7 @@ pub fn build(
     if let Some(v) = args.kube_proxy_version {
         facts.kube_proxy_version = v;
     }
+    facts.feature_gates = args.feature_gates.clone();
     facts.tcp_be_liberal = args.tcp_be_liberal || config.tcp_be_liberal;
     facts.masquerade_mark = match &args.masquerade_mark {
         Some(m) => m.clone(),

@@ -1,7 +1,8 @@
-//! Which kube-proxy writes the rules: its minor version (1.20 … 1.35), parsed from `1.28`,
-//! `v1.28.4` or an image reference such as `registry.k8s.io/kube-proxy:v1.28.4`. A version is the
-//! newest by default: rules of older releases are asked for explicitly (`--kube-proxy-version`),
-//! read from the node's kube-proxy image, or inferred from a dump (`crate::compare::version`).
+//! Which kube-proxy writes the rules: its minor version (1.20 … 1.38), parsed from `1.28`,
+//! `v1.28.4` or an image reference such as `registry.k8s.io/kube-proxy:v1.28.4`. Without one,
+//! [`KubeProxyVersion::DEFAULT`] is rendered; other releases are asked for explicitly
+//! (`--kube-proxy-version`), read from the node's kube-proxy image, or inferred from a dump
+//! (`crate::compare::version`). A release newer than [`KubeProxyVersion::NEWEST`] is refused.
 //! What each release changes in the rules is asked of its switches (`crate::proxier::version`).
 
 use serde::Serialize;
@@ -24,8 +25,12 @@ pub enum VersionError {
     /// Older than the oldest release this build renders.
     #[error("kube-proxy 1.{0} is older than the oldest version this build renders (1.20)")]
     TooOld(u32),
-    /// Newer than the newest release this build knows.
-    #[error("kube-proxy 1.{0} is newer than the newest version this build knows (1.35)")]
+    /// Newer than the newest release this build knows: its rules may have a layout this build
+    /// cannot write or read, so it is never taken for the newest known.
+    #[error(
+        "kube-proxy 1.{0} is newer than the newest release this build knows ({newest}): its rules may differ in ways this build cannot tell; use a newer kubectl-kproxy",
+        newest = KubeProxyVersion::NEWEST
+    )]
     TooNew(u32),
     /// An image whose name is not kube-proxy's (distributions that rebuild it).
     #[error(
@@ -42,8 +47,16 @@ pub enum VersionError {
 impl KubeProxyVersion {
     /// The oldest release rendered: 1.20.
     pub const OLDEST: KubeProxyVersion = KubeProxyVersion { minor: 20 };
-    /// The newest release this build knows: 1.35.
-    pub const NEWEST: KubeProxyVersion = KubeProxyVersion { minor: 35 };
+    /// The newest release this build knows: 1.38 (its alphas: kube-proxy's rules of
+    /// v1.38.0-alpha.2, where `KubeProxyNFTablesLocalhostNodePorts` turned on by default).
+    pub const NEWEST: KubeProxyVersion = KubeProxyVersion { minor: 38 };
+
+    /// The release rendered when nothing names one (no `--kube-proxy-version`, no kube-proxy
+    /// image, no rules to read it from): 1.35, the newest release whose nftables rules the
+    /// conformance goldens of kube-proxy's own tests pin without naming a release. From 1.36
+    /// the nftables layout differs, so a 1.36+ node is rendered by naming its release (or read
+    /// from its image or its rules).
+    pub const DEFAULT: KubeProxyVersion = KubeProxyVersion { minor: 35 };
 
     /// Version 1.`minor`, when this build renders it.
     pub fn of_minor(minor: u32) -> Result<KubeProxyVersion, VersionError> {
@@ -102,7 +115,7 @@ impl KubeProxyVersion {
 
 impl Default for KubeProxyVersion {
     fn default() -> Self {
-        Self::NEWEST
+        Self::DEFAULT
     }
 }
 
@@ -159,16 +172,23 @@ mod tests {
         assert_eq!(KubeProxyVersion::parse("v1.27.3-gke.100"), Ok(v(27)));
         assert_eq!(KubeProxyVersion::parse("v1.28.4+k3s1"), Ok(v(28)));
         assert_eq!(
-            KubeProxyVersion::parse("1.35"),
+            KubeProxyVersion::parse("1.38"),
             Ok(KubeProxyVersion::NEWEST)
         );
+        assert_eq!(KubeProxyVersion::parse("v1.38.0-alpha.2"), Ok(v(38)));
+        assert_eq!(KubeProxyVersion::parse("v1.36.2"), Ok(v(36)));
         assert_eq!(
             KubeProxyVersion::parse("1.19"),
             Err(VersionError::TooOld(19))
         );
         assert_eq!(
-            KubeProxyVersion::parse("1.36"),
-            Err(VersionError::TooNew(36))
+            KubeProxyVersion::parse("1.39"),
+            Err(VersionError::TooNew(39))
+        );
+        let refused = VersionError::TooNew(39).to_string();
+        assert!(
+            refused.contains("1.39") && refused.contains("(1.38)"),
+            "{refused}"
         );
         for bad in [
             "", "1", "2.28", "1.x", "1.28.4.1", "v", "1..2", "1.28.", "one.two",

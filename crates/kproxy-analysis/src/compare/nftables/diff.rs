@@ -118,7 +118,7 @@ pub struct TableDiff<'t, 'e, 'a> {
     pub chains: Vec<ChainDiff<'t, 'e, 'a>>,
     /// Sets and maps that differ, by name.
     pub sets: Vec<SetDiff<'t, 'e, 'a>>,
-    /// Named objects (counters, quotas, …) of the node's table, which kube-proxy never writes.
+    /// Named objects (counters, quotas, …) of the node's table that kube-proxy does not write.
     pub extra_objects: Vec<&'t kproxy_parsers::nft::Object<'a>>,
 }
 
@@ -209,7 +209,12 @@ pub fn diff<'t, 'e, 'a>(
                 && a.rules.is_empty()
                 && !refs.by_rule.contains(a.name.as_ref())
                 && !refs.by_element.contains(a.name.as_ref());
-            if !stale_and_flushed {
+            // kube-proxy 1.36+ leaves an upgraded node's `mark-for-masquerade`: residue
+            // (`compare::version::upgrade_residue`), not drift, and not repair's to delete.
+            let upgrade_residue = a.name == crate::proxier::nftables::names::MARK_MASQ_CHAIN
+                && !refs.by_rule.contains(a.name.as_ref())
+                && !refs.by_element.contains(a.name.as_ref());
+            if !stale_and_flushed && !upgrade_residue {
                 chains.push(ChainDiff::Extra {
                     actual: a,
                     from_element: refs.by_element.contains(a.name.as_ref()),
@@ -253,7 +258,17 @@ pub fn diff<'t, 'e, 'a>(
         table_missing: false,
         chains,
         sets,
-        extra_objects: actual.objects.iter().collect(),
+        // kube-proxy writes named counters from 1.37 (the localhost NodePort rejects).
+        extra_objects: actual
+            .objects
+            .iter()
+            .filter(|o| {
+                !expected
+                    .objects
+                    .iter()
+                    .any(|e| e.kind == o.kind && e.name == o.name)
+            })
+            .collect(),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod diff;
 pub mod expected;
 pub mod findings;
 pub mod leftovers;
+pub mod release;
 
 #[cfg(test)]
 mod tests;

@@ -194,6 +194,9 @@ pub struct ServiceDecisions {
     pub node_ports_match_all: bool,
     /// When not matching all: the node addresses NodePorts are reachable on.
     pub node_port_ips: Vec<IpAddr>,
+    /// nodePortAddresses name a loopback range of this family without matching everything
+    /// (`ContainsExplicitLoopback`: kube-proxy 1.37's nftables userspace localhost NodePorts).
+    pub node_ports_explicit_loopback: bool,
     /// Things kube-proxy would skip or log.
     pub warnings: Vec<Warning>,
 }
@@ -231,6 +234,20 @@ fn node_port_addresses(
                     let prefix = if fam == IpFamily::V4 { 32 } else { 128 };
                     strings.push(Cidr { addr: ip, prefix });
                 }
+            }
+            continue;
+        }
+        if let Some(cidrs) = crate::state::config::node_port_keyword_cidrs(s) {
+            if facts.kube_proxy_version.expands_node_port_keywords() {
+                strings.extend(cidrs.iter().filter_map(|c| Cidr::parse_sloppy(c)));
+            } else {
+                warnings.push(Warning::new(
+                    "config nodePortAddresses",
+                    format!(
+                        "{s:?} is a keyword of kube-proxy 1.37 and later; kube-proxy {} rejects this configuration (ignored here)",
+                        facts.kube_proxy_version
+                    ),
+                ));
             }
             continue;
         }
@@ -348,6 +365,9 @@ pub(super) fn prepare<'f>(
     facts: &'f NodeFacts,
     detail: EndpointDetail,
 ) -> Prepared<'f> {
+    // `--feature-gates` wins over the configuration's `featureGates`, as on kube-proxy.
+    let gated = config.with_feature_gates(&facts.feature_gates);
+    let config: &ProxyConfig = &gated;
     let family = facts.family;
     let version = facts.kube_proxy_version;
     let mut warnings = Vec::new();
@@ -476,6 +496,8 @@ pub(super) fn prepare<'f>(
         local_detector,
         node_ports_match_all: npa.match_all,
         node_port_ips,
+        node_ports_explicit_loopback: !npa.match_all
+            && npa.cidrs.iter().any(|c| c.addr.is_loopback()),
         warnings,
     };
     let decider = PortDecider {

@@ -52,6 +52,8 @@ pub struct NodeView<'a> {
     pub zone: &'a str,
     /// Feature gate `PreferSameTrafficDistribution`.
     pub node_hints_enabled: bool,
+    /// Feature gate `AllowServiceExternalIPs` (1.36; off: `spec.externalIPs` get nothing).
+    pub allows_external_ips: bool,
 }
 
 /// Every service port of `family`, sorted by service port name, with its endpoints.
@@ -68,7 +70,10 @@ pub fn service_ports(
         .iter()
         .filter(|s| !service_port::ignored_by_labels(&s.metadata))
     {
-        for info in service_port::service_ports(svc, family, warnings) {
+        for mut info in service_port::service_ports(svc, family, warnings) {
+            if !node.allows_external_ips {
+                info.external_ips.clear();
+            }
             let endpoints = eps.get(&info.name).cloned().unwrap_or_default();
             let categorized = endpoints::categorize(
                 &endpoints,

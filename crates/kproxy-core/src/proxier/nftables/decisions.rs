@@ -10,10 +10,11 @@ use super::names::{self, ChainNames};
 use super::objects::TableFamily;
 use crate::proxier::endpoints::{Categorized, Endpoint, EndpointDetail};
 use crate::proxier::iptables::{self, ServiceDecisions, ServicePortDecisions};
-use crate::proxier::service_port::ServicePortInfo;
+use crate::proxier::service_port::{Protocol, ServicePortInfo};
 use crate::state::config::{DetectLocalMode, ProxyConfig};
 use crate::state::ip::{Cidr, IpFamily};
 use crate::state::node::NodeFacts;
+use crate::state::version::KubeProxyVersion;
 use crate::state::{ClusterState, Warning};
 use serde::Serialize;
 use std::net::IpAddr;
@@ -118,6 +119,48 @@ pub struct NodeDecisions {
     pub service_cidrs: Vec<String>,
     /// The primary node IP (`allowFromNode` of loadBalancerSourceRanges).
     pub node_ip: IpAddr,
+    /// The kube-proxy release whose table is written.
+    pub version: KubeProxyVersion,
+    /// The release's layout choices ([`Layout`]).
+    pub layout: Layout,
+}
+
+/// What the release (and its feature gates) change in the table's shape
+/// (`crate::proxier::version` switches, read once per render).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    /// 1.36: inline marks, `hairpin-connections`, service chains DNAT through a `numgen` map,
+    /// endpoint chains only for ClientIP affinity.
+    pub dnats_in_service_chains: bool,
+    /// 1.37: one endpoint: `dnat to IP:PORT`.
+    pub dnats_single_endpoint_directly: bool,
+    /// 1.37: element comments cut to 128 bytes.
+    pub truncates_element_comments: bool,
+    /// `KubeProxyNFTablesLocalhostNodePorts` on: the protocols whose localhost NodePorts are
+    /// rejected, in kube-proxy's order (TCP, UDP, SCTP; TCP not when the localhost NodePort
+    /// proxy runs); empty when the gate is off.
+    pub localhost_rejected: Vec<Protocol>,
+}
+
+impl Layout {
+    /// The layout of `version` under `config`'s gates; `explicit_loopback`: nodePortAddresses
+    /// name a loopback range of this family without matching everything, so kube-proxy runs its
+    /// userspace localhost NodePort proxy (`useLocalhostNodePortProxy`).
+    pub fn new(version: KubeProxyVersion, config: &ProxyConfig, explicit_loopback: bool) -> Layout {
+        let localhost_rejected = if !version.rejects_localhost_nodeports(config) {
+            Vec::new()
+        } else if explicit_loopback {
+            vec![Protocol::Udp, Protocol::Sctp]
+        } else {
+            vec![Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+        };
+        Layout {
+            dnats_in_service_chains: version.dnats_in_service_chains(),
+            dnats_single_endpoint_directly: version.dnats_single_endpoint_directly(),
+            truncates_element_comments: version.truncates_element_comments(),
+            localhost_rejected,
+        }
+    }
 }
 
 impl NodeDecisions {
@@ -145,6 +188,12 @@ impl NodeDecisions {
                 .collect(),
             service_cidrs,
             node_ip: facts.primary_ip(),
+            version: facts.kube_proxy_version,
+            layout: Layout::new(
+                facts.kube_proxy_version,
+                &config.with_feature_gates(&facts.feature_gates),
+                decisions.node_ports_explicit_loopback,
+            ),
         }
     }
 }
@@ -369,6 +418,15 @@ pub fn decide_each(
     });
     let mut all = shared.warnings;
     all.append(&mut warnings);
+    if !node.version.models_nftables_layout() {
+        all.push(Warning::new(
+            "kube-proxy version",
+            format!(
+                "kube-proxy {}'s nftables table is laid out otherwise than this build models (1.34 and later, with the filter-*-pre-dnat base chains): written as 1.35's",
+                node.version
+            ),
+        ));
+    }
     (node, all)
 }
 

@@ -7,6 +7,20 @@
 pub use crate::model::nft_names::*;
 use crate::proxier::service_port::ServicePortName;
 
+/// The set of connections a local endpoint makes to itself through a service (1.36:
+/// `hairpinConnectionsSet`), masqueraded in `masquerading`.
+pub const HAIRPIN_CONNECTIONS_SET: &str = "hairpin-connections";
+/// The map of localhost NodePorts kube-proxy rejects (1.37 with
+/// `KubeProxyNFTablesLocalhostNodePorts`: `localhostNodePortRejectMap`).
+pub const LOCALHOST_NODEPORT_REJECT_MAP: &str = "localhost-nodeport-reject-ports";
+/// The prefix of the per-protocol chains that count and reject localhost NodePort traffic
+/// (`localhostNodePortRejectChainName`: + `tcp` / `udp` / `sctp`).
+pub const LOCALHOST_NODEPORT_REJECT_PREFIX: &str = "localhost-nodeport-reject-";
+/// The prefix this build gives the per-protocol counters of those chains. kube-proxy names them
+/// with `metrics.LocalhostNodePortRejectedCounterName(protocol)`, whose text no stored source
+/// shows (docs/versions.md): `verify` reads the node's own counter names rather than this.
+pub const LOCALHOST_NODEPORT_REJECTED_COUNTER_PREFIX: &str = "localhost-nodeport-rejected-";
+
 /// `servicePortChainNameBase`: `HASH-ns/name/proto/port` (unnamed port: empty last part).
 pub fn service_port_chain_name_base(spn: &ServicePortName) -> String {
     let mut name = String::with_capacity(spn.namespace.len() + spn.name.len() + spn.port.len() + 8);

@@ -128,6 +128,11 @@ pub enum Object<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         comment: Option<&'a str>,
     },
+    /// A named counter (1.37: the localhost NodePort reject counters).
+    Counter {
+        /// Counter name.
+        name: &'a str,
+    },
     /// A rule appended to a chain.
     Rule {
         /// The chain.
@@ -276,6 +281,11 @@ impl Object<'_> {
                     out.push_str(" ;");
                 }
                 out.push_str(" }");
+            }
+            Object::Counter { name } => {
+                head(out, "counter");
+                out.push(' ');
+                out.push_str(name);
             }
             Object::Rule {
                 chain,

@@ -60,6 +60,20 @@ pub const JUMP_CHAINS: [(&str, &str, &str); 11] = [
     (CLUSTER_IPS_CHECK_CHAIN, FILTER_OUTPUT, "ct state new"),
 ];
 
+/// `s` cut to the kernel's comment limit (knftables `CommentLengthMax`), at a character
+/// boundary.
+fn truncate_comment(s: &str) -> &str {
+    const COMMENT_LENGTH_MAX: usize = 128;
+    if s.len() <= COMMENT_LENGTH_MAX {
+        return s;
+    }
+    let mut end = COMMENT_LENGTH_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// Appends an element key `ip . protocol . port`.
 fn ip_key<'a>(ip: &'a IpAddr, protocol: &'a str, port: i32) -> impl FnOnce(&mut String) + 'a {
     move |k: &mut String| {
@@ -267,36 +281,71 @@ impl<'s> Emitter<'s> {
                 r.push_str(dst);
             });
         }
-        for c in [
-            SERVICES_CHAIN,
-            CLUSTER_IPS_CHECK_CHAIN,
-            MASQUERADING_CHAIN,
-            MARK_MASQ_CHAIN,
-        ] {
+        // 1.36 dropped `mark-for-masquerade`: marks are set inline.
+        let g4 = node.layout.dnats_in_service_chains;
+        let top: &[&str] = if g4 {
+            &[SERVICES_CHAIN, CLUSTER_IPS_CHECK_CHAIN, MASQUERADING_CHAIN]
+        } else {
+            &[
+                SERVICES_CHAIN,
+                CLUSTER_IPS_CHECK_CHAIN,
+                MASQUERADING_CHAIN,
+                MARK_MASQ_CHAIN,
+            ]
+        };
+        for &c in top {
             if !created.contains(&c) {
                 created.push(c);
                 self.chain(Name::whole(c));
             }
         }
 
-        let masq = Name::whole(MARK_MASQ_CHAIN);
         let masquerading = Name::whole(MASQUERADING_CHAIN);
-        self.rule(masq, None, |r| {
-            r.push_str("mark set mark or ");
-            r.push_str(mark);
-        });
-        self.rule(masquerading, None, |r| {
-            r.push_str("mark and ");
-            r.push_str(mark);
-            r.push_str(" == 0 return");
-        });
-        self.rule(masquerading, None, |r| {
-            r.push_str("mark set mark xor ");
-            r.push_str(mark);
-        });
-        self.rule(masquerading, None, |r| {
-            r.push_str("masquerade fully-random")
-        });
+        if g4 {
+            let hairpin_type = format!("{addr_type} . {addr_type} . inet_proto . inet_service");
+            self.sink.add(Object::Set {
+                name: Name::whole(HAIRPIN_CONNECTIONS_SET),
+                set_type: &hairpin_type,
+                flags: &[],
+                timeout_seconds: None,
+                comment: Some("service hairpin connections"),
+            });
+            self.rule(masquerading, None, |r| {
+                r.push_str("mark and ");
+                r.push_str(mark);
+                r.push_str(" != 0 mark set mark xor ");
+                r.push_str(mark);
+                r.push_str(" masquerade fully-random");
+            });
+            // A local endpoint reaching itself through a service is masqueraded after DNAT
+            // (the set holds `ip . ip . proto . port` of each local endpoint).
+            self.rule(masquerading, None, |r| {
+                r.push_str("ct status dnat ");
+                r.push_str(ip_x);
+                r.push_str(" saddr . ");
+                r.push_str(ip_x);
+                r.push_str(" daddr . meta l4proto . th dport @");
+                r.push_str(HAIRPIN_CONNECTIONS_SET);
+                r.push_str(" masquerade fully-random");
+            });
+        } else {
+            self.rule(Name::whole(MARK_MASQ_CHAIN), None, |r| {
+                r.push_str("mark set mark or ");
+                r.push_str(mark);
+            });
+            self.rule(masquerading, None, |r| {
+                r.push_str("mark and ");
+                r.push_str(mark);
+                r.push_str(" == 0 return");
+            });
+            self.rule(masquerading, None, |r| {
+                r.push_str("mark set mark xor ");
+                r.push_str(mark);
+            });
+            self.rule(masquerading, None, |r| {
+                r.push_str("masquerade fully-random")
+            });
+        }
 
         self.sink.add(Object::Set {
             name: Name::whole(CLUSTER_IPS_SET),
@@ -373,6 +422,7 @@ impl<'s> Emitter<'s> {
             r.push_str(" meta l4proto . th dport vmap @");
             r.push_str(NO_ENDPOINT_NODEPORTS_MAP);
         });
+        self.localhost_rejects(node);
 
         self.sink.add(Object::Map {
             name: FIREWALL_IPS_MAP,
@@ -395,6 +445,30 @@ impl<'s> Emitter<'s> {
             map_type: "inet_proto . inet_service : verdict",
             comment: Some("NodePort traffic"),
         });
+        if g4 {
+            // 1.36: one rule for every cluster IP replaces the per-service masquerade rule.
+            let comment = if node.masquerade_all {
+                Some("masquerade all clusterIP traffic")
+            } else if node.local_detector.is_implemented() {
+                Some("masquerade clusterIP traffic from outside cluster")
+            } else {
+                None
+            };
+            if comment.is_some() {
+                self.rule(Name::whole(SERVICES_CHAIN), comment, |r| {
+                    r.push_str(ip_x);
+                    r.push_str(" daddr @");
+                    r.push_str(CLUSTER_IPS_SET);
+                    r.push(' ');
+                    if !node.masquerade_all {
+                        node.local_detector.push_if_not_local(r);
+                        r.push(' ');
+                    }
+                    r.push_str("mark set mark or ");
+                    r.push_str(mark);
+                });
+            }
+        }
         self.rule(Name::whole(SERVICES_CHAIN), None, |r| {
             r.push_str(ip_x);
             r.push_str(" daddr . meta l4proto . th dport vmap @");
@@ -411,6 +485,44 @@ impl<'s> Emitter<'s> {
             }
             r.push_str(" meta l4proto . th dport vmap @");
             r.push_str(SERVICE_NODEPORTS_MAP);
+        });
+    }
+
+    /// The localhost NodePort reject objects of `setupNFTables` (1.37 with
+    /// `KubeProxyNFTablesLocalhostNodePorts`): the map, then per rejected protocol a counter and
+    /// a chain that counts and rejects, then the `nodeport-endpoints-check` rule that looks
+    /// loopback NodePort traffic up in the map. With the gate off kube-proxy adds and deletes
+    /// the map, which leaves an empty table as it was.
+    fn localhost_rejects(&mut self, node: &NodeDecisions) {
+        if node.layout.localhost_rejected.is_empty() {
+            return;
+        }
+        self.sink.add(Object::Map {
+            name: LOCALHOST_NODEPORT_REJECT_MAP,
+            map_type: "inet_proto . inet_service : verdict",
+            comment: Some("localhost NodePorts rejected by kube-proxy"),
+        });
+        let mut counter = String::new();
+        for protocol in &node.layout.localhost_rejected {
+            counter.clear();
+            counter.push_str(LOCALHOST_NODEPORT_REJECTED_COUNTER_PREFIX);
+            counter.push_str(protocol.lower());
+            self.sink.add(Object::Counter { name: &counter });
+            let chain = Name::prefixed(LOCALHOST_NODEPORT_REJECT_PREFIX, protocol.lower());
+            self.chain(chain);
+            self.rule(chain, None, |r| {
+                r.push_str("counter name ");
+                super::objects::push_go_quoted(r, &counter);
+                r.push_str(" reject");
+            });
+        }
+        self.rule(Name::whole(NODEPORT_ENDPOINTS_CHECK_CHAIN), None, |r| {
+            r.push_str(match node.table_family {
+                TableFamily::Ip => "ip daddr 127.0.0.0/8",
+                TableFamily::Ip6 => "ip6 daddr ::1",
+            });
+            r.push_str(" meta l4proto . th dport vmap @");
+            r.push_str(LOCALHOST_NODEPORT_REJECT_MAP);
         });
     }
 
@@ -440,10 +552,35 @@ impl<'s> Emitter<'s> {
         let no_target = Name::whole("");
         self.owner.clear();
         self.owner.push_str(spn);
+        let g4 = node.layout.dnats_in_service_chains;
+        let mark = node.masquerade_mark.as_str();
+        // 1.37 cuts element comments to the kernel's limit (`truncateNFTablesComment`).
+        let spn = if node.layout.truncates_element_comments {
+            truncate_comment(spn)
+        } else {
+            spn
+        };
 
-        // Note the endpoint chains that will be used.
+        // Note the endpoint chains that will be used (from 1.36 only with ClientIP affinity),
+        // and from 1.36 the hairpin connections of the local ones.
         for &i in &p.categorized.reachable {
-            self.chain(endpoint_chain(i));
+            if !g4 || affinity.is_some() {
+                self.chain(endpoint_chain(i));
+            }
+            if g4
+                && let Some(ep) = p.endpoints.get(i as usize)
+                && ep.is_local
+            {
+                self.set_element(HAIRPIN_CONNECTIONS_SET, |k| {
+                    push_ip(k, &ep.ip);
+                    k.push_str(" . ");
+                    push_ip(k, &ep.ip);
+                    k.push_str(" . ");
+                    k.push_str(protocol);
+                    k.push_str(" . ");
+                    push_int(k, i64::from(ep.port));
+                });
+            }
         }
         if p.uses_cluster_policy_chain {
             self.chain(cluster_policy_chain);
@@ -530,6 +667,16 @@ impl<'s> Emitter<'s> {
 
         // Capture nodeports (not subject to loadBalancerSourceRanges).
         if info.node_port != 0 {
+            if node.layout.localhost_rejected.contains(&info.name.protocol) {
+                let chain = Name::prefixed(LOCALHOST_NODEPORT_REJECT_PREFIX, protocol);
+                self.map_element(
+                    LOCALHOST_NODEPORT_REJECT_MAP,
+                    node_port_key,
+                    "goto",
+                    chain,
+                    None,
+                );
+            }
             if p.has_endpoints {
                 self.map_element(
                     SERVICE_NODEPORTS_MAP,
@@ -550,8 +697,8 @@ impl<'s> Emitter<'s> {
             }
         }
 
-        // Set up internal traffic handling.
-        if p.has_internal_endpoints {
+        // Set up internal traffic handling (from 1.36 one `services` rule does it for all).
+        if p.has_internal_endpoints && !g4 {
             if node.masquerade_all {
                 self.rule(internal_traffic_chain, None, |r| {
                     r.push_str(ip_x);
@@ -579,10 +726,17 @@ impl<'s> Emitter<'s> {
         if p.uses_external_traffic_chain {
             if !info.external_policy_local {
                 // Non-local endpoints: masquerade, in case the traffic crosses nodes.
-                self.rule(external_traffic_chain, None, |r| {
-                    r.push_str("jump ");
-                    r.push_str(MARK_MASQ_CHAIN);
-                });
+                if g4 {
+                    self.rule(external_traffic_chain, Some("masquerade"), |r| {
+                        r.push_str("mark set mark or ");
+                        r.push_str(mark);
+                    });
+                } else {
+                    self.rule(external_traffic_chain, None, |r| {
+                        r.push_str("jump ");
+                        r.push_str(MARK_MASQ_CHAIN);
+                    });
+                }
             } else {
                 if node.local_detector.is_implemented() {
                     // Pod → external destination is subject to neither traffic policy.
@@ -602,8 +756,14 @@ impl<'s> Emitter<'s> {
                     external_traffic_chain,
                     Some("masquerade local traffic"),
                     |r| {
-                        r.push_str("fib saddr type local jump ");
-                        r.push_str(MARK_MASQ_CHAIN);
+                        r.push_str("fib saddr type local ");
+                        if g4 {
+                            r.push_str("mark set mark or ");
+                            r.push_str(mark);
+                        } else {
+                            r.push_str("jump ");
+                            r.push_str(MARK_MASQ_CHAIN);
+                        }
                     },
                 );
                 self.rule(
@@ -662,11 +822,29 @@ impl<'s> Emitter<'s> {
             }
         }
 
-        if p.uses_cluster_policy_chain {
-            self.service_to_endpoint_rules(p, cluster_policy_chain, &p.categorized.cluster);
+        // From 1.36 only ClientIP affinity needs endpoint chains (for the per-endpoint
+        // `update`); other service chains DNAT themselves.
+        let direct = g4 && affinity.is_none();
+        for (used, chain, endpoints) in [
+            (
+                p.uses_cluster_policy_chain,
+                cluster_policy_chain,
+                &p.categorized.cluster,
+            ),
+            (
+                p.uses_local_policy_chain,
+                local_policy_chain,
+                &p.categorized.local,
+            ),
+        ] {
+            match (used, direct) {
+                (false, _) => {}
+                (true, false) => self.service_to_endpoint_rules(p, chain, endpoints),
+                (true, true) => self.service_to_endpoint_dnats(node, p, chain, endpoints),
+            }
         }
-        if p.uses_local_policy_chain {
-            self.service_to_endpoint_rules(p, local_policy_chain, &p.categorized.local);
+        if direct {
+            return;
         }
 
         // The per-endpoint chains.
@@ -675,14 +853,17 @@ impl<'s> Emitter<'s> {
                 continue;
             };
             let chain = endpoint_chain(i);
-            // Traffic that loops back to its originator is masqueraded.
-            self.rule(chain, None, |r| {
-                r.push_str(ip_x);
-                r.push_str(" saddr ");
-                push_ip(r, &ep.ip);
-                r.push_str(" jump ");
-                r.push_str(MARK_MASQ_CHAIN);
-            });
+            // Traffic that loops back to its originator is masqueraded (from 1.36 by the
+            // `hairpin-connections` rule of `masquerading`).
+            if !g4 {
+                self.rule(chain, None, |r| {
+                    r.push_str(ip_x);
+                    r.push_str(" saddr ");
+                    push_ip(r, &ep.ip);
+                    r.push_str(" jump ");
+                    r.push_str(MARK_MASQ_CHAIN);
+                });
+            }
             if affinity.is_some() {
                 self.rule(chain, None, |r| {
                     r.push_str("update @");
@@ -700,6 +881,52 @@ impl<'s> Emitter<'s> {
                 r.push_str(&ep.endpoint);
             });
         }
+    }
+
+    /// `writeServiceToEndpointDNATs` (1.36): the service chain DNATs straight to an endpoint
+    /// picked by `numgen` from a map of `IP . PORT`, or from 1.37 with one endpoint
+    /// `dnat to IP:PORT`.
+    fn service_to_endpoint_dnats(
+        &mut self,
+        node: &NodeDecisions,
+        p: &PortDecisions,
+        chain: Name<'_>,
+        endpoints: &[u32],
+    ) {
+        let ip_x = self.ip_x;
+        let protocol = p.info.name.protocol.lower();
+        let eps: Vec<_> = endpoints
+            .iter()
+            .filter_map(|&i| p.endpoints.get(i as usize))
+            .collect();
+        self.rule(chain, None, |r| {
+            r.push_str("meta l4proto ");
+            r.push_str(protocol);
+            match eps.as_slice() {
+                [ep] if node.layout.dnats_single_endpoint_directly => {
+                    r.push_str(" dnat to ");
+                    r.push_str(&ep.endpoint);
+                }
+                _ => {
+                    r.push_str(" dnat ");
+                    r.push_str(ip_x);
+                    r.push_str(" addr . port to numgen random mod ");
+                    push_int(r, eps.len() as i64);
+                    r.push_str(" map { ");
+                    for (n, ep) in eps.iter().enumerate() {
+                        if n > 0 {
+                            r.push_str(" , ");
+                        }
+                        push_int(r, n as i64);
+                        r.push_str(" : ");
+                        push_ip(r, &ep.ip);
+                        r.push_str(" . ");
+                        push_int(r, i64::from(ep.port));
+                    }
+                    r.push_str(" }");
+                }
+            }
+        });
     }
 
     /// `writeServiceToEndpointRules`: affinity lookups, then the load-balancing vmap.
@@ -733,5 +960,169 @@ impl<'s> Emitter<'s> {
             }
             r.push_str(" }");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_comment;
+    use crate::proxier::nftables::render_text;
+    use crate::state::config::{ProxyConfig, parse};
+    use crate::state::ip::IpFamily;
+    use crate::state::node::{NodeInputs, build};
+    use crate::state::version::KubeProxyVersion;
+    use crate::state::{ClusterState, load};
+    use std::path::PathBuf;
+
+    fn cluster() -> (ClusterState, ProxyConfig) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cluster");
+        let state = load::from_files(&[dir.join("state.json")]).expect("state");
+        let text = std::fs::read_to_string(dir.join("config.yaml")).expect("config");
+        let (config, _) = parse(&text, "config.yaml").expect("config parses");
+        (state, config.for_nftables())
+    }
+
+    /// The example cluster's table of release 1.`minor` and `family`, with `gates` set.
+    fn table(minor: u32, family: IpFamily, config: &ProxyConfig, gates: &[(&str, bool)]) -> String {
+        let (state, _) = cluster();
+        let inputs = NodeInputs {
+            family: Some(family),
+            kube_proxy_version: Some(KubeProxyVersion::of_minor(minor).expect("known")),
+            feature_gates: gates.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ..NodeInputs::default()
+        };
+        let (facts, _) = build(&inputs, &state, config).expect("facts");
+        render_text(&state, config, &facts).0
+    }
+
+    fn has(text: &str, part: &str) -> bool {
+        text.lines().any(|l| l.contains(part))
+    }
+
+    #[test]
+    fn each_release_writes_its_layout() {
+        let (_, config) = cluster();
+        let g3 = table(35, IpFamily::V4, &config, &[]);
+        assert!(has(&g3, "add chain ip kube-proxy mark-for-masquerade"));
+        assert!(has(&g3, " jump mark-for-masquerade"));
+        assert!(!has(&g3, "hairpin-connections"));
+
+        let g4 = table(36, IpFamily::V4, &config, &[]);
+        assert!(!has(&g4, "mark-for-masquerade"), "{g4}");
+        assert!(has(
+            &g4,
+            "add set ip kube-proxy hairpin-connections { type ipv4_addr . ipv4_addr . inet_proto . inet_service ; comment \"service hairpin connections\" ; }"
+        ));
+        assert!(has(
+            &g4,
+            "masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"
+        ));
+        assert!(has(
+            &g4,
+            "services ip daddr @cluster-ips ip saddr != 10.244.0.0/16 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\""
+        ));
+        assert!(has(
+            &g4,
+            "dnat ip addr . port to numgen random mod 1 map { 0 : "
+        ));
+        assert!(!has(&g4, "localhost-nodeport-reject"));
+        // Endpoint chains remain only for ClientIP affinity, and DNAT there.
+        let endpoint_rules: Vec<&str> = g4
+            .lines()
+            .filter(|l| l.starts_with("add rule ip kube-proxy endpoint-"))
+            .collect();
+        assert!(!endpoint_rules.is_empty());
+        assert!(
+            endpoint_rules
+                .iter()
+                .all(|l| l.contains(" update @affinity-") || l.contains(" dnat to ")),
+            "{endpoint_rules:?}"
+        );
+
+        let v37 = table(37, IpFamily::V4, &config, &[]);
+        assert!(!has(&v37, "numgen random mod 1 map"), "{v37}");
+        assert!(has(&v37, "dnat ip addr . port to numgen random mod 2 map"));
+        assert!(!has(&v37, "localhost-nodeport-reject"));
+
+        let v38 = table(38, IpFamily::V4, &config, &[]);
+        for proto in ["tcp", "udp", "sctp"] {
+            assert!(has(
+                &v38,
+                &format!("add chain ip kube-proxy localhost-nodeport-reject-{proto}")
+            ));
+        }
+        assert!(has(
+            &v38,
+            "nodeport-endpoints-check ip daddr 127.0.0.0/8 meta l4proto . th dport vmap @localhost-nodeport-reject-ports"
+        ));
+        assert!(has(&v38, ": goto localhost-nodeport-reject-tcp }"));
+        // The gate off by flag: 1.37's table; on in 1.37: 1.38's.
+        let gate = crate::proxier::version::LOCALHOST_NODEPORTS_GATE;
+        assert_eq!(table(38, IpFamily::V4, &config, &[(gate, false)]), v37);
+        assert_eq!(table(37, IpFamily::V4, &config, &[(gate, true)]), v38);
+    }
+
+    #[test]
+    fn ipv6_tables_name_ip6() {
+        let (_, config) = cluster();
+        let v37 = table(37, IpFamily::V6, &config, &[]);
+        assert!(has(
+            &v37,
+            "ipv6_addr . ipv6_addr . inet_proto . inet_service"
+        ));
+        assert!(
+            has(&v37, "dnat ip6 addr . port to numgen random mod") || has(&v37, "dnat to ["),
+            "{v37}"
+        );
+        assert!(has(&v37, "ct status dnat ip6 saddr . ip6 daddr"));
+        let v38 = table(38, IpFamily::V6, &config, &[]);
+        assert!(has(
+            &v38,
+            "nodeport-endpoints-check ip6 daddr ::1 meta l4proto"
+        ));
+    }
+
+    #[test]
+    fn configuration_and_gates_shape_the_release() {
+        let (_, config) = cluster();
+        let mut all = config.clone();
+        all.masquerade_all = true;
+        let t = table(36, IpFamily::V4, &all, &[]);
+        assert!(has(
+            &t,
+            "services ip daddr @cluster-ips mark set mark or 0x00004000 comment \"masquerade all clusterIP traffic\""
+        ));
+        // An explicit loopback range: the userspace proxy serves TCP, so only UDP and SCTP are
+        // rejected.
+        let mut lo = config.clone();
+        lo.node_port_addresses = vec!["primary".into(), "localhost".into()];
+        let t = table(38, IpFamily::V4, &lo, &[]);
+        assert!(!has(&t, "localhost-nodeport-reject-tcp"), "{t}");
+        assert!(has(
+            &t,
+            "add chain ip kube-proxy localhost-nodeport-reject-udp"
+        ));
+        // AllowServiceExternalIPs off (1.36 and later): no element for an external IP.
+        let external = "192.168.77.50 . tcp";
+        let gate = crate::proxier::version::ALLOW_EXTERNAL_IPS_GATE;
+        assert!(has(&table(36, IpFamily::V4, &config, &[]), external));
+        assert!(!has(
+            &table(36, IpFamily::V4, &config, &[(gate, false)]),
+            external
+        ));
+        assert!(has(
+            &table(35, IpFamily::V4, &config, &[(gate, false)]),
+            external
+        ));
+    }
+
+    #[test]
+    fn comments_are_cut_at_the_kernel_limit() {
+        let long = "n".repeat(63) + "/" + &"s".repeat(63) + ":" + &"p".repeat(15);
+        assert_eq!(truncate_comment(&long).len(), 128);
+        assert_eq!(truncate_comment("ns1/svc1:p80"), "ns1/svc1:p80");
+        let wide = "é".repeat(70);
+        assert_eq!(truncate_comment(&wide).len(), 128);
+        assert!(truncate_comment(&wide).is_char_boundary(128));
     }
 }

@@ -301,3 +301,36 @@ fn offline_plan_prints_one_json_document() {
         "the offline text plan has no status line"
     );
 }
+
+/// The allow-list of `apply::allow` accepts kube-proxy's own render of every release and both
+/// families: what it refuses is never a kube-proxy rule (offline plans, no root needed).
+#[test]
+fn every_release_passes_the_allow_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let save = dir.path().join("node.save");
+    std::fs::write(&save, FOREIGN).expect("write save");
+    for minor in 20..=35 {
+        for family in ["4", "6"] {
+            let version = format!("1.{minor}");
+            let o = kproxy_on_cluster(&["repair", "--node", "node-1", "-o", "json"])
+                .args(["--kube-proxy-version", &version, "--ip-family", family])
+                .arg("--iptables-save")
+                .arg(&save)
+                .output()
+                .expect("run kubectl-kproxy repair");
+            expect_exit(&o, 1, &format!("{version} IPv{family}"));
+            let doc = json_doc(&o);
+            assert_eq!(
+                doc["refusals"],
+                serde_json::json!([]),
+                "{version} IPv{family}: {doc}"
+            );
+            assert!(
+                doc["restore_input"]
+                    .as_str()
+                    .is_some_and(|i| i.contains("-I PREROUTING 1 ")),
+                "{version} IPv{family}: the plan inserts kube-proxy's jumps"
+            );
+        }
+    }
+}

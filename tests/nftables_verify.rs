@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The example cluster's configuration with `mode: nftables`, written into `dir`.
-fn nft_config(dir: &Path) -> PathBuf {
+pub(crate) fn nft_config(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
     assert!(
         text.contains("\nmode: iptables\n"),
@@ -33,7 +33,7 @@ fn nft_config(dir: &Path) -> PathBuf {
 }
 
 /// `kubectl-kproxy ARGS… --state … --config CONFIG` without colour.
-fn kproxy(config: &Path, args: &[&str]) -> Command {
+pub(crate) fn kproxy(config: &Path, args: &[&str]) -> Command {
     let mut cmd = crate::support::kproxy();
     cmd.args(args)
         .arg("--state")
@@ -107,10 +107,10 @@ fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
 }
 
 /// A foreign table that repair must never touch.
-const FOREIGN: &str = "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\ttcp dport 22 counter accept comment \"ssh\"\n\t}\n}\n";
+pub(crate) const FOREIGN: &str = "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\ttcp dport 22 counter accept comment \"ssh\"\n\t}\n}\n";
 
 /// A namespace holding the example cluster's rendered tables (both families) and [`FOREIGN`].
-fn loaded(config: &Path, prefix: &str) -> Netns {
+pub(crate) fn loaded(config: &Path, prefix: &str) -> Netns {
     let ns = Netns::new(prefix).expect("netns");
     ns.nft_load(&render(config, "4"))
         .expect("load the ip table");
@@ -385,7 +385,7 @@ fn drifts_are_found_and_repaired_without_touching_other_tables() {
 }
 
 /// The node's `kube-proxy` tables, parsed and normalised (what a rollback must give back).
-fn tables(ns: &Netns) -> String {
+pub(crate) fn tables(ns: &Netns) -> String {
     let json = ns.nft(&["-j", "list", "ruleset"]).expect("list");
     let mut rs = nft::parse(&json, &ParseOptions::strict()).expect("parse");
     rs.normalize();

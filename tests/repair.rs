@@ -4,9 +4,9 @@
 
 use crate::support::netns::{Backend, Netns, require_root_and_tools};
 use crate::support::repair::{
-    FOREIGN, WEB_SEP_A, WEB_SVC, expect_exit, expect_output, foreign_lines, iptables_tools,
-    json_doc, kproxy_on_cluster, outcome, rules_and_user_chains, rules_only, topology,
-    web_reachable,
+    DELETE_PREROUTING_JUMP, FOREIGN, STALE_SEP, WEB_SEP_A, WEB_SVC, add_stale_endpoint_chain,
+    expect_exit, expect_output, foreign_lines, iptables_tools, json_doc, kproxy_on_cluster,
+    local_repair, outcome, rules_and_user_chains, rules_only, topology, web_reachable,
 };
 use serde_json::Value;
 use std::process::Output;
@@ -15,19 +15,10 @@ use std::process::Output;
 type Drift<'a> = (&'static str, bool, Box<dyn Fn() + 'a>);
 
 fn repair(ns: &Netns, backend: Backend, extra: &[&str], backups: &std::path::Path) -> Output {
-    kproxy_on_cluster(&[
-        "repair",
-        "--local",
-        "--netns",
-        ns.name(),
-        "--backend",
-        backend.name(),
-    ])
-    .arg("--backup-dir")
-    .arg(backups)
-    .args(extra)
-    .output()
-    .expect("run kubectl-kproxy repair")
+    local_repair(ns, backend, backups)
+        .args(extra)
+        .output()
+        .expect("run kubectl-kproxy repair")
 }
 
 #[test]
@@ -121,28 +112,8 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
                 "stale endpoint",
                 true,
                 Box::new(|| {
-                    ipt(&["-t", "nat", "-N", "KUBE-SEP-STALESTALESTALE2"]);
-                    ipt(&[
-                        "-t",
-                        "nat",
-                        "-A",
-                        "KUBE-SEP-STALESTALESTALE2",
-                        "-p",
-                        "tcp",
-                        "-j",
-                        "DNAT",
-                        "--to-destination",
-                        "10.244.9.99:8080",
-                    ]);
-                    ipt(&[
-                        "-t",
-                        "nat",
-                        "-I",
-                        WEB_SVC,
-                        "2",
-                        "-j",
-                        "KUBE-SEP-STALESTALESTALE2",
-                    ]);
+                    add_stale_endpoint_chain(node, backend);
+                    ipt(&["-t", "nat", "-I", WEB_SVC, "2", "-j", STALE_SEP]);
                 }),
             ),
             (
@@ -153,20 +124,7 @@ fn repair_installs_fixes_drift_and_leaves_foreign_rules_alone() {
             (
                 "removed PREROUTING jump",
                 true,
-                Box::new(|| {
-                    ipt(&[
-                        "-t",
-                        "nat",
-                        "-D",
-                        "PREROUTING",
-                        "-m",
-                        "comment",
-                        "--comment",
-                        "kubernetes service portals",
-                        "-j",
-                        "KUBE-SERVICES",
-                    ])
-                }),
+                Box::new(|| ipt(DELETE_PREROUTING_JUMP)),
             ),
             (
                 // Only matches before DNAT (host-originated or non-DNATed traffic): client traffic survives.
@@ -342,4 +300,37 @@ fn offline_plan_prints_one_json_document() {
         !String::from_utf8_lossy(&text.stdout).contains("dry run:"),
         "the offline text plan has no status line"
     );
+}
+
+/// The allow-list of `apply::allow` accepts kube-proxy's own render of every release and both
+/// families: what it refuses is never a kube-proxy rule (offline plans, no root needed).
+#[test]
+fn every_release_passes_the_allow_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let save = dir.path().join("node.save");
+    std::fs::write(&save, FOREIGN).expect("write save");
+    for minor in 20..=35 {
+        for family in ["4", "6"] {
+            let version = format!("1.{minor}");
+            let o = kproxy_on_cluster(&["repair", "--node", "node-1", "-o", "json"])
+                .args(["--kube-proxy-version", &version, "--ip-family", family])
+                .arg("--iptables-save")
+                .arg(&save)
+                .output()
+                .expect("run kubectl-kproxy repair");
+            expect_exit(&o, 1, &format!("{version} IPv{family}"));
+            let doc = json_doc(&o);
+            assert_eq!(
+                doc["refusals"],
+                serde_json::json!([]),
+                "{version} IPv{family}: {doc}"
+            );
+            assert!(
+                doc["restore_input"]
+                    .as_str()
+                    .is_some_and(|i| i.contains("-I PREROUTING 1 ")),
+                "{version} IPv{family}: the plan inserts kube-proxy's jumps"
+            );
+        }
+    }
 }

@@ -59,7 +59,8 @@ fn image_program(argv0: &str) -> Option<(String, bool)> {
 }
 
 /// Whether `argv` after the program is one of the shapes repair and the collector use:
-/// `save [-c]` without stdin; `restore -w N (--noflush | --counters | --test --noflush)` with it.
+/// `save [-c]` without stdin; `restore -w N (--noflush | --noflush --counters | --test --noflush)`
+/// with it.
 fn expected_shape(reads_stdin: bool, rest: &[&str], has_stdin: bool) -> bool {
     if !reads_stdin {
         return !has_stdin && matches!(rest, [] | ["-c"]);
@@ -71,7 +72,7 @@ fn expected_shape(reads_stdin: bool, rest: &[&str], has_stdin: bool) -> bool {
                 && n.chars().all(|c| c.is_ascii_digit())
                 && matches!(
                     tail,
-                    ["--noflush"] | ["--counters"] | ["--test", "--noflush"]
+                    ["--noflush"] | ["--noflush", "--counters"] | ["--test", "--noflush"]
                 )
         }
         _ => false,
@@ -281,8 +282,7 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             "{}",
             backup.display()
         );
-        // The node's rules before the repair, plus the tables it lacked as empty tables (a
-        // rollback restores them empty).
+        // The node's rules before the repair.
         assert_eq!(
             rules_and_user_chains(&std::fs::read_to_string(&backup).expect("backup file")),
             rules_and_user_chains(&before),
@@ -375,12 +375,22 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
             rules_only(&drifted),
             "{backend}: rules after a failed apply differ from the backup"
         );
-        let backup_files: Vec<PathBuf> = std::fs::read_dir(c.backups())
+        let mut backup_files: Vec<PathBuf> = std::fs::read_dir(c.backups())
             .expect("backup dir")
             .map(|e| e.expect("entry").path())
             .collect();
-        assert_eq!(backup_files.len(), 1, "{backup_files:?}");
-        let backup = backup_files.first().expect("one backup");
+        backup_files.sort();
+        // The backup and, beside it, the rollback input: only the chains the repair changed.
+        assert_eq!(backup_files.len(), 2, "{backup_files:?}");
+        let rollback = std::fs::read_to_string(&backup_files[0]).expect("rollback file");
+        assert!(
+            backup_files[0].extension().is_some_and(|e| e == "rollback")
+                && rollback.contains(":KUBE-FORWARD - [0:0]")
+                && !rollback.contains("DOCKER")
+                && !rollback.contains("cni-"),
+            "{backend}: {rollback}"
+        );
+        let backup = &backup_files[1];
         assert_eq!(
             rules_only(&std::fs::read_to_string(backup).expect("backup")),
             rules_only(&drifted),
@@ -401,8 +411,8 @@ fn kubectl_kproxy_repair_node_repairs_through_the_api() {
 }
 
 /// Through the API, on a node without any table yet: the injected fault fails the apply part-way
-/// and the rollback leaves no kube-proxy rule behind (the tables the backup lacked are restored
-/// empty), so a second plan equals the first.
+/// and the rollback leaves no kube-proxy rule behind (the chains the repair created are deleted),
+/// so a second plan equals the first.
 #[test]
 fn remote_rollback_on_an_empty_node_leaves_no_rules_behind() {
     if !require_root_and_tools(&iptables_tools()) {

@@ -378,15 +378,9 @@ fn resync_watch_follows_the_api_on_real_netfilter() {
 fn resync_refuses_to_start_next_to_kube_proxy_unless_forced() {
     let _serial = KUBE_PROXY_NAME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let fake = dir.path().join("kube-proxy");
-    let sleep = ["/bin/sleep", "/usr/bin/sleep"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    let Some(sleep) = sleep else {
-        crate::support::skip("resync", "no sleep binary to run as a fake kube-proxy");
+    let Some(fake) = crate::support::repair::fake_kube_proxy("resync", dir.path()) else {
         return;
     };
-    std::fs::copy(sleep, &fake).expect("copy sleep");
     let Ok(mut kube_proxy) = Command::new(&fake).arg("60").spawn() else {
         crate::support::skip(
             "resync",

@@ -63,7 +63,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         );
     }
     if !args.force
-        && let Some(pid) = kube_proxy_pid()
+        && let Some(pid) = kube_proxy_pid(args.netns.as_deref())
     {
         return Err(ResyncError::KubeProxyRunning(pid).into());
     }

@@ -2,8 +2,9 @@
 //! files, the foreign rules repair must leave alone, the node/client/pods topology with the
 //! `shop/web` service, and helpers to read outputs and compare saves.
 
-use super::netns::{Backend, Pod, Probe, Topology, addr};
-use std::path::PathBuf;
+use super::netns::{Backend, Netns, Pod, Probe, Topology, addr};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -13,6 +14,60 @@ pub const WEB: &str = "10.96.100.10:80";
 pub const WEB_SVC: &str = "KUBE-SVC-67NZLRHBNDSAWJRO";
 /// The endpoint chain of its first pod.
 pub const WEB_SEP_A: &str = "KUBE-SEP-FZQ6KZLGXRSKN2AD";
+
+/// The `iptables` arguments that delete kube-proxy's jump from nat PREROUTING.
+pub const DELETE_PREROUTING_JUMP: &[&str] = &[
+    "-t",
+    "nat",
+    "-D",
+    "PREROUTING",
+    "-m",
+    "comment",
+    "--comment",
+    "kubernetes service portals",
+    "-j",
+    "KUBE-SERVICES",
+];
+
+/// A stale endpoint chain (kube-proxy's name pattern, an endpoint the API does not have).
+pub const STALE_SEP: &str = "KUBE-SEP-STALESTALESTALE2";
+
+/// Creates [`STALE_SEP`] in nat with its DNAT rule, with real iptables.
+pub fn add_stale_endpoint_chain(ns: &Netns, backend: Backend) {
+    ns.iptables(backend, &["-t", "nat", "-N", STALE_SEP])
+        .expect("stale chain");
+    ns.iptables(
+        backend,
+        &[
+            "-t",
+            "nat",
+            "-A",
+            STALE_SEP,
+            "-p",
+            "tcp",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            "10.244.9.99:8080",
+        ],
+    )
+    .expect("stale rule");
+}
+
+/// A copy of `sleep` named `kube-proxy` in `dir` (run it with a number of seconds: a process
+/// that looks like kube-proxy), or `None` after [`super::skip`] when there is no `sleep`.
+pub fn fake_kube_proxy(test: &str, dir: &Path) -> Option<PathBuf> {
+    let Some(sleep) = ["/bin/sleep", "/usr/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        super::skip(test, "no sleep binary to run as a fake kube-proxy");
+        return None;
+    };
+    let fake = dir.join("kube-proxy");
+    std::fs::copy(sleep, &fake).expect("copy sleep");
+    Some(fake)
+}
 
 /// Rules of other software that repair must leave byte-identical.
 pub const FOREIGN: &str = "*nat\n:DOCKER - [0:0]\n:cni-portmap - [0:0]\n\
@@ -39,6 +94,21 @@ pub fn kproxy_on_cluster(args: &[&str]) -> Command {
         .arg("--config")
         .arg(cluster_file("config.yaml"))
         .env("NO_COLOR", "1");
+    cmd
+}
+
+/// `kubectl-kproxy repair --local --netns NS --backend BACKEND --backup-dir DIR` on the example
+/// cluster (more arguments may follow).
+pub fn local_repair(ns: &Netns, backend: Backend, backups: &Path) -> Command {
+    let mut cmd = kproxy_on_cluster(&[
+        "repair",
+        "--local",
+        "--netns",
+        ns.name(),
+        "--backend",
+        backend.name(),
+    ]);
+    cmd.arg("--backup-dir").arg(backups);
     cmd
 }
 
@@ -174,4 +244,37 @@ pub fn rules_and_user_chains(save: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every chain of a save by (table, chain), with its rules in order and without counters:
+/// two saves of equal rules give equal maps, whatever order the backend lists chains in.
+pub fn chain_rules(save: &str) -> BTreeMap<(String, String), Vec<String>> {
+    let mut table = String::new();
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for l in rules_only(save) {
+        if let Some(t) = l.strip_prefix('*') {
+            table = t.to_string();
+        } else if let Some(decl) = l.strip_prefix(':') {
+            let chain = decl.split_whitespace().next().unwrap_or_default();
+            out.entry((table.clone(), chain.to_string())).or_default();
+        } else if let Some(rule) = l.strip_prefix("-A ") {
+            let (chain, spec) = rule.split_once(' ').unwrap_or((rule, ""));
+            out.entry((table.clone(), chain.to_string()))
+                .or_default()
+                .push(spec.to_string());
+        }
+    }
+    out
+}
+
+/// Waits (at most `limit`) until `path` exists; false when it never did.
+pub fn wait_for_file(path: &Path, limit: Duration) -> bool {
+    let started = std::time::Instant::now();
+    while !path.exists() {
+        if started.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
 }

@@ -14,6 +14,7 @@ use crate::apply::ipvs::host::IpvsTools;
 use crate::apply::ipvs::plan::IpvsPlan;
 use crate::apply::ipvs::repair::{IpvsRepairOptions, IpvsTarget, repair};
 use crate::apply::ipvs::state::{Ipvs0Text, IpvsState};
+use crate::apply::repair::Rotation;
 use crate::cli::common::{load_config, load_proxy_inputs, read_input};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
@@ -118,13 +119,19 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
         let plan = target
             .plan(&current, &rules, &ipt_text)
             .context("parsing the rendered IPVS-mode iptables rules")?;
-        let refused = refusals(&guard, &current, &target.ownership(&current), &rules);
+        let mut refused = refusals(&guard, &current, &target.ownership(&current), &rules);
+        refused.extend(crate::apply::allow::check_ipvs_plan(
+            &plan,
+            &target.state,
+            &target.ownership(&current),
+        ));
         let ending = Ending {
             refused: &refused,
             nothing_to_do: plan.is_empty(),
             clean: Some("nothing to do: the dumps already match kube-proxy's IPVS state"),
             offline: true,
             backup: None,
+            rotation: &Rotation::default(),
             applied: String::new(),
             figures: serde_json::json!({}),
         };
@@ -142,7 +149,9 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
     let opts = IpvsRepairOptions {
         apply: args.apply,
         backup_dir: args.local_backup_dir(),
+        keep_backups: args.keep_backups,
         node: inputs.facts.node_name.clone(),
+        rollback: args.rollback_policy(),
         inject_fault: args.inject_fault,
     };
     let (report, refused) = repair(&tools, &ipt, &target, &opts, |current, rules, _| {
@@ -156,6 +165,7 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
         clean: Some("nothing to do: the node's IPVS state and kube-proxy rules already match"),
         offline: false,
         backup: report.backup.as_deref(),
+        rotation: &report.rotation,
         applied: format!(
             "applied and verified: {} command(s) in {:.1} ms; read-back and verify {:.1} ms",
             report.commands,

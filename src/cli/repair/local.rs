@@ -5,10 +5,11 @@ use super::report::{
     ChainListing, Ending, PlanDoc, finish, millis, write_chain_changes, write_refusals,
 };
 use super::{RepairArgs, RepairFormat, choose_release, conntrack, input_facts, local_iptables};
+use crate::apply::allow::{Proxier, check_plan};
 use crate::apply::guard::refusals;
 use crate::apply::host::RulesHost;
 use crate::apply::plan::{ChainAction, Plan, plan};
-use crate::apply::repair::{RepairReport, expected_and_guard, guarded_repair};
+use crate::apply::repair::{RepairReport, Rotation, expected_and_guard, guarded_repair};
 use crate::cli::common::{load_proxy_inputs, read_input};
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
@@ -59,7 +60,8 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
         let expected = Ruleset::parse(&expected_text, &ParseOptions::strict())
             .context("parsing the render")?;
         let p = plan(&expected, &current, args.full);
-        let refused = refusals(&guard, &current);
+        let mut refused = refusals(&guard, &current);
+        refused.extend(check_plan(&p, Proxier::Iptables));
         let conntrack = conntrack::repair_step(&args, &inputs, &refused)?;
         let ending = Ending {
             refused: &refused,
@@ -67,6 +69,7 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
             clean: None,
             offline: true,
             backup: None,
+            rotation: &Rotation::default(),
             applied: String::new(),
             figures: serde_json::json!({ "restore_bytes": p.restore_input().len() }),
         };
@@ -164,6 +167,7 @@ pub(super) fn report_outcome(
         clean: Some("nothing to do: the node's kube-proxy rules already match"),
         offline: false,
         backup: report.backup.as_deref(),
+        rotation: &report.rotation,
         applied: if report.plan.is_empty() {
             "rules: nothing to change".to_string()
         } else {

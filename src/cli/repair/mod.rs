@@ -15,10 +15,11 @@ mod nftables;
 mod remote;
 mod report;
 
-use crate::apply::backup::DEFAULT_BACKUP_DIR;
+use crate::apply::backup::{DEFAULT_BACKUP_DIR, DEFAULT_KEEP_BACKUPS};
 use crate::apply::guard::InputConditions;
 use crate::apply::host::IptablesHost;
 use crate::apply::repair::RepairOptions;
+use crate::apply::rollback::RollbackPolicy;
 use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
 use crate::compare::version::{Inference, ReleaseChoice};
 use crate::exit::Outcome;
@@ -61,7 +62,18 @@ pub struct RepairArgs {
     /// $XDG_STATE_HOME/kproxy/backups, else ~/.local/state/kproxy/backups, else ./kproxy-backups].
     #[arg(hide_short_help = true, long, value_name = "DIR")]
     pub backup_dir: Option<PathBuf>,
-    /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old state).
+    /// How many backups of the node to keep in the backup directory: older ones are removed
+    /// after a new one is written, and the output says which (0 keeps all).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_KEEP_BACKUPS
+    )]
+    pub keep_backups: usize,
+    /// Apply even when the inputs look wrong (empty state, mode mismatch, unreadable dump, old
+    /// state) or a kube-proxy process writes the same rules. Never lifts the refusal of a plan
+    /// that would change objects that are not kube-proxy's.
     #[arg(long)]
     pub force: bool,
     /// Refuse state files older than this (e.g. 10m, 1h; 0 = no limit).
@@ -87,6 +99,15 @@ pub struct RepairArgs {
         default_value_t = 5
     )]
     pub wait: u64,
+    /// Seconds each attempt of a rollback waits for the xtables lock (a rollback makes three
+    /// attempts, pausing 1 s then 2 s between them).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
+    pub rollback_wait: u64,
     /// Print the iptables-restore input of the plan.
     #[arg(hide_short_help = true, long)]
     pub show_restore: bool,
@@ -96,6 +117,10 @@ pub struct RepairArgs {
     /// Test only: make the last table's restore fail part-way (proves the rollback).
     #[arg(long, hide = true)]
     pub inject_fault: bool,
+    /// Test only: before a rollback, create FILE and wait (at most a minute) until it is
+    /// removed (a test holds the xtables lock meanwhile).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub pause_before_rollback: Option<PathBuf>,
     /// API state and configuration.
     #[command(flatten)]
     pub state: StateArgs,
@@ -125,9 +150,17 @@ impl RepairArgs {
             full: self.full,
             apply: self.apply,
             backup_dir,
+            keep_backups: self.keep_backups,
             node: node.to_string(),
+            rollback: self.rollback_policy(),
             inject_fault: self.inject_fault,
+            pause_before_rollback: self.pause_before_rollback.clone(),
         }
+    }
+
+    /// The rollback's lock wait (`--rollback-wait`) and retries.
+    fn rollback_policy(&self) -> RollbackPolicy {
+        RollbackPolicy::waiting(Duration::from_secs(self.rollback_wait))
     }
 
     /// `--backup-dir`, or the on-node default [`DEFAULT_BACKUP_DIR`] (local and IPVS repair).
@@ -209,8 +242,9 @@ fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
     }
 }
 
-/// What the guard knows of the inputs: the configured mode, the age of the `--state` files and
-/// `--max-age` (parsed).
+/// What the guard knows of the inputs: the configured mode, the age of the `--state` files,
+/// `--max-age` (parsed), and on this host (`--local`) a kube-proxy process writing the rules of
+/// the network namespace repaired.
 fn input_facts<'a>(
     args: &RepairArgs,
     inputs: &'a ProxyInputs,
@@ -221,9 +255,9 @@ fn input_facts<'a>(
             args.max_age
         )
     })?;
-    Ok(InputConditions::new(
-        &inputs.config,
-        &args.state.state,
-        max_age,
-    ))
+    let mut facts = InputConditions::new(&inputs.config, &args.state.state, max_age);
+    if args.local {
+        facts.kube_proxy_pid = crate::collect::local::kube_proxy_pid(args.netns.as_deref());
+    }
+    Ok(facts)
 }

@@ -10,9 +10,7 @@ use super::{RepairArgs, RepairFormat, input_facts};
 use crate::apply::guard::unless_forced;
 use crate::apply::nftables::host::{LocalNft, NftHost};
 use crate::apply::nftables::plan::{Action, NftPlan};
-use crate::apply::nftables::repair::{
-    NftRepairError, NftRepairOptions, NftRepairReport, Target, repair,
-};
+use crate::apply::nftables::repair::{NftRepairOptions, NftRepairReport, Target, repair};
 use crate::cli::common::{GlobalArgs, load_config};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
@@ -94,6 +92,10 @@ impl NftHost for SavedListing {
     fn same_transaction_delete(&self) -> bool {
         true
     }
+
+    fn by_hand(&self, file: &std::path::Path) -> String {
+        crate::apply::nftables::host::nft_command_line(None, file)
+    }
 }
 
 fn offline_error() -> crate::apply::host::HostError {
@@ -136,8 +138,11 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         full: args.full,
         apply: args.apply,
         backup_dir: args.local_backup_dir(),
+        keep_backups: args.keep_backups,
         node: inputs.facts.node_name.clone(),
+        rollback: args.rollback_policy(),
         inject_fault: args.inject_fault,
+        pause_before_rollback: args.pause_before_rollback.clone(),
     };
     let guard = |plan: &NftPlan, counts: &crate::apply::nftables::repair::NodeCounts| {
         unless_forced(args.force, || {
@@ -173,6 +178,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         }),
         offline: offline.is_some(),
         backup: report.backup.as_deref(),
+        rotation: &report.rotation,
         applied: if report.plan.is_empty() {
             "tables: nothing to change".to_string()
         } else {
@@ -330,23 +336,4 @@ fn plan_doc(
     }
     write_refusals(&mut s, refused, painter);
     Ok(PlanDoc::Text(s))
-}
-
-/// The JSON document of an nftables repair that failed, as `repair`'s other paths write it
-/// (`outcome` `rolled_back`, `rollback_failed` or `failed`); `None` for other errors.
-pub fn failure_doc(e: &anyhow::Error) -> Option<serde_json::Value> {
-    let err = e.downcast_ref::<NftRepairError>()?;
-    let changed = err.rolled_back();
-    let outcome = match changed {
-        None => "failed",
-        Some((_, None)) => "rolled_back",
-        Some((_, Some(_))) => "rollback_failed",
-    };
-    Some(serde_json::json!({
-        "outcome": outcome,
-        "applied": false,
-        "backup": changed.map(|(b, _)| b.display().to_string()),
-        "rollback_error": changed.and_then(|(_, r)| r),
-        "error": format!("{e:#}"),
-    }))
 }

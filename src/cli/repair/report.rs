@@ -2,8 +2,9 @@
 //! outcome (0 nothing to do or applied, 1 dry run with drift, 2 refused).
 
 use super::RepairArgs;
+use crate::apply::allow::NOT_KUBE_PROXYS;
 use crate::apply::plan::{ChainAction, Plan};
-use crate::apply::repair::RepairError;
+use crate::apply::repair::{RepairError, RollbackOutcome, Rotation};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -28,6 +29,8 @@ pub(super) struct Ending<'a> {
     pub offline: bool,
     /// The backup taken before applying.
     pub backup: Option<&'a Path>,
+    /// Old backups removed after it was written.
+    pub rotation: &'a Rotation,
     /// The line reporting the applied and verified plan.
     pub applied: String,
     /// The figures of the repair (a JSON object: sizes, timings), added to the JSON document.
@@ -119,6 +122,9 @@ pub(super) fn finish(
                     if let Some(b) = ending.backup {
                         let _ = writeln!(s, "backup: {}", b.display());
                     }
+                    for old in &ending.rotation.removed {
+                        let _ = writeln!(s, "removed old backup: {}", old.display());
+                    }
                     let _ = writeln!(s, "{}", ending.applied);
                 }
             }
@@ -133,6 +139,15 @@ pub(super) fn finish(
                     .backup
                     .map_or(Value::Null, |b| b.display().to_string().into()),
             );
+            m.insert(
+                "removed_backups".into(),
+                ending
+                    .rotation
+                    .removed
+                    .iter()
+                    .map(|p| Value::from(p.display().to_string()))
+                    .collect(),
+            );
             if let Value::Object(figures) = &ending.figures {
                 m.extend(figures.clone());
             }
@@ -141,61 +156,74 @@ pub(super) fn finish(
             )?;
         }
     }
+    if let Some(e) = &ending.rotation.error {
+        crate::cli::common::warn(e);
+    }
     if status == Status::Refused {
-        eprintln!("error: refusing to apply (use --force to override)");
+        if ending
+            .refused
+            .iter()
+            .all(|r| r.starts_with(NOT_KUBE_PROXYS))
+        {
+            eprintln!(
+                "error: refusing to apply: the plan would change objects that are not kube-proxy's (--force does not override this)"
+            );
+        } else {
+            eprintln!("error: refusing to apply (use --force to override the input checks)");
+        }
     }
     Ok(status.exit())
 }
 
 /// The JSON document of a repair that failed: `outcome` is `rolled_back` (a change failed or
-/// did not verify, and the backup was restored), `rollback_failed` (restoring it failed too:
-/// `rollback_error` says why) or `failed` (nothing was changed); `backup` is the backup when
-/// one was taken, `error` the whole error message.
+/// did not verify, and what the repair changed was put back), `rollback_failed` (putting it
+/// back failed too: `rollback_error` says why and how to finish it by hand) or `failed`
+/// (nothing was changed); `backup` is the backup when one was taken, `rollback_notes` what
+/// the rollback left as it was (and why), `error` the whole error message.
 pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
-    if let Some(doc) = super::nftables::failure_doc(e) {
-        return doc;
-    }
     use crate::apply::ipvs::repair::IpvsRepairError;
-    let changed = match (
-        e.downcast_ref::<RepairError>(),
-        e.downcast_ref::<IpvsRepairError>(),
-    ) {
-        (
-            Some(
-                RepairError::Apply {
-                    backup, rollback, ..
-                }
-                | RepairError::Verify {
-                    backup, rollback, ..
-                },
-            ),
-            _,
-        )
-        | (
-            _,
-            Some(
-                IpvsRepairError::Apply {
-                    backup, rollback, ..
-                }
-                | IpvsRepairError::Verify {
-                    backup, rollback, ..
-                },
-            ),
-        ) => Some((backup, rollback)),
-        _ => None,
-    };
-    let outcome = match changed {
+    use crate::apply::nftables::repair::NftRepairError;
+    let changed: Option<(&Path, Result<Vec<String>, String>)> =
+        if let Some(err) = e.downcast_ref::<RepairError>() {
+            err.rolled_back().map(|(b, r)| (b, rollback_notes(r)))
+        } else if let Some(err) = e.downcast_ref::<NftRepairError>() {
+            err.rolled_back().map(|(b, r)| (b, rollback_notes(r)))
+        } else {
+            match e.downcast_ref::<IpvsRepairError>() {
+                Some(
+                    IpvsRepairError::Apply {
+                        backup, rollback, ..
+                    }
+                    | IpvsRepairError::Verify {
+                        backup, rollback, ..
+                    },
+                ) => Some((
+                    backup.as_path(),
+                    rollback.clone().map_or(Ok(Vec::new()), Err),
+                )),
+                _ => None,
+            }
+        };
+    let outcome = match &changed {
         None => "failed",
-        Some((_, None)) => "rolled_back",
-        Some((_, Some(_))) => "rollback_failed",
+        Some((_, Ok(_))) => "rolled_back",
+        Some((_, Err(_))) => "rollback_failed",
     };
     serde_json::json!({
         "outcome": outcome,
         "applied": false,
-        "backup": changed.map(|(b, _)| b.display().to_string()),
-        "rollback_error": changed.and_then(|(_, r)| r.clone()),
+        "backup": changed.as_ref().map(|(b, _)| b.display().to_string()),
+        "rollback_error": changed.as_ref().and_then(|(_, r)| r.as_ref().err()),
+        "rollback_notes": changed.as_ref().and_then(|(_, r)| r.as_ref().ok()).cloned().unwrap_or_default(),
         "error": format!("{e:#}"),
     })
+}
+
+/// The notes of a rollback that was done, or why it failed.
+fn rollback_notes(r: &RollbackOutcome) -> Result<Vec<String>, String> {
+    r.as_ref()
+        .map(|done| done.notes.clone())
+        .map_err(Clone::clone)
 }
 
 /// How [`write_chain_changes`] lays out a plan's chain changes.
@@ -288,7 +316,13 @@ mod tests {
                 stderr: "bad rule".into(),
             }),
             backup: PathBuf::from("/b/node-ipv4-1.rules"),
-            rollback: rollback.map(str::to_string),
+            rollback: match rollback {
+                None => Ok(crate::apply::rollback::RolledBack {
+                    attempts: 1,
+                    notes: Vec::new(),
+                }),
+                Some(e) => Err(e.to_string()),
+            },
         })
         .context("repairing node n1")
     }

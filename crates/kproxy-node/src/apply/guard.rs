@@ -1,6 +1,8 @@
 //! Refusals: inputs that look wrong enough that applying them would do more harm than good.
 //! Each can be overridden with `--force`. The refusals every mode shares (configured mode,
-//! unreadable rules, old state) are here once; IPVS mode adds its own in [`super::ipvs::guard`].
+//! unreadable rules, old state, a kube-proxy writing the same rules) are here once; IPVS mode
+//! adds its own in [`super::ipvs::guard`]. (What no `--force` lifts — a plan that would change
+//! objects that are not kube-proxy's — is [`super::allow`]'s.)
 
 use crate::model::Ruleset;
 use crate::state::config::ProxyConfig;
@@ -36,6 +38,9 @@ pub struct InputConditions<'a> {
     pub state_age: Option<Duration>,
     /// `--max-age`.
     pub max_age: Option<Duration>,
+    /// The pid of a kube-proxy process that writes the rules this repair would write (it runs
+    /// in the same network namespace of this host), when one does.
+    pub kube_proxy_pid: Option<u32>,
 }
 
 impl<'a> InputConditions<'a> {
@@ -50,7 +55,18 @@ impl<'a> InputConditions<'a> {
             configured_mode: &config.mode,
             state_age: newest_age(state_files),
             max_age,
+            kube_proxy_pid: None,
         }
+    }
+
+    /// The refusal when a live kube-proxy writes the same rules: two writers undo each other's
+    /// work, and a rollback after the read-back check failed would undo kube-proxy's.
+    pub fn writer_refusal(&self) -> Option<String> {
+        self.kube_proxy_pid.map(|pid| {
+            format!(
+                "a kube-proxy process (pid {pid}) is running in the network namespace this repair writes: it writes the same rules; stop it first"
+            )
+        })
     }
 
     /// The refusal when kube-proxy is configured for another mode than `wanted` (an empty mode
@@ -129,6 +145,7 @@ pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
     }
     out.extend(unreadable_refusal(current));
     out.extend(input.facts.age_refusal());
+    out.extend(input.facts.writer_refusal());
     out
 }
 
@@ -159,6 +176,7 @@ mod tests {
                 configured_mode: "iptables",
                 state_age: None,
                 max_age: None,
+                kube_proxy_pid: None,
             },
         }
     }
@@ -180,8 +198,10 @@ mod tests {
         i.facts.configured_mode = "ipvs";
         i.facts.state_age = Some(Duration::from_secs(7200));
         i.facts.max_age = Some(Duration::from_secs(600));
+        i.facts.kube_proxy_pid = Some(4242);
         let r = refusals(&i, &rs);
-        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(r.len(), 4, "{r:?}");
+        assert!(r[3].contains("pid 4242"), "{r:?}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use crate::collect::CommandOutput;
 use crate::collect::local::run_blocking;
+use std::path::Path;
 use std::time::Duration;
 
 /// Which iptables userspace to run.
@@ -84,17 +85,52 @@ pub trait RulesHost {
     fn restore_noflush(&self, input: &str) -> Result<(), HostError> {
         self.restore(restore_args::NOFLUSH, input)
     }
-    /// `iptables-restore -w N --counters` of a whole `iptables-save` output: every table in it
-    /// is replaced exactly (used to roll back to a backup).
-    fn restore_exact(&self, saved: &str) -> Result<(), HostError> {
-        self.restore(restore_args::EXACT, saved)
-    }
     /// `iptables-restore -w N MODE…` of `input` (`mode` is one of [`restore_args`]).
     fn restore(&self, mode: &[&str], input: &str) -> Result<(), HostError> {
-        let wait = lock_wait_arg(self.lock_wait());
-        let mut args = vec!["-w", wait.as_str()];
-        args.extend_from_slice(mode);
+        self.restore_waiting(self.lock_wait(), mode, input)
+    }
+    /// [`RulesHost::restore`] with another xtables lock wait (a rollback has its own).
+    fn restore_waiting(&self, wait: Duration, mode: &[&str], input: &str) -> Result<(), HostError> {
+        let args = restore_argv(wait, mode);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.run_tool("restore", &args, Some(input)).map(|_| ())
+    }
+    /// The command line that runs the family's and backend's `tool` with `args` by hand where
+    /// this host's commands run, its stdin read from `stdin_file`: what to tell a user who
+    /// must finish a rollback.
+    fn by_hand(&self, tool: &str, args: &[String], stdin_file: &Path) -> String;
+}
+
+/// The arguments of `iptables-restore -w N MODE…`.
+pub fn restore_argv(wait: Duration, mode: &[&str]) -> Vec<String> {
+    let mut args = vec!["-w".to_string(), lock_wait_arg(wait)];
+    args.extend(mode.iter().map(|m| m.to_string()));
+    args
+}
+
+/// `program args… < FILE` as one shell line, each word quoted when the shell would split or
+/// expand it.
+pub fn command_line(program: &str, args: &[String], stdin_file: &Path) -> String {
+    let mut words = vec![shell_word(program)];
+    words.extend(args.iter().map(|a| shell_word(a)));
+    format!(
+        "{} < {}",
+        words.join(" "),
+        shell_word(&stdin_file.display().to_string())
+    )
+}
+
+/// `word` as the shell reads it back: bare when made of characters the shell leaves alone,
+/// else in single quotes.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -120,8 +156,9 @@ pub mod restore_args {
     pub const TEST: &[&str] = &["--test", "--noflush"];
     /// `--noflush`: apply a plan.
     pub const NOFLUSH: &[&str] = &["--noflush"];
-    /// `--counters`: replace whole tables from a backup.
-    pub const EXACT: &[&str] = &["--counters"];
+    /// `--noflush --counters`: put back chains from a backup, with their rules' counters
+    /// (a rollback: only the chains its input declares are flushed).
+    pub const ROLLBACK: &[&str] = &["--noflush", "--counters"];
 }
 
 /// The iptables tools of one family and backend on this host.
@@ -171,6 +208,27 @@ impl RulesHost for IptablesHost {
     ) -> Result<String, HostError> {
         let program = tool_name(self.ipv6, self.backend, tool);
         run_local(self.netns.as_deref(), &program, args, stdin)
+    }
+
+    /// `[ip netns exec NAME] PROGRAM ARGS… < FILE`.
+    fn by_hand(&self, tool: &str, args: &[String], stdin_file: &Path) -> String {
+        let program = tool_name(self.ipv6, self.backend, tool);
+        local_command_line(self.netns.as_deref(), &program, args, stdin_file)
+    }
+}
+
+/// `[ip netns exec NAME] PROGRAM ARGS… < FILE`: how to run a tool by hand on this host, in the
+/// network namespace a repair used.
+pub fn local_command_line(
+    netns: Option<&str>,
+    program: &str,
+    args: &[String],
+    stdin_file: &Path,
+) -> String {
+    let line = command_line(program, args, stdin_file);
+    match netns {
+        Some(ns) => format!("ip netns exec {} {line}", shell_word(ns)),
+        None => line,
     }
 }
 
@@ -229,5 +287,25 @@ mod tests {
             run_local(None, "kproxy-no-such-tool", &[], None),
             Err(HostError::Spawn { .. })
         ));
+    }
+
+    #[test]
+    fn commands_by_hand_are_quoted_for_the_shell() {
+        let args = restore_argv(Duration::from_secs(10), restore_args::ROLLBACK);
+        assert_eq!(
+            local_command_line(
+                Some("kpt-a"),
+                "iptables-legacy-restore",
+                &args,
+                Path::new("/var/lib/kproxy/backups/n-ipv4-1.rollback")
+            ),
+            "ip netns exec kpt-a iptables-legacy-restore -w 10 --noflush --counters < /var/lib/kproxy/backups/n-ipv4-1.rollback"
+        );
+        assert_eq!(
+            local_command_line(None, "nft", &["-f".into()], Path::new("/tmp/a b/it's")),
+            "nft -f < '/tmp/a b/it'\\''s'"
+        );
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("$(x)"), "'$(x)'");
     }
 }

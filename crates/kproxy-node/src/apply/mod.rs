@@ -1,9 +1,12 @@
 //! Repair: plans (per-chain diff → `iptables-restore --noflush` input), backups, the guarded
 //! apply-verify-rollback transaction, and the resync loop that stands in for a dead kube-proxy.
 //!
-//! Everything here is dry-run by default at the CLI, touches only chains kube-proxy owns, and
-//! never removes a rule from a built-in chain.
+//! Everything here is dry-run by default at the CLI, touches only kube-proxy's own objects
+//! (every plan is checked against [`allow`] before anything is written), never removes a rule
+//! from a built-in chain that the repair did not insert, and rolls back only what it changed
+//! ([`rollback`]).
 
+pub mod allow;
 pub mod backup;
 pub mod conntrack;
 pub mod guard;
@@ -14,3 +17,4 @@ pub mod plan;
 pub mod remote;
 pub mod repair;
 pub mod resync;
+pub mod rollback;

@@ -67,11 +67,31 @@ pub struct ChainChange {
     pub note: Option<String>,
 }
 
+impl ChainChange {
+    /// The rule specifications this change inserts at the top of a built-in chain
+    /// ([`ChainAction::InsertJumps`]; none for other actions), as the render wrote them.
+    pub fn inserted_rules(&self) -> impl Iterator<Item = &str> {
+        let head = format!("-I {} 1", self.chain);
+        self.restore_rules.iter().filter_map(move |l| {
+            l.strip_prefix(&head)
+                .map(|rest| rest.strip_prefix(' ').unwrap_or(rest))
+        })
+    }
+
+    /// The restore lines of this change's new content (`-A CHAIN …` or `-I CHAIN 1 …`).
+    pub fn restore_lines(&self) -> &[String] {
+        &self.restore_rules
+    }
+}
+
 /// The plan for one table.
 #[derive(Debug, Clone, Serialize)]
 pub struct TablePlan {
     /// Table name.
     pub table: String,
+    /// The family of the table's rules (how their canonical forms were written).
+    #[serde(skip)]
+    pub family: Family,
     /// Chain changes, in restore order.
     pub changes: Vec<ChainChange>,
 }
@@ -239,6 +259,7 @@ fn plan_table(
     }
     TablePlan {
         table: expected.name.to_string(),
+        family: expected.family,
         changes,
     }
 }

@@ -7,8 +7,9 @@
 //! changed with the backend that holds kube-proxy's rules, which is not always the default
 //! `iptables-save` of the pod's image.
 
-use super::host::{Backend, HostError, RulesHost, tool_name};
+use super::host::{Backend, HostError, RulesHost, command_line, shell_word, tool_name};
 use crate::collect::{CommandOutput, CommandRunner, NodeSnapshot, RunError};
+use std::path::Path;
 use std::time::Duration;
 
 /// Runs the iptables tools of one family and backend on a node through a [`CommandRunner`].
@@ -79,6 +80,25 @@ impl<R: CommandRunner> RulesHost for RemoteHost<'_, R> {
                 "did not finish within {t:?} (raise --exec-timeout)"
             ))),
             Err(RunError::Fatal(e)) => Err(remote(e.to_string())),
+        }
+    }
+
+    /// `kubectl exec -i -n NAMESPACE POD -- PROGRAM ARGS… < FILE` (FILE on this machine, where
+    /// the backup is).
+    fn by_hand(&self, tool: &str, args: &[String], stdin_file: &Path) -> String {
+        let program = tool_name(self.ipv6, self.backend, tool);
+        let line = command_line(&program, args, stdin_file);
+        let location = self.runner.location();
+        match location
+            .strip_prefix("pod ")
+            .and_then(|p| p.split_once('/'))
+        {
+            Some((ns, pod)) => format!(
+                "kubectl exec -i -n {} {} -- {line}",
+                shell_word(ns),
+                shell_word(pod)
+            ),
+            None => format!("{line} (in {location})"),
         }
     }
 }

@@ -1,13 +1,15 @@
-//! The repair transaction: read the node's rules, plan, check the plan with
-//! `iptables-restore --test`, back up, apply table by table with `iptables-restore --noflush`,
-//! read back and re-plan; on any failure restore the backup exactly (the tables the node did
-//! not have before come back empty). One implementation for every
-//! [`RulesHost`]: this host, or a node reached through the API.
+//! The repair transaction: read the node's rules, plan, check the plan against kube-proxy's
+//! allow-list ([`super::allow`]) and with `iptables-restore --test`, back up (and rotate old
+//! backups), apply table by table with `iptables-restore --noflush`, read back and re-plan; on
+//! any failure put back only the chains the repair changed ([`super::rollback`]). One
+//! implementation for every [`RulesHost`]: this host, or a node reached through the API.
 
-use super::backup::{rollback_input, write_backup};
+use super::allow::{Proxier, check_plan};
+use super::backup::{rollback_file, rotate, write_backup};
 use super::guard::{GuardInput, InputConditions, refusals, unless_forced};
 use super::host::{HostError, RulesHost};
-use super::plan::{Plan, plan};
+use super::plan::{Plan, TablePlan, plan};
+use super::rollback::{RollbackPolicy, RolledBack, roll_back};
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, expected_service_ports, render};
 use crate::state::ProxyInputs;
@@ -15,6 +17,9 @@ use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::ParseOptions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// What a rollback came to: what it did, or why it failed and how to finish it by hand.
+pub type RollbackOutcome = Result<RolledBack, String>;
 
 /// Errors of a repair. Every variant says whether the node was restored. Each message holds the
 /// error it wraps (shown once: not repeated as a source).
@@ -33,14 +38,15 @@ pub enum RepairError {
     #[error("checking the plan with iptables-restore --test (nothing was changed): {0}")]
     Check(HostError),
     /// The backup could not be written; nothing was changed.
-    #[error("writing the backup to {dir}: {error}")]
+    #[error("writing the backup to {dir} (nothing was changed): {error}")]
     Backup {
         /// Backup directory.
         dir: PathBuf,
         /// The I/O error.
         error: std::io::Error,
     },
-    /// Applying failed; the backup was restored (or restoring it failed too, see `rollback`).
+    /// Applying failed; what the repair changed was put back (or that failed too, see
+    /// `rollback`).
     #[error("applying table {table} failed ({})", rollback_text(rollback, backup))]
     Apply {
         /// The table whose restore failed.
@@ -50,10 +56,25 @@ pub enum RepairError {
         source: Box<HostError>,
         /// The backup file.
         backup: PathBuf,
-        /// `None` if the backup was restored, else why restoring it failed.
-        rollback: Option<String>,
+        /// The rollback.
+        rollback: RollbackOutcome,
     },
-    /// The rules read back after applying still differ from the expected ones; the backup was restored.
+    /// The rules could not be read back after applying; what the repair changed was put back
+    /// (or that failed too, see `rollback`).
+    #[error(
+        "reading the rules back after applying failed ({error}); {}",
+        rollback_text(rollback, backup)
+    )]
+    ReadBack {
+        /// Why reading or parsing them failed.
+        error: String,
+        /// The backup file.
+        backup: PathBuf,
+        /// The rollback.
+        rollback: RollbackOutcome,
+    },
+    /// The rules read back after applying still differ from the expected ones; what the
+    /// repair changed was put back (or that failed too, see `rollback`).
     #[error(
         "after applying, {remaining} chain(s) still differ from the expected rules; {}",
         rollback_text(rollback, backup)
@@ -63,19 +84,52 @@ pub enum RepairError {
         remaining: usize,
         /// The backup file.
         backup: PathBuf,
-        /// `None` if the backup was restored, else why restoring it failed.
-        rollback: Option<String>,
+        /// The rollback.
+        rollback: RollbackOutcome,
     },
 }
 
-fn rollback_text(rollback: &Option<String>, backup: &Path) -> String {
+impl RepairError {
+    /// The backup and the rollback, when the node was changed.
+    pub fn rolled_back(&self) -> Option<(&Path, &RollbackOutcome)> {
+        match self {
+            RepairError::Apply {
+                backup, rollback, ..
+            }
+            | RepairError::ReadBack {
+                backup, rollback, ..
+            }
+            | RepairError::Verify {
+                backup, rollback, ..
+            } => Some((backup.as_path(), rollback)),
+            _ => None,
+        }
+    }
+}
+
+/// How a failed repair's message tells what the rollback did.
+pub fn rollback_text(rollback: &RollbackOutcome, backup: &Path) -> String {
     match rollback {
-        None => format!(
-            "the node's rules were restored from the backup {}",
+        Ok(r) if r.attempts == 0 => format!(
+            "nothing had been changed; the backup is {}",
             backup.display()
         ),
-        Some(e) => format!(
-            "RESTORING THE BACKUP FAILED TOO ({e}); restore it by hand: iptables-restore < {}",
+        Ok(r) => {
+            let mut s = format!(
+                "what the repair changed was restored from the backup {}",
+                backup.display()
+            );
+            if r.attempts > 1 {
+                s.push_str(&format!(" (after {} attempts)", r.attempts));
+            }
+            for n in &r.notes {
+                s.push_str("; ");
+                s.push_str(n);
+            }
+            s
+        }
+        Err(e) => format!(
+            "PUTTING BACK WHAT THE REPAIR CHANGED FAILED TOO: {e}; the backup is {}",
             backup.display()
         ),
     }
@@ -90,11 +144,18 @@ pub struct RepairOptions {
     pub apply: bool,
     /// Where backups go.
     pub backup_dir: PathBuf,
+    /// How many backups of the node to keep (older ones are removed; 0 keeps all).
+    pub keep_backups: usize,
     /// Node name (for the backup file name).
     pub node: String,
+    /// The rollback's xtables lock wait and retries.
+    pub rollback: RollbackPolicy,
     /// Test only: append an invalid rule to the last table's restore input, so that restore fails
     /// after earlier tables were applied (proves the rollback).
     pub inject_fault: bool,
+    /// Test only: before rolling back, create this file and wait (at most a minute) until it
+    /// is removed, so that a test can hold the xtables lock during the rollback.
+    pub pause_before_rollback: Option<PathBuf>,
 }
 
 /// The result of a repair.
@@ -104,6 +165,8 @@ pub struct RepairReport {
     pub plan: Plan,
     /// The backup file, when something was applied.
     pub backup: Option<PathBuf>,
+    /// Old backups removed to keep the newest `keep_backups` (and why removing failed).
+    pub rotation: Rotation,
     /// Whether the plan was applied (and verified).
     pub applied: bool,
     /// Size of the restore input sent.
@@ -112,6 +175,44 @@ pub struct RepairReport {
     pub restore_time: Duration,
     /// Time spent reading the rules back and re-planning (the verification).
     pub verify_time: Duration,
+}
+
+/// Old backups removed after a new one was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// What was removed, oldest first.
+    pub removed: Vec<PathBuf>,
+    /// Why removing failed, when it did (the repair goes on: the new backup is written).
+    pub error: Option<String>,
+}
+
+impl Rotation {
+    /// Rotates the backups of `node` in `dir`, keeping `keep`.
+    pub fn run(dir: &Path, node: &str, keep: usize) -> Rotation {
+        match rotate(dir, node, keep) {
+            Ok(removed) => Rotation {
+                removed,
+                error: None,
+            },
+            Err(e) => Rotation {
+                removed: Vec::new(),
+                error: Some(format!("removing old backups in {}: {e}", dir.display())),
+            },
+        }
+    }
+}
+
+/// Test only: announces the rollback by creating `file` and waits, at most a minute, until
+/// it is removed ([`RepairOptions::pause_before_rollback`]).
+pub fn pause_before_rollback(file: Option<&Path>) {
+    let Some(file) = file else { return };
+    if std::fs::write(file, "rolling back\n").is_err() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The rules kube-proxy would install for `inputs` (a render with base jumps, as
@@ -164,11 +265,15 @@ pub fn repair(
     let saved = host.save(true).map_err(RepairError::Read)?;
     let current = Ruleset::parse(&saved, &ParseOptions::default()).map_err(RepairError::Parse)?;
     let the_plan = plan(&expected, &current, opts.full);
-    let refusals = before_apply(&current, &the_plan);
+    let mut refusals = before_apply(&current, &the_plan);
+    // Whatever the render asked for, only kube-proxy's objects are written (not even --force
+    // lifts this).
+    refusals.extend(check_plan(&the_plan, Proxier::Iptables));
     let mut report = RepairReport {
         restore_bytes: the_plan.restore_input().len(),
         plan: the_plan,
         backup: None,
+        rotation: Rotation::default(),
         applied: false,
         restore_time: Duration::ZERO,
         verify_time: Duration::ZERO,
@@ -180,22 +285,25 @@ pub fn repair(
     // before anything changes.
     host.restore_test(&report.plan.restore_input())
         .map_err(RepairError::Check)?;
-    let tables: Vec<_> = report
+    let tables: Vec<&TablePlan> = report
         .plan
         .tables
         .iter()
         .filter(|t| !t.is_empty())
         .collect();
-    // What a rollback restores exactly: the save, and the tables it lacks as empty tables (a
-    // change creates them; restoring the save alone would leave them behind).
-    let restore_point = rollback_input(&saved, tables.iter().map(|t| t.table.as_str()));
-    let backup = write_backup(&opts.backup_dir, &opts.node, host.ipv6(), &restore_point).map_err(
-        |error| RepairError::Backup {
-            dir: opts.backup_dir.clone(),
-            error,
-        },
-    )?;
-    report.backup = Some(backup.clone());
+    let backup =
+        write_backup(&opts.backup_dir, &opts.node, host.ipv6(), &saved).map_err(|error| {
+            RepairError::Backup {
+                dir: opts.backup_dir.clone(),
+                error,
+            }
+        })?;
+    let rotation = Rotation::run(&opts.backup_dir, &opts.node, opts.keep_backups);
+    let undo = |applied: &[&TablePlan]| -> RollbackOutcome {
+        pause_before_rollback(opts.pause_before_rollback.as_deref());
+        let file = rollback_file(&backup, "iptables");
+        roll_back(host, &saved, applied, &opts.rollback, &file)
+    };
     let started = Instant::now();
     let last = tables.len().saturating_sub(1);
     for (i, t) in tables.iter().enumerate() {
@@ -204,10 +312,8 @@ pub fn repair(
             inject_invalid_rule(&mut input);
         }
         if let Err(source) = host.restore_noflush(&input) {
-            let rollback = host
-                .restore_exact(&restore_point)
-                .err()
-                .map(|e| e.to_string());
+            // Each table's restore is atomic: the failed one changed nothing.
+            let rollback = undo(&tables[..i]);
             return Err(RepairError::Apply {
                 table: t.table.clone(),
                 source: Box::new(source),
@@ -218,22 +324,35 @@ pub fn repair(
     }
     report.restore_time = started.elapsed();
     let verify_started = Instant::now();
-    let after = host.save(false).map_err(RepairError::Read)?;
-    let after_rs = Ruleset::parse(&after, &ParseOptions::default()).map_err(RepairError::Parse)?;
+    let after = host.save(false).map_err(|e| e.to_string());
+    let after_rs = after
+        .as_deref()
+        .map_err(Clone::clone)
+        .and_then(|text| Ruleset::parse(text, &ParseOptions::default()).map_err(|e| e.to_string()));
+    let after_rs = match after_rs {
+        Ok(rs) => rs,
+        Err(error) => {
+            let rollback = undo(&tables);
+            return Err(RepairError::ReadBack {
+                error,
+                backup,
+                rollback,
+            });
+        }
+    };
     let again = plan(&expected, &after_rs, false);
     report.verify_time = verify_started.elapsed();
     if !again.is_empty() {
         let remaining = again.tables.iter().map(|t| t.changes.len()).sum();
-        let rollback = host
-            .restore_exact(&restore_point)
-            .err()
-            .map(|e| e.to_string());
+        let rollback = undo(&tables);
         return Err(RepairError::Verify {
             remaining,
             backup,
             rollback,
         });
     }
+    report.backup = Some(backup);
+    report.rotation = rotation;
     report.applied = true;
     Ok((report, refusals))
 }

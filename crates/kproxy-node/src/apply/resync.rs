@@ -11,6 +11,7 @@
 //! UDP/SCTP groups of the loop's family deleted by the exact filters of `repair`'s conntrack step
 //! ([`super::conntrack::apply`]).
 
+use super::allow::{Proxier, check_plan};
 use super::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
 use super::host::{IptablesHost, RulesHost};
 use super::nftables::host::LocalNft;
@@ -39,6 +40,9 @@ pub enum ResyncError {
     /// The watches never delivered an initial state.
     #[error("the API watches did not deliver an initial state within {0:?}")]
     NotReady(Duration),
+    /// A sync's plan named objects that are not kube-proxy's; nothing was written.
+    #[error("refusing to write a plan that is not kube-proxy's: {}", .0.join("; "))]
+    NotKubeProxys(Vec<String>),
 }
 
 /// Builds the node facts from the current state (node IPs may change while the loop runs).
@@ -139,6 +143,11 @@ fn sync_iptables(
     let saved = opts.host.save(false)?;
     let current = Ruleset::parse(&saved, &ParseOptions::default())?;
     let p = plan(&expected, &current, full);
+    // Whatever the render asked for, only kube-proxy's chains and jumps are written.
+    let refused = check_plan(&p, Proxier::Iptables);
+    if !refused.is_empty() {
+        return Err(ResyncError::NotKubeProxys(refused).into());
+    }
     let changes = p.tables.iter().flat_map(|t| &t.changes);
     let chains_written = changes
         .clone()

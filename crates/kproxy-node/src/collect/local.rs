@@ -142,12 +142,34 @@ pub fn run_blocking(
     })
 }
 
-/// The pid of a running kube-proxy process on this host, if any (`/proc/*/comm`).
-pub fn kube_proxy_pid() -> Option<u32> {
+/// The pid of a kube-proxy process (`/proc/*/comm`) running in the network namespace whose
+/// rules a repair or resync writes: the named one (`ip netns` name, `/run/netns/NAME`), else
+/// this process's own. Two writers of the same chains undo each other's work; a kube-proxy of
+/// another namespace writes other rules. When a namespace cannot be told (no such name, a
+/// process whose namespace is unreadable) the process counts as writing the same rules.
+pub fn kube_proxy_pid(netns: Option<&str>) -> Option<u32> {
+    let target = match netns {
+        Some(name) => netns_id(&std::path::Path::new("/run/netns").join(name)),
+        None => netns_id(std::path::Path::new("/proc/self/ns/net")),
+    };
     let dir = std::fs::read_dir("/proc").ok()?;
     dir.filter_map(Result::ok).find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "kube-proxy").then_some(pid)
+        if comm.trim() != "kube-proxy" {
+            return None;
+        }
+        let same = match (target, netns_id(&e.path().join("ns/net"))) {
+            (Some(t), Some(p)) => t == p,
+            _ => true,
+        };
+        same.then_some(pid)
     })
+}
+
+/// The identity of a network namespace file (device and inode of its nsfs entry).
+fn netns_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino()))
 }

@@ -51,6 +51,7 @@ pub fn refusals(
     }
     out.extend(unreadable_refusal(current_rules));
     out.extend(input.facts.age_refusal());
+    out.extend(input.facts.writer_refusal());
     out
 }
 
@@ -117,6 +118,7 @@ mod tests {
                 configured_mode: mode,
                 state_age: None,
                 max_age: None,
+                kube_proxy_pid: None,
             },
         }
     }

@@ -1,13 +1,20 @@
 //! The IPVS-mode repair transaction: read the node (ipvsadm, ipset, kube-ipvs0, iptables), plan,
-//! back up, apply step by step, read back and re-plan; on any failure put back what was changed
-//! (a rollback plan from the node's state then to the backed-up one, plus the saved iptables).
+//! check the plan against kube-proxy's allow-list ([`crate::apply::allow::check_ipvs_plan`]),
+//! back up (and rotate old backups), apply step by step, read back and re-plan; on any failure
+//! put back what was changed: a rollback plan from the node's state then to the backed-up one
+//! for the virtual servers, sets and `kube-ipvs0` addresses the repair touched, and the
+//! iptables chains it changed ([`crate::apply::rollback`]).
 
 use super::changes::Ipvs0Change;
 use super::host::IpvsTools;
 use super::plan::{IpvsPlan, Ownership, plan, referenced_sets, rollback_plan};
 use super::state::{Ipvs0, Ipvs0Text, IpvsState};
-use crate::apply::backup::{new_backup_dir, write_backup, write_private};
+use crate::apply::allow::check_ipvs_plan;
+use crate::apply::backup::{new_backup_dir, rollback_file, write_backup, write_private};
 use crate::apply::host::{HostError, IptablesHost, RulesHost};
+use crate::apply::plan::TablePlan;
+use crate::apply::repair::Rotation;
+use crate::apply::rollback::{RollbackPolicy, roll_back as roll_back_chains};
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;
@@ -324,8 +331,12 @@ pub struct IpvsRepairOptions {
     pub apply: bool,
     /// Where backups go.
     pub backup_dir: PathBuf,
+    /// How many backups of the node to keep (older ones are removed; 0 keeps all).
+    pub keep_backups: usize,
     /// Node name (for the backup's name).
     pub node: String,
+    /// The xtables lock wait and retries of the iptables part of a rollback.
+    pub rollback: RollbackPolicy,
     /// Test only: run a failing `ipvsadm` command after every step, to prove the rollback.
     pub inject_fault: bool,
 }
@@ -337,6 +348,8 @@ pub struct IpvsRepairReport {
     pub plan: IpvsPlan,
     /// The backup directory, when something was applied.
     pub backup: Option<PathBuf>,
+    /// Old backups removed to keep the newest `keep_backups`.
+    pub rotation: Rotation,
     /// Whether the plan was applied and verified.
     pub applied: bool,
     /// Commands run to apply (ipvsadm, ip, ipset restore, iptables-restore).
@@ -365,10 +378,18 @@ pub fn repair(
             what: "expected iptables rules",
             error,
         })?;
-    let refusals = before_apply(&current, &rules, &the_plan);
+    let mut refusals = before_apply(&current, &rules, &the_plan);
+    // Whatever the render asked for, only kube-proxy's objects are changed (not even --force
+    // lifts this).
+    refusals.extend(check_ipvs_plan(
+        &the_plan,
+        &target.state,
+        &target.ownership(&current),
+    ));
     let mut report = IpvsRepairReport {
         plan: the_plan,
         backup: None,
+        rotation: Rotation::default(),
         applied: false,
         commands: 0,
         apply_time: Duration::ZERO,
@@ -385,15 +406,25 @@ pub fn repair(
             }
         })?;
     report.backup = Some(backup.clone());
+    report.rotation = Rotation::run(&opts.backup_dir, &opts.node, opts.keep_backups);
     let started = Instant::now();
     let mut exec = Exec {
         tools,
         ipt,
         commands: 0,
+        tables_applied: 0,
         inject_fault: opts.inject_fault,
     };
+    let undo = |exec: &Exec<'_>| Undo {
+        snap: &snap,
+        saved: &current,
+        forward: &report.plan,
+        tables_applied: exec.tables_applied,
+        policy: &opts.rollback,
+        backup: &backup,
+    };
     if let Err((step, error)) = exec.apply(&report.plan, true) {
-        let rollback = roll_back(tools, ipt, &snap, &current, &report.plan);
+        let rollback = roll_back(tools, ipt, &undo(&exec));
         return Err(IpvsRepairError::Apply {
             step,
             error: Box::new(error),
@@ -413,7 +444,7 @@ pub fn repair(
         })?;
     report.verify_time = verify_started.elapsed();
     if !again.is_empty() {
-        let rollback = roll_back(tools, ipt, &snap, &current, &report.plan);
+        let rollback = roll_back(tools, ipt, &undo(&exec));
         return Err(IpvsRepairError::Verify {
             remaining: again.summary(),
             backup,
@@ -429,6 +460,8 @@ struct Exec<'a> {
     tools: &'a IpvsTools,
     ipt: &'a IptablesHost,
     commands: usize,
+    /// iptables tables of the plan restored so far (in plan order).
+    tables_applied: usize,
     inject_fault: bool,
 }
 
@@ -445,6 +478,7 @@ impl Exec<'_> {
                     format!("iptables-restore --noflush (table {})", t.table),
                     |s| s.ipt.restore_noflush(&t.restore_input()),
                 )?;
+                self.tables_applied += 1;
             }
         }
         self.second_half(p, forward)
@@ -511,37 +545,49 @@ impl Exec<'_> {
     }
 }
 
-/// Puts back what `forward` changed: the sets, kube-ipvs0 and virtual servers it touched (a plan
-/// from the node's state now to the snapshot's) and the saved iptables rules. Returns why that
-/// failed, if it did.
-fn roll_back(
-    tools: &IpvsTools,
-    ipt: &IptablesHost,
-    snap: &IpvsSnapshot,
-    saved: &IpvsState,
-    forward: &IpvsPlan,
-) -> Option<String> {
+/// What a rollback puts back: the snapshot taken before the repair (and its IPVS state), the
+/// plan that ran, how many of its iptables tables were restored, and where the backup is.
+struct Undo<'a> {
+    snap: &'a IpvsSnapshot,
+    saved: &'a IpvsState,
+    forward: &'a IpvsPlan,
+    tables_applied: usize,
+    policy: &'a RollbackPolicy,
+    backup: &'a Path,
+}
+
+/// Puts back what `u.forward` changed: the sets, kube-ipvs0 and virtual servers it touched (a
+/// plan from the node's state now to the snapshot's) and the iptables chains it changed in the
+/// tables it restored. Returns why that failed, if it did.
+fn roll_back(tools: &IpvsTools, ipt: &IptablesHost, u: &Undo<'_>) -> Option<String> {
     let family = if ipt.ipv6 { IpFamily::V6 } else { IpFamily::V4 };
     let now = match IpvsSnapshot::read(tools, ipt, false).and_then(|s| s.state()) {
         Ok(s) => s,
         Err(e) => return Some(e.to_string()),
     };
-    let back = rollback_plan(saved, &now, forward, family);
+    let back = rollback_plan(u.saved, &now, u.forward, family);
     let mut exec = Exec {
         tools,
         ipt,
         commands: 0,
+        tables_applied: 0,
         inject_fault: false,
     };
     let mut errors = Vec::new();
     if let Err((step, e)) = exec.first_half(&back) {
         errors.push(format!("{step}: {e}"));
     }
-    // Tables the plan created (absent from the saved rules) are emptied too.
-    let touched = forward.iptables.tables.iter().map(|t| t.table.as_str());
-    let restore_point = crate::apply::backup::rollback_input(&snap.iptables_save, touched);
-    if let Err(e) = ipt.restore_exact(&restore_point) {
-        errors.push(format!("iptables-restore of the saved rules: {e}"));
+    let applied: Vec<&TablePlan> = u
+        .forward
+        .iptables
+        .tables
+        .iter()
+        .filter(|t| !t.is_empty())
+        .take(u.tables_applied)
+        .collect();
+    let file = rollback_file(u.backup, "iptables");
+    if let Err(e) = roll_back_chains(ipt, &u.snap.iptables_save, &applied, u.policy, &file) {
+        errors.push(format!("putting back the iptables chains: {e}"));
     }
     if let Err((step, e)) = exec.second_half(&back, false) {
         errors.push(format!("{step}: {e}"));

@@ -3,8 +3,9 @@
 //! strings). [`NftHost`] is what the repair transaction needs; [`LocalNft`] implements it through
 //! [`crate::apply::host::run_local`].
 
-use crate::apply::host::{HostError, run_local};
+use crate::apply::host::{HostError, run_local, shell_word};
 use kproxy_parsers::nft::Family;
+use std::path::Path;
 
 /// The nftables side of a node, as a repair reads and writes it.
 pub trait NftHost {
@@ -17,6 +18,18 @@ pub trait NftHost {
     /// Whether the kernel releases a chain from a deleted map element within the same
     /// transaction (Linux 6.2 and later).
     fn same_transaction_delete(&self) -> bool;
+    /// The command line that applies the transaction in `file` by hand where this host's
+    /// commands run: what to tell a user who must finish a rollback.
+    fn by_hand(&self, file: &Path) -> String;
+}
+
+/// `[ip netns exec NAME] nft -f FILE`.
+pub fn nft_command_line(netns: Option<&str>, file: &Path) -> String {
+    let line = format!("nft -f {}", shell_word(&file.display().to_string()));
+    match netns {
+        Some(ns) => format!("ip netns exec {} {line}", shell_word(ns)),
+        None => line,
+    }
 }
 
 /// `nft` on this host.
@@ -68,6 +81,10 @@ impl NftHost for LocalNft {
 
     fn apply(&self, script: &str) -> Result<(), HostError> {
         self.nft(&["-f", "-"], Some(script)).map(|_| ())
+    }
+
+    fn by_hand(&self, file: &Path) -> String {
+        nft_command_line(self.netns.as_deref(), file)
     }
 
     fn same_transaction_delete(&self) -> bool {

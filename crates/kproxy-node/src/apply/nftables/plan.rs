@@ -165,7 +165,7 @@ impl<'r> RenderLines<'r> {
 
 /// A name as nft reads it: bare when it is made of the characters kube-proxy's names use,
 /// else quoted.
-fn name(n: &str) -> String {
+pub(super) fn name(n: &str) -> String {
     let bare = n.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && n.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
@@ -650,21 +650,4 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
         }
         s
     }
-}
-
-/// The transaction that puts `family`'s table back as `listing` (`nft list table` text) shows
-/// it, or removes it when the node did not have it (`listing` `None`): the table is deleted
-/// and loaded again in one transaction (`add` first, so the deletion works whether or not the
-/// table exists now).
-pub fn rollback_script(family: Family, listing: Option<&str>) -> String {
-    let mut s = format!(
-        "# kubectl-kproxy rollback: table {family} kube-proxy\nadd table {family} kube-proxy\ndelete table {family} kube-proxy\n"
-    );
-    if let Some(l) = listing {
-        s.push_str(l);
-        if !l.ends_with('\n') {
-            s.push('\n');
-        }
-    }
-    s
 }

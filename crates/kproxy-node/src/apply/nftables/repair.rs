@@ -1,13 +1,19 @@
 //! The nftables repair transaction: list the node's `kube-proxy` tables (`nft -j`), plan each
-//! family against the render, check the plan (`nft -c -f`), back up (`nft list table` and `nft -j
-//! list table`, mode 0600), apply one `nft -f` transaction per family, read back and compare
-//! again; on any failure put every family's table back as the backup shows it (the tables the
-//! node did not have are removed).
+//! family against the render, check the plan against kube-proxy's allow-list
+//! ([`crate::apply::allow::check_nft_script`]) and with `nft -c -f`, back up (`nft list table`
+//! and `nft -j list table`, mode 0600; old backups rotated), apply one `nft -f` transaction per
+//! family, read back and compare again; on any failure put back only the objects the repair
+//! changed, in the families it applied ([`super::rollback`]; a table the node did not have is
+//! removed).
 
 use super::host::NftHost;
-use super::plan::{NftPlan, PlanContext, plan_family, rollback_script};
-use crate::apply::backup::{new_backup_dir, write_private};
+use super::plan::{FamilyPlan, NftPlan, PlanContext, plan_family};
+use super::rollback::rollback_script;
+use crate::apply::allow::check_nft_script;
+use crate::apply::backup::{new_backup_dir, rollback_file, write_private};
 use crate::apply::host::HostError;
+use crate::apply::repair::{RollbackOutcome, Rotation, pause_before_rollback, rollback_text};
+use crate::apply::rollback::{RollbackPolicy, RolledBack};
 use crate::compare::nftables::diff::diff;
 use crate::compare::nftables::expected::ExpectedTable;
 use crate::compare::nftables::{
@@ -34,14 +40,15 @@ pub enum NftRepairError {
     #[error("checking the plan with nft -c (nothing was changed): {0}")]
     Check(HostError),
     /// The backup could not be written; nothing was changed.
-    #[error("writing the backup to {dir}: {error}")]
+    #[error("writing the backup to {dir} (nothing was changed): {error}")]
     Backup {
         /// Backup directory.
         dir: PathBuf,
         /// The I/O error.
         error: std::io::Error,
     },
-    /// Applying failed; the backup was restored (or restoring it failed too, see `rollback`).
+    /// Applying failed; what the repair changed was put back (or that failed too, see
+    /// `rollback`).
     #[error(
         "applying table {family} kube-proxy failed: {error}; {}",
         rollback_text(rollback, backup)
@@ -53,22 +60,27 @@ pub enum NftRepairError {
         error: Box<HostError>,
         /// The backup directory.
         backup: PathBuf,
-        /// `None` if the backup was restored, else why restoring it failed.
-        rollback: Option<String>,
+        /// The rollback.
+        rollback: RollbackOutcome,
     },
-    /// The tables read back after applying still differ; the backup was restored.
+    /// The tables read back after applying still differ (or could not be read back: then
+    /// `remaining` is `None`); what the repair changed was put back.
     #[error(
-        "after applying, {remaining} object(s) still differ from the expected table; {}",
+        "after applying, {}; {}",
+        remaining.map_or("the tables could not be read back".to_string(), |n| format!("{n} object(s) still differ from the expected table")),
         rollback_text(rollback, backup)
     )]
     Verify {
         /// Chains, sets and maps that still differ.
-        remaining: usize,
+        remaining: Option<usize>,
         /// The backup directory.
         backup: PathBuf,
-        /// `None` if the backup was restored, else why restoring it failed.
-        rollback: Option<String>,
+        /// The rollback.
+        rollback: RollbackOutcome,
     },
+    /// A sync's plan named objects that are not kube-proxy's; nothing was applied.
+    #[error("refusing to apply a plan that is not kube-proxy's: {}", .0.join("; "))]
+    NotKubeProxys(Vec<String>),
     /// A sync's transaction failed; `nft -f` applies all of it or nothing, so that family's
     /// table is as it was (families synced before it keep their change).
     #[error("syncing table {family} kube-proxy failed (its transaction changed nothing): {error}")]
@@ -81,30 +93,17 @@ pub enum NftRepairError {
 }
 
 impl NftRepairError {
-    /// The backup and the rollback result, when the node was changed.
-    pub fn rolled_back(&self) -> Option<(&Path, Option<&str>)> {
+    /// The backup and the rollback, when the node was changed.
+    pub fn rolled_back(&self) -> Option<(&Path, &RollbackOutcome)> {
         match self {
             NftRepairError::Apply {
                 backup, rollback, ..
             }
             | NftRepairError::Verify {
                 backup, rollback, ..
-            } => Some((backup.as_path(), rollback.as_deref())),
+            } => Some((backup.as_path(), rollback)),
             _ => None,
         }
-    }
-}
-
-fn rollback_text(rollback: &Option<String>, backup: &Path) -> String {
-    match rollback {
-        None => format!(
-            "the node's kube-proxy tables were restored from the backup {}",
-            backup.display()
-        ),
-        Some(e) => format!(
-            "RESTORING THE BACKUP FAILED TOO ({e}); restore it by hand: nft -f {}/FAMILY-kube-proxy.nft (after nft delete table FAMILY kube-proxy)",
-            backup.display()
-        ),
     }
 }
 
@@ -117,11 +116,18 @@ pub struct NftRepairOptions {
     pub apply: bool,
     /// Where backups go.
     pub backup_dir: PathBuf,
+    /// How many backups of the node to keep (older ones are removed; 0 keeps all).
+    pub keep_backups: usize,
     /// Node name (for the backup directory's name).
     pub node: String,
+    /// The rollback's retries (nft takes no lock: its wait is not used).
+    pub rollback: RollbackPolicy,
     /// Test only: end the last family's transaction with an invalid command, so that it fails
     /// after the earlier ones were applied (proves the rollback).
     pub inject_fault: bool,
+    /// Test only: before rolling back, create this file and wait (at most a minute) until it
+    /// is removed.
+    pub pause_before_rollback: Option<PathBuf>,
 }
 
 /// One family to repair: its render, and whether it is repaired even when the node has no
@@ -165,6 +171,8 @@ pub struct NftRepairReport {
     pub plan: NftPlan,
     /// The backup directory, when something was applied.
     pub backup: Option<PathBuf>,
+    /// Old backups removed to keep the newest `keep_backups`.
+    pub rotation: Rotation,
     /// Whether the plan was applied (and verified).
     pub applied: bool,
     /// Size of the `nft -f` input sent.
@@ -202,7 +210,7 @@ impl NodeCounts {
 
 /// Reasons not to apply, one sentence each: an API state that implies nothing on a node that
 /// has plenty (a truncated state file would wipe the node's services), another configured
-/// mode, a state older than `--max-age`.
+/// mode, a state older than `--max-age`, a live kube-proxy writing the same tables.
 pub fn refusals(
     facts: &crate::apply::guard::InputConditions<'_>,
     expected_service_ports: usize,
@@ -224,6 +232,7 @@ pub fn refusals(
     }
     out.extend(facts.mode_refusal("nftables", "nftables-mode tables"));
     out.extend(facts.age_refusal());
+    out.extend(facts.writer_refusal());
     out
 }
 
@@ -304,6 +313,15 @@ fn plan_all(
     Ok((plan, remaining, counts))
 }
 
+/// The refusals of a plan whose transactions name anything but the families'
+/// `kube-proxy` tables.
+fn plan_refusals(plan: &NftPlan) -> Vec<String> {
+    plan.families
+        .iter()
+        .flat_map(|f| check_nft_script(&f.family, &f.script))
+        .collect()
+}
+
 /// Plans (and with `opts.apply`, applies) the change from the node's `kube-proxy` tables to
 /// the renders of `targets`. `before_apply` sees the plan and what the node's tables hold and
 /// may veto by returning refusals (the safety guard); a veto returns the report unapplied.
@@ -316,11 +334,15 @@ pub fn repair(
     let same_tx = host.same_transaction_delete();
     let reads = read(host, targets)?;
     let (plan, _, counts) = plan_all(targets, &reads, opts.full, same_tx)?;
-    let refusals = before_apply(&plan, &counts);
+    let mut refusals = before_apply(&plan, &counts);
+    // Whatever the render asked for, only kube-proxy's tables are written (not even --force
+    // lifts this).
+    refusals.extend(plan_refusals(&plan));
     let mut report = NftRepairReport {
         nft_bytes: plan.script().len(),
         plan,
         backup: None,
+        rotation: Rotation::default(),
         applied: false,
         apply_time: Duration::ZERO,
         verify_time: Duration::ZERO,
@@ -331,7 +353,7 @@ pub fn repair(
     for f in report.plan.families.iter().filter(|f| !f.is_empty()) {
         host.check(&f.script).map_err(NftRepairError::Check)?;
     }
-    // The backup: each family's table as text (what a rollback loads) and as JSON.
+    // The backup: each family's table as text (what a rollback puts back) and as JSON.
     let dir = new_backup_dir(&opts.backup_dir, &opts.node, "nftables").map_err(|error| {
         NftRepairError::Backup {
             dir: opts.backup_dir.clone(),
@@ -342,7 +364,7 @@ pub fn repair(
         dir: dir.clone(),
         error,
     };
-    let mut restore: Vec<(Family, Option<String>)> = Vec::new();
+    let mut before: Vec<(Family, Option<String>)> = Vec::new();
     for (_, r) in &reads {
         let text = host
             .list_table(r.family, false)
@@ -353,27 +375,20 @@ pub fn repair(
             write_private(&dir.join(format!("{}-kube-proxy.json", r.family)), json)
                 .map_err(backup_error)?;
         }
-        restore.push((r.family, text));
+        before.push((r.family, text));
     }
-    report.backup = Some(dir.clone());
-    let roll_back = || -> Option<String> {
-        let errors: Vec<String> = restore
-            .iter()
-            .filter_map(|(family, text)| {
-                host.apply(&rollback_script(*family, text.as_deref()))
-                    .err()
-                    .map(|e| format!("table {family} kube-proxy: {e}"))
-            })
-            .collect();
-        (!errors.is_empty()).then(|| errors.join("; "))
-    };
-    let started = Instant::now();
-    let families: Vec<_> = report
+    let rotation = Rotation::run(&opts.backup_dir, &opts.node, opts.keep_backups);
+    let families: Vec<&FamilyPlan> = report
         .plan
         .families
         .iter()
         .filter(|f| !f.is_empty())
         .collect();
+    let undo = |applied: &[&FamilyPlan]| -> RollbackOutcome {
+        pause_before_rollback(opts.pause_before_rollback.as_deref());
+        roll_back(host, &before, applied, &opts.rollback, &dir, same_tx)
+    };
+    let started = Instant::now();
     let last = families.len().saturating_sub(1);
     for (i, f) in families.iter().enumerate() {
         let mut script = f.script.clone();
@@ -384,28 +399,112 @@ pub fn repair(
             ));
         }
         if let Err(source) = host.apply(&script) {
+            // One family's transaction is atomic: the failed one changed nothing.
+            let rollback = undo(&families[..i]);
             return Err(NftRepairError::Apply {
                 family: f.family.clone(),
                 error: Box::new(source),
                 backup: dir,
-                rollback: roll_back(),
+                rollback,
             });
         }
     }
     report.apply_time = started.elapsed();
     let verify_started = Instant::now();
-    let after = read(host, targets)?;
-    let (again, remaining, _) = plan_all(targets, &after, false, same_tx)?;
+    let again = read(host, targets)
+        .and_then(|after| plan_all(targets, &after, false, same_tx))
+        .map(|(again, remaining, _)| (again.is_empty(), remaining));
     report.verify_time = verify_started.elapsed();
-    if !again.is_empty() {
-        return Err(NftRepairError::Verify {
-            remaining,
-            backup: dir,
-            rollback: roll_back(),
-        });
+    match again {
+        Ok((true, _)) => {}
+        Ok((false, remaining)) => {
+            let rollback = undo(&families);
+            return Err(NftRepairError::Verify {
+                remaining: Some(remaining),
+                backup: dir,
+                rollback,
+            });
+        }
+        Err(_) => {
+            let rollback = undo(&families);
+            return Err(NftRepairError::Verify {
+                remaining: None,
+                backup: dir,
+                rollback,
+            });
+        }
     }
+    report.backup = Some(dir);
+    report.rotation = rotation;
     report.applied = true;
     Ok((report, refusals))
+}
+
+/// Puts back what the transactions of `applied` changed, family by family, as `before` (each
+/// family's backup listing) shows it, each transaction retried as `policy` says. The
+/// transaction of each family is written beside the backup in `dir` before it is run.
+fn roll_back(
+    host: &impl NftHost,
+    before: &[(Family, Option<String>)],
+    applied: &[&FamilyPlan],
+    policy: &RollbackPolicy,
+    dir: &Path,
+    same_tx: bool,
+) -> RollbackOutcome {
+    let mut done = RolledBack::default();
+    let mut errors = Vec::new();
+    for f in applied {
+        let Some((family, listing)) = before.iter().find(|(fam, _)| fam.to_string() == f.family)
+        else {
+            continue;
+        };
+        let file = rollback_file(dir, &format!("{family}-kube-proxy"));
+        let mut written = Ok(());
+        let mut notes = Vec::new();
+        let mut nothing = false;
+        let (attempts, result) = policy.run(|| {
+            let now = host.list_table(*family, false).ok();
+            let (script, n) = rollback_script(
+                *family,
+                listing.as_deref(),
+                now.as_ref().map(|n| n.as_deref()),
+                f,
+                same_tx,
+            );
+            notes = n;
+            if script.is_empty() {
+                nothing = true;
+                return Ok(());
+            }
+            let refused = check_nft_script(&f.family, &script);
+            if !refused.is_empty() {
+                return Err(refused.join("; "));
+            }
+            written = write_private(&file, &script)
+                .map_err(|e| format!("writing {}: {e}", file.display()));
+            host.apply(&script).map_err(|e| e.to_string())
+        });
+        done.notes.extend(notes);
+        match result {
+            Ok(()) if nothing => {}
+            Ok(()) => done.attempts = done.attempts.max(attempts),
+            Err(e) => errors.push(match written {
+                Ok(()) => format!(
+                    "table {family} kube-proxy: {e} (after {attempts} attempt(s)); the rollback transaction (only the objects this repair changed) is in {}; finish the rollback by hand: {}",
+                    file.display(),
+                    host.by_hand(&file)
+                ),
+                Err(w) => format!(
+                    "table {family} kube-proxy: {e} (after {attempts} attempt(s)); the rollback transaction could not be written either ({w})"
+                ),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(done)
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// One sync of `resync` on an nftables-mode node, as kube-proxy's nftables proxier syncs: list
@@ -419,6 +518,10 @@ pub fn sync(
 ) -> Result<NftPlan, NftRepairError> {
     let reads = read(host, targets)?;
     let (plan, _, _) = plan_all(targets, &reads, full, host.same_transaction_delete())?;
+    let refused = plan_refusals(&plan);
+    if !refused.is_empty() {
+        return Err(NftRepairError::NotKubeProxys(refused));
+    }
     for f in plan.families.iter().filter(|f| !f.is_empty()) {
         host.apply(&f.script)
             .map_err(|source| NftRepairError::Sync {

@@ -1,0 +1,123 @@
+//! The rollback of an nftables-mode repair, with real nft in a network namespace (issue 38): it
+//! puts back only the objects of `table ip kube-proxy` the repair changed — the objects it left
+//! alone keep their rule handles, a foreign `table inet fw` (changed by another program while
+//! the repair ran) stays exactly as that program left it, and the rollback transaction written
+//! beside the backup names nothing else.
+
+use crate::nftables_verify::{FOREIGN, kproxy, loaded, nft_config, tables};
+use crate::support::netns::{Netns, require_root_and_tools};
+use crate::support::repair::{expect_exit, json_doc, outcome, text, wait_for_file};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// What another program does to its own tables while the repair runs.
+const OTHER_PROGRAM: &str = "add rule inet fw input tcp dport 2223 counter accept comment \"other\"\n\
+add chain inet fw extra\nadd rule inet fw extra drop\nadd table ip other\nadd chain ip other c\n";
+
+#[test]
+fn nft_rollback_puts_back_only_what_the_repair_changed() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftrb");
+    // Drift in both families, so that the injected fault (in the last family's transaction)
+    // fails ip6 after ip was applied: a rewritten chain, a map element gone, a stale chain.
+    ns.nft_load(
+        "flush chain ip kube-proxy masquerading\n\
+         delete element ip kube-proxy service-ips { 10.96.100.20 . tcp . 443 }\n\
+         add chain ip kube-proxy stale-chain\nadd rule ip kube-proxy stale-chain counter drop\n\
+         flush chain ip6 kube-proxy masquerading\n",
+    )
+    .expect("drift");
+    let before = tables(&ns);
+    // `services` is not changed by the repair: its rules must keep their handles.
+    let untouched = || {
+        ns.nft(&["-a", "list", "chain", "ip", "kube-proxy", "services"])
+            .expect("list chain")
+    };
+    let untouched_before = untouched();
+    assert!(untouched_before.contains("# handle "), "{untouched_before}");
+
+    let pause = dir.path().join("pause");
+    let mut child = kproxy(
+        &config,
+        &[
+            "repair",
+            "--local",
+            "--netns",
+            ns.name(),
+            "--apply",
+            "--inject-fault",
+            "-o",
+            "json",
+        ],
+    )
+    .arg("--backup-dir")
+    .arg(dir.path())
+    .arg("--pause-before-rollback")
+    .arg(&pause)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn repair");
+    if !wait_for_file(&pause, Duration::from_secs(60)) {
+        let _ = child.kill();
+        panic!("the repair never reached its rollback");
+    }
+    ns.nft_load(OTHER_PROGRAM).expect("the other program");
+    std::fs::remove_file(&pause).expect("release the rollback");
+    let out = child.wait_with_output().expect("repair");
+    expect_exit(&out, 2, "injected fault");
+    let doc = json_doc(&out);
+    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
+    assert_eq!(
+        doc["rollback_error"],
+        serde_json::Value::Null,
+        "{}",
+        text(&out)
+    );
+
+    assert_eq!(
+        tables(&ns),
+        before,
+        "kube-proxy's tables as before the repair"
+    );
+    assert_eq!(
+        untouched(),
+        untouched_before,
+        "an object the repair did not change is left alone (same rule handles)"
+    );
+    // The other program's tables are as it left them.
+    let alone = Netns::new("nftrb-alone").expect("netns");
+    alone.nft_load(FOREIGN).expect("foreign table");
+    alone.nft_load(OTHER_PROGRAM).expect("the other program");
+    for (family, table) in [("inet", "fw"), ("ip", "other")] {
+        assert_eq!(
+            ns.nft(&["list", "table", family, table]).expect("list"),
+            alone.nft(&["list", "table", family, table]).expect("list"),
+            "table {family} {table}"
+        );
+    }
+    // The rollback transaction, beside the backup: only the ip family's changed objects.
+    let backup = doc["backup"].as_str().unwrap_or_default();
+    let script =
+        std::fs::read_to_string(Path::new(backup).join("ip-kube-proxy.rollback")).expect("file");
+    assert!(
+        script.contains("flush chain ip kube-proxy masquerading\n")
+            && script.contains("flush map ip kube-proxy service-ips\n")
+            && script.contains("chain stale-chain {")
+            && !script.contains("chain services {")
+            && !script.contains("table inet")
+            && !script.contains("fw")
+            && !script.contains("ip6 ")
+            && !script.contains("ip other"),
+        "{script}"
+    );
+    assert!(
+        !Path::new(backup).join("ip6-kube-proxy.rollback").exists(),
+        "the family whose transaction failed changed nothing and is not rolled back"
+    );
+}

@@ -173,9 +173,7 @@ fn kubectl_plugin_completion_in_bash() {
     std::os::unix::fs::symlink(bin(), dir.path().join("kubectl-kproxy")).expect("symlink");
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kubectl_complete-kproxy");
     let helper = dir.path().join("kubectl_complete-kproxy");
-    std::fs::copy(&shipped, &helper).expect("copy kubectl_complete-kproxy");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    crate::support::install_executable(&shipped, &helper);
     let run = |words: &[&str]| {
         bash(
             dir.path(),

@@ -303,17 +303,14 @@ fn exec_credential_plugin_supplies_the_token() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("plugin-calls");
     let plugin = dir.path().join("fake-get-token");
-    std::fs::write(
+    crate::support::write_executable(
         &plugin,
-        format!(
+        &format!(
             "#!/bin/sh\necho \"$* profile=$AWS_PROFILE\" >> '{marker}'\n\
              echo '{{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{TOKEN}\"}}}}'\n",
             marker = marker.display()
         ),
-    )
-    .expect("write plugin");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    );
     let user = format!(
         "    exec:
       apiVersion: client.authentication.k8s.io/v1beta1

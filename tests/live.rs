@@ -671,7 +671,7 @@ fn plugin_dir(c: &Cluster) -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::os::unix::fs::symlink(&bin, dir.join("kubectl-kproxy")).expect("symlink");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kubectl_complete-kproxy");
-    std::fs::copy(&script, dir.join("kubectl_complete-kproxy")).expect("copy script");
+    crate::support::install_executable(&script, &dir.join("kubectl_complete-kproxy"));
     Some(dir)
 }
 

@@ -773,7 +773,7 @@ fn release_archive_installs_from_the_manifest_and_runs() {
     assert_eq!(sha_a, sha256_hex(&std::fs::read(&a).expect("archive")));
 
     let bin = dir.path().join("kubectl-kproxy");
-    std::fs::copy(env!("CARGO_BIN_EXE_kubectl-kproxy"), &bin).expect("copy binary");
+    crate::support::install_executable(Path::new(env!("CARGO_BIN_EXE_kubectl-kproxy")), &bin);
     if crate::support::netns::find_tool("strip").is_some() {
         let st = Command::new("strip").arg(&bin).status().expect("strip");
         assert!(st.success());
@@ -844,7 +844,8 @@ fn release_archive_installs_from_the_manifest_and_runs() {
         } else {
             installed.join(to)
         };
-        std::fs::copy(extracted.join(from), &dest).expect("copy file op");
+        // krew copies the files; install keeps our write descriptor out of forked children.
+        crate::support::install_executable(&extracted.join(from), &dest);
     }
     let out = Command::new(installed.join(&platform.bin))
         .arg("--version")

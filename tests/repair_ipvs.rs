@@ -333,7 +333,7 @@ fn repair_ipvs_live_vm() {
     .expect("write config");
     std::fs::copy(case.join("state.json"), tmp.path().join("state.json")).expect("copy state");
     let bin = tmp.path().join("kubectl-kproxy");
-    std::fs::copy(env!("CARGO_BIN_EXE_kubectl-kproxy"), &bin).expect("copy binary");
+    crate::support::install_executable(Path::new(env!("CARGO_BIN_EXE_kubectl-kproxy")), &bin);
     // Debug info only makes the VM's initrd bigger.
     let _ = Command::new("strip")
         .arg("--strip-debug")

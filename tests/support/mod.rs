@@ -42,6 +42,34 @@ pub fn shared(test: &str, sub: &str) -> Option<PathBuf> {
     }
 }
 
+/// Copies `from` to `to` as an executable (mode 0755) with the `install` program, so that no
+/// file descriptor of this process ever has `to` open for writing. Writing it here would race
+/// with the tests running beside us: a child forked by another test thread inherits the open
+/// descriptor until it execs, and running `to` in that window fails with "Text file busy".
+pub fn install_executable(from: &Path, to: &Path) {
+    let status = std::process::Command::new("install")
+        .arg("-m")
+        .arg("0755")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run install");
+    assert!(
+        status.success(),
+        "install {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+/// Writes `text` to `to` as an executable script, through [`install_executable`].
+pub fn write_executable(to: &Path, text: &str) {
+    let staged = to.with_extension("staged");
+    std::fs::write(&staged, text).expect("write the staged script");
+    install_executable(&staged, to);
+    std::fs::remove_file(&staged).expect("remove the staged script");
+}
+
 /// The release-or-debug binary under test.
 pub fn kproxy() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))

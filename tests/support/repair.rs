@@ -65,7 +65,7 @@ pub fn fake_kube_proxy(test: &str, dir: &Path) -> Option<PathBuf> {
         return None;
     };
     let fake = dir.join("kube-proxy");
-    std::fs::copy(sleep, &fake).expect("copy sleep");
+    super::install_executable(Path::new(sleep), &fake);
     Some(fake)
 }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The example cluster's configuration with `mode: nftables`, written into `dir`.
-fn nft_config(dir: &Path) -> PathBuf {
+pub(crate) fn nft_config(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
     assert!(
         text.contains("\nmode: iptables\n"),
@@ -88,7 +88,7 @@ fn repair(config: &Path, ns: &Netns, backups: &Path, extra: &[&str]) -> Output {
 }
 
 /// The (id, service, chain) of every finding that is not info.
-fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
+pub(crate) fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
     report["findings"]
         .as_array()
         .map(|a| {

@@ -112,7 +112,6 @@ pub(super) fn service(svc: &Service) -> Option<InvalidObject> {
     let mut p = Problems::default();
     meta(&mut p, &svc.metadata, dns1123_label, true);
     if let Some(spec) = &svc.spec {
-        let cluster_ip_type = matches!(spec.type_.as_deref(), None | Some("ClusterIP"));
         let ports = spec.ports.as_deref().unwrap_or(&[]);
         let mut names: HashSet<&str> = HashSet::new();
         for (i, port) in ports.iter().enumerate() {
@@ -146,17 +145,14 @@ pub(super) fn service(svc: &Service) -> Option<InvalidObject> {
                 Some(IntOrString::String(s)) => p.check(|| at("targetPort"), s, port_name(s)),
                 None => {}
             }
-            match port.node_port {
-                None | Some(0) => {}
-                Some(n) if port_number(n).is_some() => {
-                    p.number(|| at("nodePort"), n.into(), Some(PORT_RANGE_MSG))
-                }
-                Some(n) if cluster_ip_type => p.number(
-                    || at("nodePort"),
-                    n.into(),
-                    Some("may not be used when type is ClusterIP"),
-                ),
-                Some(_) => {}
+            // The API server also refuses a nodePort on a ClusterIP Service; kube-proxy's own
+            // tests use one (`TestAcceptIPVSTraffic`) and write its rules, so only numbers no
+            // rule can hold are left out.
+            if let Some(n) = port
+                .node_port
+                .filter(|n| *n != 0 && port_number(*n).is_some())
+            {
+                p.number(|| at("nodePort"), n.into(), Some(PORT_RANGE_MSG));
             }
         }
         let affinity = spec.session_affinity.as_deref();

@@ -88,7 +88,7 @@ fn repair(config: &Path, ns: &Netns, backups: &Path, extra: &[&str]) -> Output {
 }
 
 /// The (id, service, chain) of every finding that is not info.
-fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
+pub(crate) fn findings(report: &Value) -> Vec<(String, Option<String>, Option<String>)> {
     report["findings"]
         .as_array()
         .map(|a| {

@@ -8,6 +8,7 @@ mod conntrack_e2e;
 mod conntrack_ipvs;
 mod graph;
 mod hostile;
+mod hostile_state;
 mod hygiene;
 mod ipvs;
 mod kubeconfig;

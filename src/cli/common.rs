@@ -415,6 +415,16 @@ pub fn print_warnings(warnings: &[crate::state::Warning]) {
     warnings.iter().for_each(warn);
 }
 
+/// Prints each distinct warning once, in order: the renders of two families (or two passes)
+/// repeat the warnings of the state they share.
+pub fn print_warnings_once<'w>(warnings: impl IntoIterator<Item = &'w crate::state::Warning>) {
+    let mut seen = std::collections::HashSet::new();
+    warnings
+        .into_iter()
+        .filter(|w| seen.insert(*w))
+        .for_each(warn);
+}
+
 /// `--backend`: which iptables userspace to run ([`Backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendArg {

@@ -353,12 +353,11 @@ pub fn verify_texts(
     };
     let mut findings: Vec<Finding> = Vec::new();
     let mut ports = std::collections::BTreeSet::new();
+    let mut warnings = Vec::new();
     for fam in families(&dump, inputs.facts.family) {
         let expected: ExpectedIpvs =
             px::render(&inputs.state, &inputs.config, &node_view, fam, &opts);
-        for w in &expected.warnings {
-            super::common::warn(w);
-        }
+        warnings.extend(expected.warnings.iter().cloned());
         ports.extend(expected.virtual_servers.iter().map(|v| v.service.clone()));
         let actual = ActualIpvs {
             dump: dump.clone(),
@@ -368,6 +367,8 @@ pub fn verify_texts(
         };
         findings.extend(cmp::verify(&expected, &actual));
     }
+    super::common::print_warnings_once(&warnings);
+    findings.extend(crate::compare::left_out::findings(&inputs.state.invalid));
     let detected = cmp::detect_mode(Some(&dump), v4.or(v6));
     findings.extend(cmp::mode_finding(&inputs.config.mode, detected));
     if !dump.connections.is_empty() {

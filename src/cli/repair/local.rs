@@ -52,6 +52,7 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
     let inputs = load_proxy_inputs(&args.state, &facts, args.node_name.as_deref())?;
     host.ipv6 = inputs.facts.family == crate::state::ip::IpFamily::V6;
     let (expected_text, guard) = expected_and_guard(&inputs, input_facts(&args, &inputs)?);
+    crate::cli::common::print_warnings(&inputs.state.invalid_warnings());
     let painter = Painter::for_stdout();
 
     if let (Some(path), Some(text)) = (&args.iptables_save, given) {

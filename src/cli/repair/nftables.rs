@@ -128,9 +128,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
         guard_facts.configured_mode = "nftables";
     }
     let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
-    for w in targets.iter().flat_map(|t| &t.expected.warnings) {
-        crate::cli::common::warn(w);
-    }
+    crate::cli::common::print_warnings_once(targets.iter().flat_map(|t| &t.expected.warnings));
     let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();
     let endpoints: usize = targets.iter().map(|t| t.expected.endpoint_chains).sum();
     let painter = Painter::for_stdout();

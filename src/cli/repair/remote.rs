@@ -167,6 +167,7 @@ fn repair_through<R: CommandRunner>(
         tool_name(ipv6, backend, "restore")
     );
     let (expected_text, guard) = expected_and_guard(&inputs, input_facts(args, &inputs)?);
+    print_warnings(&inputs.state.invalid_warnings());
     let host = RemoteHost {
         runner,
         runtime: rt.handle().clone(),

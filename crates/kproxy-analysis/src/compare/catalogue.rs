@@ -104,6 +104,10 @@ catalogue! {
     LINES_SKIPPED = "KP013", Info,
         "lines of the dump were skipped (--lenient)", "",
         "check the skipped lines; findings about the rules on them may be wrong";
+    /// An object of the API state the API server would reject, left out of it.
+    INVALID_OBJECT = "KP014", Warning,
+        "API object the API server would reject, left out of the check", "",
+        "fix or remove it where the state comes from (a state file, a bundle, an API endpoint that is not a real API server); the rules of the object left out are not checked, the rest are";
 
     // ---- KP1xx: service entries ----
     /// Cluster IP entry missing.

@@ -12,6 +12,7 @@ pub mod finding;
 pub mod graph_level;
 pub mod grouping;
 pub mod ipvs;
+pub mod left_out;
 pub mod nftables;
 pub mod nodewide;
 pub mod report;

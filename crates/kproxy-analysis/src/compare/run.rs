@@ -16,6 +16,7 @@ use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
 use crate::state::node::NodeFacts;
+use crate::state::validate::InvalidObject;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -86,6 +87,8 @@ struct Planned {
     plans: Vec<ipt::ServiceDecisions>,
     /// Families without a dump, with the number of service ports that were not checked.
     not_collected: Vec<(IpFamily, usize)>,
+    /// The objects the state left out ([`ClusterState::invalid`]).
+    invalid: Vec<InvalidObject>,
 }
 
 impl Planned {
@@ -112,6 +115,7 @@ impl Planned {
         Planned {
             plans,
             not_collected,
+            invalid: state.invalid.clone(),
         }
     }
 }
@@ -196,6 +200,11 @@ impl NodePlans {
     /// Families without a dump, with the number of service ports that were not checked.
     fn not_collected(&self) -> &[(IpFamily, usize)] {
         &self.planned().not_collected
+    }
+
+    /// The objects the state left out ([`ClusterState::invalid`]).
+    fn invalid(&self) -> &[InvalidObject] {
+        &self.planned().invalid
     }
 }
 
@@ -421,6 +430,7 @@ pub fn verify_release(
             );
         }
     }
+    findings.extend(super::left_out::findings(input.plans.invalid()));
     match &input.legacy {
         Some(l) => {
             let legacy = parse(l, &input.parse)?;

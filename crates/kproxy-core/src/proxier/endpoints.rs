@@ -228,6 +228,14 @@ pub fn endpoints_map_with(
                 ));
                 continue;
             };
+            // Loading a state leaves such slices out (`state::validate`); no rule can hold it.
+            if !super::quoting::writable_port(port_num) {
+                warnings.push(Warning::new(
+                    slice_label(s),
+                    format!("ports[{pi}] ({port_name:?}) port {port_num} is not a port number (0–65535); port ignored"),
+                ));
+                continue;
+            }
             let proto_text = port.protocol.as_deref().unwrap_or("TCP");
             let Some(protocol) = Protocol::parse(proto_text) else {
                 warnings.push(Warning::new(

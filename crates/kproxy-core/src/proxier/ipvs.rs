@@ -374,7 +374,7 @@ pub fn render(
     let mut add = |d: &sets::SetDef, e: String| {
         set_entries.entry(d.base).or_default().insert(e);
     };
-    let mut warnings = Vec::new();
+    let mut warnings = state.invalid_warnings();
     let view = ports::NodeView {
         name: &node.name,
         zone: &node.zone,

@@ -6,5 +6,6 @@ pub mod canonical;
 pub mod endpoints;
 pub mod iptables;
 pub mod nftables;
+pub mod quoting;
 pub mod service_port;
 pub mod version;

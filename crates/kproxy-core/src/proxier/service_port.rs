@@ -309,12 +309,7 @@ fn service_ports_honouring(
         }
     }
     let mut lb_vips = Vec::new();
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_deref())
-        .unwrap_or(&[]);
+    let ingress = crate::state::load::load_balancer_ingress(svc);
     for ing in ingress {
         let ip = ing.ip.as_deref().unwrap_or("");
         if ip.is_empty() || (honour_ip_mode && ing.ip_mode.as_deref().is_some_and(|m| m != "VIP")) {
@@ -369,6 +364,13 @@ fn service_ports_honouring(
             port: p.name.clone().unwrap_or_default(),
             protocol,
         };
+        if let Some(why) = unwritable(&spn, p, health_check_node_port, session_affinity_seconds) {
+            warnings.push(Warning::new(
+                label(),
+                format!("spec.ports[{i}] is not rendered: {why}"),
+            ));
+            continue;
+        }
         let info = ServicePortInfo {
             name_string: spn.to_string(),
             name: spn,
@@ -404,6 +406,42 @@ fn service_ports_honouring(
         }
     }
     out
+}
+
+/// Why a service port cannot be written into rules safely (a name that is not plain, a number
+/// no rule can hold), or `None`. Loading a state leaves out such Services already
+/// ([`crate::state::validate`]); this keeps any other state from reaching the writers.
+fn unwritable(
+    spn: &ServicePortName,
+    port: &k8s_openapi::api::core::v1::ServicePort,
+    health_check_node_port: i32,
+    affinity_seconds: Option<i32>,
+) -> Option<String> {
+    use super::quoting::{unwritable_name, writable_port};
+    for (what, part) in [
+        ("namespace", &spn.namespace),
+        ("name", &spn.name),
+        ("port name", &spn.port),
+    ] {
+        if let Some(why) = unwritable_name(part) {
+            return Some(format!(
+                "its {what} {} {why}",
+                crate::state::validate::shown_value(part)
+            ));
+        }
+    }
+    let numbers = [
+        ("port", port.port),
+        ("nodePort", port.node_port.unwrap_or(0)),
+        ("healthCheckNodePort", health_check_node_port),
+    ];
+    if let Some((what, n)) = numbers.into_iter().find(|(_, n)| !writable_port(*n)) {
+        return Some(format!("its {what} {n} is not a port number (0–65535)"));
+    }
+    match affinity_seconds {
+        Some(t) if t <= 0 => Some(format!("its session affinity timeout {t} is not positive")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //!
 //! Only `Service`, `EndpointSlice`, `Node` and `ServiceCIDR` objects are kept; other kinds are skipped (logged at
 //! debug level). Malformed input is an error with `file:line:col`; an object whose fields have the
-//! wrong type is an error naming the file, the object and the field path.
+//! wrong type is an error naming the file, the object and the field path. An object the API
+//! server would reject (a name with a quote or a line break, a port out of range) is left out
+//! and recorded in [`ClusterState::invalid`] ([`super::validate`]).
 
 use super::ClusterState;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -78,6 +80,7 @@ pub fn from_files(paths: &[PathBuf]) -> Result<ClusterState, StateError> {
         state.endpoint_slices.extend(part.endpoint_slices);
         state.nodes.extend(part.nodes);
         state.service_cidrs.extend(part.service_cidrs);
+        state.invalid.extend(part.invalid);
     }
     Ok(state)
 }
@@ -155,12 +158,20 @@ fn yaml_error(e: &serde_saphyr::Error, source_name: &str) -> StateError {
     }
 }
 
-/// Parses one text (JSON or YAML) into a [`ClusterState`]; `source_name` is used in errors.
+/// Parses one text (JSON or YAML) into a [`ClusterState`], leaving out the objects the API
+/// server would reject ([`super::validate::leave_out_invalid`]); `source_name` is used in errors.
+pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
+    let mut state = decode_all(text, source_name)?;
+    super::validate::leave_out_invalid(&mut state);
+    Ok(state)
+}
+
+/// Every object of one text, as decoded.
 ///
 /// JSON takes the direct decoder (objects decoded straight from the text); when that declines
 /// (any error or unusual layout) the text is parsed again through `serde_json::Value`, which gives
 /// the precise `file:line:col` / object / field messages.
-pub fn from_str(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
+fn decode_all(text: &str, source_name: &str) -> Result<ClusterState, StateError> {
     if let Some(state) = direct::from_json(text)
         && !state.is_empty()
     {
@@ -590,6 +601,15 @@ pub fn slice_key(slice: &EndpointSlice) -> String {
 /// The name of a Node.
 pub fn node_key(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or("")
+}
+
+/// A Service's `status.loadBalancer.ingress` (none when absent).
+pub fn load_balancer_ingress(svc: &Service) -> &[LoadBalancerIngress] {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or(&[])
 }
 
 #[cfg(test)]

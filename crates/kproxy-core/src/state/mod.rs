@@ -20,6 +20,9 @@ pub struct ClusterState {
     /// ServiceCIDRs (networking.k8s.io/v1): the nftables proxier drops traffic to their
     /// unallocated addresses.
     pub service_cidrs: Vec<ServiceCIDR>,
+    /// Objects the API server would have rejected, left out of the lists above when the state
+    /// was loaded ([`validate::leave_out_invalid`]).
+    pub invalid: Vec<validate::InvalidObject>,
 }
 
 /// The inputs of the proxier emulation: what kube-proxy reads (the API objects, its
@@ -35,6 +38,15 @@ pub struct ProxyInputs {
 }
 
 impl ClusterState {
+    /// The warnings of the objects left out when the state was loaded, which every render
+    /// starts with.
+    pub fn invalid_warnings(&self) -> Vec<Warning> {
+        self.invalid
+            .iter()
+            .map(validate::InvalidObject::warning)
+            .collect()
+    }
+
     /// Whether the state holds no object at all.
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
@@ -48,10 +60,11 @@ pub mod config;
 pub mod ip;
 pub mod load;
 pub mod node;
+pub mod validate;
 pub mod version;
 
 /// Something kube-proxy would ignore (or log) rather than fail on: the object it concerns and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Warning {
     /// What the warning is about: `Service ns/name`, `EndpointSlice ns/name`, `file:field`, …
     pub object: String,

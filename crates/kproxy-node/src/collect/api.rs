@@ -82,13 +82,17 @@ pub async fn fetch_cluster_state(conn: &Connection) -> Result<ClusterState, ApiE
     );
     let nodes = list_nodes(conn, None);
     let (services, endpoint_slices, nodes) = futures::try_join!(services, slices, nodes)?;
-    Ok(ClusterState {
+    let mut state = ClusterState {
         services,
         endpoint_slices,
         nodes,
         // Not fetched: only the nftables proxier reads them, and clusters before 1.33 lack the API.
         service_cidrs: Vec::new(),
-    })
+        invalid: Vec::new(),
+    };
+    // What an API endpoint serves is checked as a file is: it may not be a real API server.
+    crate::state::validate::leave_out_invalid(&mut state);
+    Ok(state)
 }
 
 /// Lists Nodes, optionally filtered by a label selector (`-l`).

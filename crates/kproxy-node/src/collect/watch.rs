@@ -40,14 +40,18 @@ impl ClusterWatch {
         let _ = self.nodes.wait_until_ready().await;
     }
 
-    /// The objects the watches hold now.
+    /// The objects the watches hold now, less those the API server would reject
+    /// ([`crate::state::validate`]).
     pub fn state(&self) -> ClusterState {
-        ClusterState {
+        let mut state = ClusterState {
             services: snapshot(&self.services),
             endpoint_slices: snapshot(&self.slices),
             nodes: snapshot(&self.nodes),
             service_cidrs: Vec::new(),
-        }
+            invalid: Vec::new(),
+        };
+        crate::state::validate::leave_out_invalid(&mut state);
+        state
     }
 
     /// Completes at the next change (an added, updated or deleted object, a completed re-list),

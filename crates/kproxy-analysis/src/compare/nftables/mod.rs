@@ -317,6 +317,7 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
         out.extend(findings::findings(&d, &expected.index, table));
         service_ports += ports;
     }
+    out.extend(super::left_out::findings(&input.state.invalid));
     out.extend(leftovers::iptables_leftovers(&input.iptables));
     out.extend(leftovers::ipvs_leftovers(input.ipvsadm, input.ipset));
     if input.iptables.is_empty() {

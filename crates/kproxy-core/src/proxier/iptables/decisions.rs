@@ -370,7 +370,7 @@ pub(super) fn prepare<'f>(
     let config: &ProxyConfig = &gated;
     let family = facts.family;
     let version = facts.kube_proxy_version;
-    let mut warnings = Vec::new();
+    let mut warnings = state.invalid_warnings();
     let mut services: Vec<(&str, &str, &k8s_openapi::api::core::v1::Service)> = state
         .services
         .iter()

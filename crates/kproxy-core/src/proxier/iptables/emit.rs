@@ -43,19 +43,16 @@ impl<'t> Line<'t> {
         crate::state::ip::push_int(self.buf, i64::from(n));
         self
     }
-    /// `-m comment --comment "<parts…>"`.
+    /// `-m comment --comment "<parts…>"` (escaped where a part needs it).
     pub(super) fn comment_q(self, parts: &[&str]) -> Self {
-        self.buf.push_str(" -m comment --comment \"");
-        for p in parts {
-            self.buf.push_str(p);
-        }
-        self.buf.push('"');
+        self.buf.push_str(" -m comment --comment ");
+        crate::proxier::quoting::push_iptables_quoted(self.buf, parts);
         self
     }
-    /// `-m comment --comment <word>` (unquoted).
+    /// `-m comment --comment <word>` (unquoted, as kube-proxy writes it, unless it needs quotes).
     pub(super) fn comment(self, word: &str) -> Self {
         self.buf.push_str(" -m comment --comment ");
-        self.buf.push_str(word);
+        crate::proxier::quoting::push_iptables_word(self.buf, word);
         self
     }
     pub(super) fn end(self) {

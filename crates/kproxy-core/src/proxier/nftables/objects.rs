@@ -159,12 +159,14 @@ pub enum Object<'a> {
 }
 
 /// Appends `s` quoted as Go's `%q` does for the text kube-proxy writes (printable ASCII kept,
-/// `"` and `\` escaped, anything else as `\xNN` / `\u` escapes).
+/// `\` escaped, anything else as `\xNN` / `\u` escapes), except `"`: nft reads a quoted string
+/// up to the next `"` and knows no escapes, so `\"` would end it and let the rest of the value
+/// be read as commands; it is written as the visible text `\x22` instead.
 pub fn push_go_quoted(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
-            '"' => out.push_str("\\\""),
+            '"' => out.push_str("\\x22"),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
@@ -459,6 +461,6 @@ mod tests {
         );
         let mut q = String::new();
         push_go_quoted(&mut q, "a\"b\\c\u{1}é");
-        assert_eq!(q, "\"a\\\"b\\\\c\\x01é\"");
+        assert_eq!(q, "\"a\\x22b\\\\c\\x01é\"");
     }
 }

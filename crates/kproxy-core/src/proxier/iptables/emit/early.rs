@@ -8,6 +8,7 @@
 use super::{
     BalancingComments, Emitter, Line, ServicePortDecisions, host_prefix, write_balancing_rules,
 };
+use crate::proxier::quoting::{iptables_quoted, iptables_word};
 use std::net::IpAddr;
 
 /// The `-d`/`-s` text of an address: bare from 1.23, a host CIDR before.
@@ -52,7 +53,7 @@ impl Emitter {
                 "-m".into(),
                 "comment".into(),
                 "--comment".into(),
-                format!("\"{spn} {comment}\""),
+                iptables_quoted(&[spn, " ", comment]),
                 "-m".into(),
                 proto.into(),
                 "-p".into(),
@@ -172,7 +173,11 @@ impl Emitter {
                 &["-j", fw],
             );
             let fw_comment = ["-m", "comment", "--comment"].map(String::from);
-            let fw_args = [&fw_comment[..], &[format!("\"{spn} loadbalancer IP\"")]].concat();
+            let fw_args = [
+                &fw_comment[..],
+                &[iptables_quoted(&[spn, " loadbalancer IP"])],
+            ]
+            .concat();
             if !local {
                 self.nat_rule(fw, &fw_args, &["-j", "KUBE-MARK-MASQ"]);
             }
@@ -193,11 +198,12 @@ impl Emitter {
         if info.node_port != 0 {
             let node_port = info.node_port.to_string();
             if has_endpoints {
+                let spn_word = iptables_word(spn);
                 let args: Vec<String> = [
                     "-m",
                     "comment",
                     "--comment",
-                    spn,
+                    &spn_word,
                     "-m",
                     proto,
                     "-p",

@@ -493,7 +493,7 @@ impl<'d> Walker<'_, 'd> {
                 Ok(Flow::Next)
             };
             match stmt {
-                Stmt::Counter(_) | Stmt::Log(_) => {}
+                Stmt::Counter(_) | Stmt::NamedCounter(_) | Stmt::Log(_) => {}
                 Stmt::Match { left, op, right } => {
                     if let Expr::Numgen {
                         mode,

@@ -73,25 +73,7 @@ impl<'a> NftGraphs<'a> {
         let destinations = ruleset
             .tables
             .iter()
-            .map(|t| {
-                t.chains
-                    .iter()
-                    .map(|c| {
-                        let mut texts: Vec<String> = Vec::new();
-                        for s in c.rules.iter().flat_map(|r| &r.stmts) {
-                            if let Some(Ok(pick)) = dnat::dnat_pick(s, t) {
-                                for (target, _) in &pick.arms {
-                                    let text = target.text();
-                                    if !texts.contains(&text) {
-                                        texts.push(text);
-                                    }
-                                }
-                            }
-                        }
-                        texts
-                    })
-                    .collect()
-            })
+            .map(|t| t.chains.iter().map(|c| destinations_of(t, c)).collect())
             .collect();
         NftGraphs {
             ruleset,
@@ -160,6 +142,73 @@ impl<'a> NftGraphs<'a> {
             })
             .collect()
     }
+}
+
+/// What this build does not know in a kube-proxy table ([`layout`]), by where it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownLayout {
+    /// Per service port (`ns/name:port`, or `<hash:…>`): what is on its path.
+    pub ports: Vec<(String, Vec<UnknownObject>)>,
+    /// What is on no service port's path.
+    pub elsewhere: Vec<UnknownObject>,
+}
+
+impl UnknownLayout {
+    /// True when this build knows everything in the table.
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty() && self.elsewhere.is_empty()
+    }
+
+    /// Whether what is on no port's path is a statement of a fixed chain, which every service
+    /// port's traffic passes: then no service port's path is known.
+    pub fn in_shared_chains(&self) -> bool {
+        self.elsewhere
+            .iter()
+            .any(|u| u.kind == super::UnknownKind::Statement && layout::fixed_chain(&u.name))
+    }
+}
+
+/// What this build does not know in kube-proxy's `table`, by service port (on its path) and
+/// elsewhere. Building the graph is needed to place it, so a table this build knows all of is
+/// not graphed.
+pub fn unknown_layout(table: &Table<'_>) -> UnknownLayout {
+    if layout::unknown_objects(table).is_empty() {
+        return UnknownLayout::default();
+    }
+    let destinations: Vec<Vec<String>> = table
+        .chains
+        .iter()
+        .map(|c| destinations_of(table, c))
+        .collect();
+    let g = build_table(table, &destinations, true);
+    let ports: Vec<(String, Vec<UnknownObject>)> = g
+        .service_ports
+        .iter()
+        .filter(|p| !p.unknown_layout.is_empty())
+        .map(|p| (p.display_name(), p.unknown_layout.clone()))
+        .collect();
+    let on_path: HashSet<&UnknownObject> = ports.iter().flat_map(|(_, u)| u).collect();
+    let elsewhere = layout::unknown_objects(table)
+        .into_iter()
+        .filter(|u| !on_path.contains(u))
+        .collect();
+    UnknownLayout { ports, elsewhere }
+}
+
+/// Every destination the DNATs of `chain` send to, as text, in rule and map order.
+fn destinations_of(table: &Table<'_>, chain: &nft::Chain<'_>) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    for s in chain.rules.iter().flat_map(|r| &r.stmts) {
+        if let Some(Ok(pick)) = dnat::dnat_pick(s, table) {
+            for (target, _) in &pick.arms {
+                let text = target.text();
+                if !texts.contains(&text) {
+                    texts.push(text);
+                }
+            }
+        }
+    }
+    texts
 }
 
 /// Whether `t` is kube-proxy's table (`table ip kube-proxy` / `table ip6 kube-proxy`).

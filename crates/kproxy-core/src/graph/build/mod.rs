@@ -20,7 +20,7 @@ use super::{
 };
 use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
-use crate::parsers::iptables::{Rule, Target};
+use crate::parsers::iptables::{Rule, Target, TargetKind};
 use port::{PortChain, PortMap, push_tight};
 use rule_summary::{RuleSummary, interface_condition, proto_name, source_condition};
 use std::borrow::Cow;
@@ -458,6 +458,15 @@ impl<'a> Builder<'a> {
         let mut saw_probability = false;
         for (r, jump) in nat.rules_with_jumps(pc.index) {
             let Some(to) = self.masquerade_or_jump(port, chain, kind, r) else {
+                // Besides its jumps, kube-proxy writes only the masquerade mark here (in every
+                // release this build knows); a rule without a target only counts.
+                if !matches!(
+                    r.target_kind(),
+                    None | Some(TargetKind::Jump | TargetKind::Goto)
+                ) && !self.is_masq(r.target().as_ref())
+                {
+                    self.unknown_rule(port, chain, r);
+                }
                 continue;
             };
             match service_chain(to) {
@@ -528,7 +537,8 @@ impl<'a> Builder<'a> {
                     let v = verdict("nat", chain, "KUBE-MARK-DROP", reason, r);
                     push_tight(&mut self.ports.at(port).verdicts, v);
                 }
-                _ => {}
+                // A jump kube-proxy does not write from a policy chain.
+                _ => self.unknown_rule(port, chain, r),
             }
         }
         if saw_probability && remaining > 1e-6 {
@@ -544,6 +554,32 @@ impl<'a> Builder<'a> {
                 ),
             });
         }
+    }
+
+    /// A rule of `port`'s policy chain whose target this build does not know kube-proxy to
+    /// write: the port is of unknown layout (nothing is concluded of its endpoints), an
+    /// `unknown-layout` anomaly says so.
+    fn unknown_rule(&mut self, port: usize, chain: &'a str, r: &Rule<'a>) {
+        let u = super::UnknownObject {
+            kind: super::UnknownKind::Rule,
+            name: chain.to_string(),
+            line: Some(r.line),
+            text: Some(r.raw.to_string()),
+        };
+        let p = self.ports.at(port);
+        let service = p.name.as_deref().map(str::to_string);
+        self.anomalies.push(super::Anomaly {
+            kind: super::AnomalyKind::UnknownLayout,
+            table: "nat".into(),
+            chain: Some(chain.to_string()),
+            line: Some(r.line),
+            service,
+            message: format!(
+                "on this service port's path: {}",
+                super::unknown_layout_message(std::slice::from_ref(&u))
+            ),
+        });
+        push_tight(&mut self.ports.at(port).unknown_layout, u);
     }
 
     fn external_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The example cluster's configuration with `mode: nftables`, written into `dir`.
-fn nft_config(dir: &Path) -> PathBuf {
+pub(crate) fn nft_config(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
     assert!(
         text.contains("\nmode: iptables\n"),
@@ -33,7 +33,7 @@ fn nft_config(dir: &Path) -> PathBuf {
 }
 
 /// `kubectl-kproxy ARGS… --state … --config CONFIG` without colour.
-fn kproxy(config: &Path, args: &[&str]) -> Command {
+pub(crate) fn kproxy(config: &Path, args: &[&str]) -> Command {
     let mut cmd = crate::support::kproxy();
     cmd.args(args)
         .arg("--state")
@@ -49,7 +49,7 @@ fn run(mut cmd: Command) -> Output {
 }
 
 /// `render --mode nftables` of one family.
-fn render(config: &Path, family: &str) -> String {
+pub(crate) fn render(config: &Path, family: &str) -> String {
     let o = run(kproxy(
         config,
         &["render", "--mode", "nftables", "--ip-family", family],

@@ -624,8 +624,8 @@ impl<'d> Walker<'_, 'd> {
                     return self.verdict(b, v, here);
                 }
                 Stmt::Nat(nat) => {
-                    if let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
-                        && pick.modulus > 1
+                    if matches!(nat.addr, Some(Expr::Map { .. }))
+                        && let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
                     {
                         return Ok(self.numgen_dnat(b, f, rule, number, &pick, random));
                     }

@@ -35,6 +35,14 @@ const FIXED_CHAINS: &[&str] = &[
     kp::FIREWALL_CHECK_CHAIN,
     kp::MARK_MASQ_CHAIN,
     kp::MASQUERADING_CHAIN,
+    // The chains of the earlier nftables layouts (the 1.29 alpha's `endpoints-check`,
+    // `forward` and `firewall-allow-check`; later `filter-prerouting` at dstnat - 10 and
+    // `filter-output-post-dnat` at dstnat + 10), still on nodes that never resynced.
+    "filter-prerouting",
+    "filter-output-post-dnat",
+    "endpoints-check",
+    "forward",
+    "firewall-allow-check",
 ];
 
 /// The fixed sets and maps of every release this build knows.
@@ -48,6 +56,9 @@ const FIXED_SETS: &[&str] = &[
     kp::NO_ENDPOINT_NODEPORTS_MAP,
     kp::FIREWALL_IPS_MAP,
     kp::LOCALHOST_NODEPORT_REJECT_MAP,
+    // The 1.29 alpha's firewall sets.
+    "firewall",
+    "firewall-allow",
 ];
 
 /// Whether `name` is one of kube-proxy's fixed chains (shared by every service port) in a

@@ -941,6 +941,51 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::probability_label;
+    use crate::graph::{AnomalyKind, GraphOptions, UnknownKind, from_text};
+    use crate::parsers::iptables::ParseOptions;
+
+    /// A KUBE-SVC rule whose target kube-proxy never writes there makes its port one of unknown
+    /// layout; the other port is read as ever.
+    #[test]
+    fn a_policy_rule_kube_proxy_never_writes_is_unknown() {
+        let dump = "*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]
+:KUBE-SVC-BBBBBBBBBBBBBBBB - [0:0]
+:KUBE-SEP-CCCCCCCCCCCCCCCC - [0:0]
+:KUBE-SEP-DDDDDDDDDDDDDDDD - [0:0]
+:KUBE-POOL-V9 - [0:0]
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"ns/a:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA
+-A KUBE-SERVICES -d 10.96.0.11/32 -p tcp -m comment --comment \"ns/b:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-BBBBBBBBBBBBBBBB
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment \"ns/a:http -> 10.244.1.1:8080\" -j KUBE-POOL-V9
+-A KUBE-SVC-BBBBBBBBBBBBBBBB -m comment --comment \"ns/b:http -> 10.244.1.2:8080\" -j KUBE-SEP-DDDDDDDDDDDDDDDD
+-A KUBE-SEP-DDDDDDDDDDDDDDDD -p tcp -m comment --comment ns/b:http -m tcp -j DNAT --to-destination 10.244.1.2:8080
+-A KUBE-POOL-V9 -p tcp -j DNAT --to-destination 10.244.1.1:8080
+COMMIT
+";
+        let g = from_text(
+            dump,
+            "dump",
+            &ParseOptions::default(),
+            &GraphOptions::default(),
+        )
+        .expect("parses");
+        let a = g.ports_of("ns", "a");
+        let b = g.ports_of("ns", "b");
+        assert_eq!(a[0].unknown_layout.len(), 1, "{:?}", a[0]);
+        assert_eq!(a[0].unknown_layout[0].kind, UnknownKind::Rule);
+        assert_eq!(a[0].unknown_layout[0].name, "KUBE-SVC-AAAAAAAAAAAAAAAA");
+        assert!(b[0].unknown_layout.is_empty());
+        assert_eq!(b[0].endpoints[0].destination, Some("10.244.1.2:8080"));
+        assert!(
+            g.anomalies
+                .iter()
+                .any(|x| x.kind == AnomalyKind::UnknownLayout
+                    && x.service.as_deref() == Some("ns/a:http")),
+            "{:?}",
+            g.anomalies
+        );
+    }
 
     #[test]
     fn probability_labels_match_the_float_formatter() {

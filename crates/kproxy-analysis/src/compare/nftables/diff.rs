@@ -118,7 +118,7 @@ pub struct TableDiff<'t, 'e, 'a> {
     pub chains: Vec<ChainDiff<'t, 'e, 'a>>,
     /// Sets and maps that differ, by name.
     pub sets: Vec<SetDiff<'t, 'e, 'a>>,
-    /// Named objects (counters, quotas, …) of the node's table, which kube-proxy never writes.
+    /// Named objects (counters, quotas, …) of the node's table that the render does not have.
     pub extra_objects: Vec<&'t kproxy_parsers::nft::Object<'a>>,
 }
 
@@ -253,7 +253,17 @@ pub fn diff<'t, 'e, 'a>(
         table_missing: false,
         chains,
         sets,
-        extra_objects: actual.objects.iter().collect(),
+        // kube-proxy writes named counters since 1.38 (localhost NodePort rejects).
+        extra_objects: actual
+            .objects
+            .iter()
+            .filter(|o| {
+                !expected
+                    .objects
+                    .iter()
+                    .any(|e| e.kind == o.kind && e.name == o.name)
+            })
+            .collect(),
     }
 }
 

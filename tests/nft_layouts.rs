@@ -18,6 +18,7 @@
 use crate::nft_graph_trace::{
     CLIENT_IP, NODE_IP, check_rejected, check_spread, json, kproxy, predict_both, str_of,
 };
+use crate::nft_parse::loadable;
 use crate::support::netns::{Netns, Pod, Topology, ip, require_root_and_tools};
 use crate::support::repair::{expect_exit, json_doc, text};
 use serde_json::Value;
@@ -32,22 +33,6 @@ fn golden() -> Option<(String, Value)> {
     let state = std::fs::read_to_string(dir.join("render/overall-nftables-rules-1.36/state.json"))
         .expect("its state");
     Some((dump, serde_json::from_str(&state).expect("state json")))
-}
-
-/// A knftables dump in an order `nft -f` accepts: the table, every chain, set and map, then
-/// rules and elements (as `../shared/conformance/nftables/to_loadable.py` orders it).
-fn loadable(dump: &str) -> String {
-    let rank = |l: &str| match l.split(' ').nth(1) {
-        Some("table") => 0,
-        Some("chain" | "set" | "map" | "counter") => 1,
-        _ => 2,
-    };
-    let mut lines: Vec<&str> = dump
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-        .collect();
-    lines.sort_by_key(|l| rank(l));
-    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Loads `table` into a fresh namespace and writes its listings into `dir`: `[nft list

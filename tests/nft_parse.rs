@@ -71,11 +71,11 @@ fn sort_transaction(text: &str) -> Vec<String> {
     lines.into_iter().map(str::to_string).collect()
 }
 
-/// `to_loadable.py`: the table first, then chains/sets/maps, then rules/elements.
-fn loadable(dump: &str) -> String {
+/// `to_loadable.py`: the table first, then chains/sets/maps/counters, then rules/elements.
+pub(crate) fn loadable(dump: &str) -> String {
     let rank = |l: &str| match l.split(' ').nth(1) {
         Some("table") => 0,
-        Some("chain" | "set" | "map") => 1,
+        Some("chain" | "set" | "map" | "counter") => 1,
         _ => 2,
     };
     let mut lines: Vec<&str> = dump

@@ -11,6 +11,7 @@
 //! the service chain when it has one endpoint (1.37). Each value of the numgen picks one map
 //! entry, so an entry's share is the number of its keys over N.
 
+use super::port_of;
 use crate::parsers::nft::{BinOp, Element, Expr, NatKind, Rule, Stmt, Table, Verdict};
 use std::net::IpAddr;
 
@@ -52,13 +53,6 @@ pub fn dnat_target(stmt: &Stmt<'_>) -> Option<DnatTarget> {
                 port: n.port.as_ref().and_then(port_of),
             })
         }
-        _ => None,
-    }
-}
-
-fn port_of(e: &Expr<'_>) -> Option<u16> {
-    match e {
-        Expr::Number(n) => u16::try_from(*n).ok(),
         _ => None,
     }
 }

@@ -253,6 +253,7 @@ pub fn protocol_of(e: &Expr<'_>) -> Option<&'static str> {
     }
 }
 
+/// A port number constant.
 fn port_of(e: &Expr<'_>) -> Option<u16> {
     match e {
         Expr::Number(n) => u16::try_from(*n).ok(),

@@ -13,6 +13,7 @@
 
 use super::port_of;
 use crate::parsers::nft::{BinOp, Element, Expr, NatKind, Rule, Stmt, Table, Verdict};
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 /// A DNAT statement's target.
@@ -327,6 +328,24 @@ fn is_connection_key(parts: &[Expr<'_>]) -> bool {
         if address(s, "saddr") && address(d, "daddr") && l4 == "l4proto" && protocol == "th" && field == "dport")
 }
 
+/// The connections of endpoints to themselves a hairpin set holds: `(ip, protocol, port)` of
+/// each `IP . IP . PROTO . PORT` element (a set of a large node has one per local endpoint, so
+/// it is read once, not per endpoint).
+pub fn hairpin_members(table: &Table<'_>, set: &str) -> HashSet<(IpAddr, &'static str, u16)> {
+    let Some(set) = table.set(set) else {
+        return HashSet::new();
+    };
+    set.elements
+        .iter()
+        .filter_map(|e| match super::key_parts(&e.key) {
+            [Expr::Addr(s), Expr::Addr(d), proto, p] if s == d => {
+                Some((*s, super::protocol_of(proto)?, port_of(p)?))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether `set` holds `ip . ip . protocol . port`: a connection of the endpoint to itself.
 pub fn set_holds_hairpin(
     table: &Table<'_>,
@@ -335,18 +354,8 @@ pub fn set_holds_hairpin(
     protocol: &str,
     port: u16,
 ) -> bool {
-    let Some(set) = table.set(set) else {
-        return false;
-    };
-    set.elements.iter().any(|e| match super::key_parts(&e.key) {
-        [Expr::Addr(s), Expr::Addr(d), proto, p] => {
-            *s == ip
-                && *d == ip
-                && super::protocol_of(proto) == Some(protocol)
-                && port_of(p) == Some(port)
-        }
-        _ => false,
-    })
+    let protocol = super::protocol_of(&Expr::Symbol(protocol.into()));
+    protocol.is_some_and(|proto| hairpin_members(table, set).contains(&(ip, proto, port)))
 }
 
 #[cfg(test)]

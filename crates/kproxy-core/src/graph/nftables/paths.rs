@@ -381,15 +381,23 @@ impl<'r, 'a> Builder<'r, 'a> {
         if rules.is_empty() {
             return;
         }
+        let members: Vec<_> = rules
+            .iter()
+            .map(|h| dnat::hairpin_members(self.table, h.set))
+            .collect();
         for p in 0..self.ports.len() {
-            let Some(protocol) = self.ports[p].protocol.clone() else {
+            let Some(protocol) = self.ports[p]
+                .protocol
+                .as_deref()
+                .and_then(|p| super::protocol_of(&Expr::Symbol(Cow::Borrowed(p))))
+            else {
                 continue;
             };
-            for h in &rules {
+            for (h, members) in rules.iter().zip(&members) {
                 let mut any = false;
                 for ep in &mut self.ports[p].endpoints {
                     if let (Some(ip), Some(port)) = (ep.ip, ep.port)
-                        && dnat::set_holds_hairpin(self.table, h.set, ip, &protocol, port)
+                        && members.contains(&(ip, protocol, port))
                     {
                         ep.hairpin_masquerade = true;
                         any = true;

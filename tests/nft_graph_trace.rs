@@ -37,7 +37,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 /// Runs the binary; its stdout, or a panic with stderr when it exits non-zero.
-fn kproxy(args: &[&str]) -> String {
+pub(crate) fn kproxy(args: &[&str]) -> String {
     let out = run(args);
     assert!(
         out.status.success(),
@@ -47,11 +47,11 @@ fn kproxy(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-fn json(args: &[&str]) -> Value {
+pub(crate) fn json(args: &[&str]) -> Value {
     serde_json::from_str(&kproxy(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
+pub(crate) fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
     v.get(key)
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("missing {key} in {v}"))
@@ -510,8 +510,8 @@ fn nft_path_view_counters() {
 
 // ---- the real kernel ----------------------------------------------------------------------------
 
-const NODE_IP: &str = "192.168.77.2";
-const CLIENT_IP: &str = "192.168.77.3";
+pub(crate) const NODE_IP: &str = "192.168.77.2";
+pub(crate) const CLIENT_IP: &str = "192.168.77.3";
 /// A second client address inside the cluster CIDR (10.244.0.0/16): not masqueraded.
 const POD_CIDR_CLIENT_IP: &str = "10.244.50.3";
 const CLUSTER_IP: &str = "172.30.0.10:80";
@@ -555,9 +555,9 @@ const N: usize = 400;
 
 /// What `trace --packet --model kernel -o json` predicts on `listing`: (probability, DNAT,
 /// verdict, masquerade source or None) per outcome.
-type Prediction = Vec<(f64, Option<String>, String, Option<String>)>;
+pub(crate) type Prediction = Vec<(f64, Option<String>, String, Option<String>)>;
 
-fn predict(listing: &Path, packet: &str, from: &str) -> Prediction {
+pub(crate) fn predict(listing: &Path, packet: &str, from: &str) -> Prediction {
     let v = json(&[
         "trace",
         "--nft-ruleset",
@@ -590,7 +590,7 @@ fn predict(listing: &Path, packet: &str, from: &str) -> Prediction {
 }
 
 /// The prediction on the text listing, checked equal to the one on the JSON listing.
-fn predict_both(listings: &[PathBuf; 2], packet: &str, from: &str) -> Prediction {
+pub(crate) fn predict_both(listings: &[PathBuf; 2], packet: &str, from: &str) -> Prediction {
     let text = predict(&listings[0], packet, from);
     let json = predict(&listings[1], packet, from);
     assert_eq!(text, json, "{packet}: text and JSON listings disagree");
@@ -598,7 +598,7 @@ fn predict_both(listings: &[PathBuf; 2], packet: &str, from: &str) -> Prediction
 }
 
 /// The pods of the topology by address.
-fn pod_of(topo: &Topology, dnat: &str) -> String {
+pub(crate) fn pod_of(topo: &Topology, dnat: &str) -> String {
     let dnat = addr(dnat).ip();
     topo.pod_names()
         .into_iter()
@@ -609,7 +609,7 @@ fn pod_of(topo: &Topology, dnat: &str) -> String {
 
 /// Chi-square of `tally` against the predicted shares and its critical value at p = 1e-6
 /// (k-1 degrees of freedom): many checks run per suite, a wrong share still fails by far.
-fn chi_square(tally: &Tally, shares: &BTreeMap<String, f64>) -> (f64, f64) {
+pub(crate) fn chi_square(tally: &Tally, shares: &BTreeMap<String, f64>) -> (f64, f64) {
     let n = tally.ok() as f64;
     let stat = shares
         .iter()
@@ -625,15 +625,15 @@ const REFUSED: &str = "refused";
 
 /// Real connections from `from` agree with `predicted`: every outcome either ACCEPTed with a
 /// DNAT to a pod or REJECTed, the spread over pods and refusals passes chi-square, the pods see
-/// the predicted source.
-fn check_spread(
+/// the predicted source. Returns what the connections met.
+pub(crate) fn check_spread(
     what: &str,
     topo: &Topology,
     from: &Netns,
     src: Option<&str>,
     dst: &str,
     predicted: &Prediction,
-) {
+) -> Tally {
     let mut shares: BTreeMap<String, f64> = BTreeMap::new();
     let mut peers = BTreeSet::new();
     for (p, dnat, verdict, masq) in predicted {
@@ -683,9 +683,10 @@ fn check_spread(
     );
     let seen: BTreeSet<IpAddr> = tally.peers.keys().copied().collect();
     assert_eq!(seen, peers, "{what}: endpoints saw {:?}", tally.peers);
+    tally
 }
 
-fn check_rejected(what: &str, from: &Netns, dst: &str, predicted: &Prediction) {
+pub(crate) fn check_rejected(what: &str, from: &Netns, dst: &str, predicted: &Prediction) {
     assert!(
         predicted.iter().all(|o| o.2 == "REJECT"),
         "{what}: {predicted:?}"

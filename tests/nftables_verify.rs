@@ -49,7 +49,7 @@ fn run(mut cmd: Command) -> Output {
 }
 
 /// `render --mode nftables` of one family.
-fn render(config: &Path, family: &str) -> String {
+pub(crate) fn render(config: &Path, family: &str) -> String {
     let o = run(kproxy(
         config,
         &["render", "--mode", "nftables", "--ip-family", family],

@@ -17,6 +17,7 @@ mod live;
 mod mass_drift;
 mod netns_harness;
 mod nft_graph_trace;
+mod nft_layouts;
 mod nft_parse;
 mod nftables_render;
 mod nftables_verify;

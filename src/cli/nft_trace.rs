@@ -11,7 +11,7 @@ use crate::parsers::nft;
 use crate::proxier::iptables::ServiceDecisions;
 use crate::trace::path::{DivergenceKind, PathView, ServiceSelector};
 use crate::trace::sim::nft::{kernel, kptest};
-use crate::trace::sim::{LocalAddrs, PacketSpec, report};
+use crate::trace::sim::{LocalAddrs, PacketSpec, Verdict, report};
 use anyhow::bail;
 use std::path::Path;
 
@@ -49,6 +49,7 @@ fn run_packet(
     ) {
         bail!("trace --packet prints text, json or yaml, not {format:?}");
     }
+    let mut unknown = false;
     let out = match args.model {
         ModelArg::KubeProxyTest => {
             if crate::trace::sim::nft::table_for(rules, packet.dst).is_none() {
@@ -71,6 +72,7 @@ fn run_packet(
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
             let d = kernel::simulate(rules, &input)?;
+            unknown = d.outcomes.iter().any(|o| o.verdict == Verdict::Unknown);
             match document(report::distribution_json(&d))? {
                 Some(doc) => doc,
                 None => report::distribution_text(&d),
@@ -78,7 +80,12 @@ fn run_packet(
         }
     };
     super::common::write_stdout(&out)?;
-    Ok(Outcome::Clean)
+    // An outcome past a statement this build does not know is not one.
+    Ok(if unknown {
+        Outcome::Error
+    } else {
+        Outcome::Clean
+    })
 }
 
 fn run_path(

@@ -394,7 +394,10 @@ pub(super) fn print_path_view(
     if !out.ends_with('\n') {
         writeln!(stdout).context("writing output")?;
     }
-    Ok(if view.divergence_count > 0 {
+    // A path this build could not read was not checked.
+    Ok(if view.unknown_layout() {
+        Outcome::Error
+    } else if view.divergence_count > 0 {
         Outcome::Drift
     } else {
         Outcome::Clean

@@ -43,6 +43,13 @@ fn entries_cell(p: &ServicePort) -> String {
 }
 
 fn endpoints_cell(p: &ServicePort) -> String {
+    if !p.unknown_layout.is_empty() {
+        // What was read may be incomplete: no endpoint list is shown as if it were.
+        return format!(
+            "<unknown layout> ({} object(s) this build does not know)",
+            p.unknown_layout.len()
+        );
+    }
     if p.endpoints.is_empty() {
         let v: BTreeSet<&str> = p.verdicts.iter().map(|v| v.verdict.as_str()).collect();
         return if v.is_empty() {

@@ -7,7 +7,7 @@ use super::dot::{Cluster, Digraph};
 use super::table::KubeTable;
 use super::tree::TreeNode;
 use crate::graph::{Counters, MasqueradeReason, percent};
-use crate::trace::path::{EndpointPath, EntryPath, PathView, PortPath};
+use crate::trace::path::{DivergenceKind, EndpointPath, EntryPath, PathView, PortPath};
 use std::collections::BTreeSet;
 
 /// Output formats of the path view.
@@ -379,8 +379,12 @@ fn port_tree(port: &PortPath, p: Painter) -> TreeNode {
             p.paint(Role::Error, &format!("✗ {}", d.message)),
         ));
     }
+    let unknown = port
+        .divergences
+        .iter()
+        .any(|d| d.kind == DivergenceKind::UnknownLayout);
     for e in &port.entries {
-        node.push(entry_tree(e, p));
+        node.push(entry_tree(e, p, unknown));
     }
     node
 }
@@ -394,7 +398,9 @@ fn at_line(line: u32) -> String {
     }
 }
 
-fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
+/// One entry's subtree; `unknown`: the port's path holds what this build cannot read, so what
+/// no branch shows is not known to be absent.
+fn entry_tree(e: &EntryPath, p: Painter, unknown: bool) -> TreeNode {
     let rule = match e.line {
         Some(l) => format!(
             "{}{}{}",
@@ -459,10 +465,15 @@ fn entry_tree(e: &EntryPath, p: Painter) -> TreeNode {
         for ep in &b.endpoints {
             bn.push(TreeNode::new(endpoint_line(ep, p)));
         }
-        if b.policy_chain.is_some() && b.endpoints.is_empty() {
+        if unknown && b.endpoints.is_empty() {
+            bn.push(TreeNode::new(p.paint(
+                Role::Warn,
+                "endpoints unknown: the path holds what this build does not know (above)",
+            )));
+        } else if b.policy_chain.is_some() && b.endpoints.is_empty() {
             bn.push(TreeNode::new(p.paint(Role::Warn, "no endpoint rules")));
         }
-        if b.policy_chain.is_none() {
+        if b.policy_chain.is_none() && !unknown {
             bn.push(TreeNode::new(p.paint(
                 Role::Warn,
                 "leaves the chain without DNAT: the filter verdicts above decide",

@@ -386,6 +386,8 @@ pub enum Stmt<'a> {
     Verdict(Verdict<'a>),
     /// `counter` (`None`) or `counter packets P bytes B`.
     Counter(Option<Counter>),
+    /// `counter name "NAME"`: counts into the named counter object (`add counter …`).
+    NamedCounter(Cow<'a, str>),
     /// `KEY set VALUE`: `mark set mark or 0x4000`, `ct mark set meta mark`.
     Mangle {
         /// What is written.

@@ -4,12 +4,13 @@
 //!
 //! ```text
 //! rule      = { stmt } [ "comment" STRING ]
-//! stmt      = verdict | "counter" [ "packets" N "bytes" N ] | log | nat | reject | xt
+//! stmt      = verdict | "counter" [ "packets" N "bytes" N | "name" NAME ] | log | nat | reject | xt
 //!           | ( "add" | "update" | "delete" ) "@" SET "{" expr "}"
 //!           | expr "vmap" map | expr "set" expr | expr [ relop ] rhs
 //! verdict   = "accept" | "drop" | "return" | "continue" | ( "jump" | "goto" ) CHAIN
 //! nat       = ( "dnat" | "snat" ) [ ( "ip" | "ip6" ) [ "addr" "." "port" ] ] [ "to" target ] [ flags ]
 //!           | ( "masquerade" | "redirect" ) [ "to" ":" PORT ] [ flags ]
+//! target    = ADDR[:PORT] | "[" ADDR6 "]" ":" PORT | expr          ; `numgen … map { 0 : A . P }`
 //! reject    = "reject" [ "with" ( ( "icmp" | "icmpv6" | "icmpx" ) [ "type" ] CODE | "tcp" "reset" ) ]
 //! xt        = "xt" ( "match" | "target" | "watcher" ) NAME
 //! expr      = binary { "." binary }                         ; concatenation
@@ -409,6 +410,9 @@ fn stmt<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
         _ if is_verdict_word(w) => Ok(Stmt::Verdict(verdict(c)?)),
         "counter" => {
             c.bump();
+            if c.eat("name") {
+                return Ok(Stmt::NamedCounter(Cow::Borrowed(c.text("a counter name")?)));
+            }
             Ok(Stmt::Counter(counter_values(c)?))
         }
         "log" => log(c),
@@ -440,7 +444,7 @@ fn stmt<'a>(c: &mut Cursor<'_, 'a>) -> PResult<Stmt<'a>> {
 /// `counter` values after the keyword: nothing, or `packets P bytes B`.
 fn counter_values(c: &mut Cursor<'_, '_>) -> PResult<Option<Counter>> {
     if c.peek_word() == Some("name") {
-        // A named counter reference is not modelled.
+        // An element's counter is its own, never a named one.
         return Err(c.fail("an anonymous counter"));
     }
     if !c.eat("packets") {

@@ -36,7 +36,8 @@
 //! what kube-proxy writes, what `nft list` prints and what `nft -j` prints:
 //!
 //! * handles, source lines, counter values (`counter packets 0 bytes 0` → `counter`), element
-//!   `expires` and element counter values are cleared;
+//!   `expires`, element counter values and the values of named counters (`counter c { packets
+//!   0 bytes 0 }`) are cleared;
 //! * table and chain comments are dropped (`nft -j` 1.0.6 does not print them), and so is the
 //!   iptables-nft mark of a table;
 //! * a base chain without a policy gets `policy accept` (the kernel default nft lists); its
@@ -50,7 +51,9 @@
 //! * `meta l4proto tcp th dport 80` becomes `tcp dport 80` (as nft lists it);
 //! * `reject with icmp port-unreachable` (`icmpv6` in `ip6`, `icmpx` in `inet`) becomes
 //!   `reject`, `log level warn` becomes `log`, `dnat ip to …` in an `ip` table becomes
-//!   `dnat to …`; NAT flags and flag lists (`established,related`) are sorted;
+//!   `dnat to …` (kube-proxy's `dnat ip addr . port to … map { … }` is read as `dnat ip to …`:
+//!   nft takes address and port from the map's values and lists it so); NAT flags and flag
+//!   lists (`established,related`) are sorted;
 //! * tables, chains, sets and objects are sorted by name; rule order is kept.
 //!
 //! Not equal after normalising: iptables-nft tables (text shows translated statements, JSON

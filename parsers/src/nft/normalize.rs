@@ -30,6 +30,11 @@ fn normalize_table(t: &mut Table<'_>) {
     t.flags.sort();
     for o in &mut t.objects {
         o.line = 0;
+        // A counter object holds nothing but its values (kernel state), listed as text or as
+        // the whole JSON object.
+        if o.kind == "counter" {
+            o.body = Cow::Borrowed("");
+        }
     }
     t.objects
         .sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
@@ -249,7 +254,11 @@ fn normalize_stmt(s: &mut Stmt<'_>, family: Family) {
                 l.level = None;
             }
         }
-        Stmt::Verdict(_) | Stmt::Reject(_) | Stmt::Xt { .. } | Stmt::Verbatim(_) => {}
+        Stmt::Verdict(_)
+        | Stmt::Reject(_)
+        | Stmt::NamedCounter(_)
+        | Stmt::Xt { .. }
+        | Stmt::Verbatim(_) => {}
     }
 }
 

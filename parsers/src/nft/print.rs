@@ -293,6 +293,10 @@ impl Display for Stmt<'_> {
             Stmt::Verdict(v) => write!(f, "{v}"),
             Stmt::Counter(None) => f.write_str("counter"),
             Stmt::Counter(Some(c)) => write!(f, "counter packets {} bytes {}", c.packets, c.bytes),
+            Stmt::NamedCounter(name) => {
+                f.write_str("counter name ")?;
+                quoted(f, name)
+            }
             Stmt::Mangle { key, value } => write!(f, "{key} set {value}"),
             Stmt::Nat(n) => write!(f, "{n}"),
             Stmt::Reject(None) => f.write_str("reject"),

@@ -467,10 +467,11 @@ fn unmodelled_statements_are_verbatim_from_there_on() {
     );
     assert_eq!(one("notrack"), Stmt::Verbatim("notrack".into()));
     assert_eq!(
-        stmts("ip saddr @s1 counter name \"x\"")[1],
-        Stmt::Verbatim("counter name \"x\"".into())
+        stmts("ip saddr @s1 counter name \"x\" meter m { ip saddr }")[2],
+        Stmt::Verbatim("meter m { ip saddr }".into())
     );
     let r = parse_rule("ip saddr @s1 counter name \"x\"").expect("rule");
+    assert_eq!(r.stmts[1], Stmt::NamedCounter("x".into()));
     assert_eq!(r.to_string(), "ip saddr @s1 counter name \"x\"");
     // Garbage is a statement too, never an error.
     assert_eq!(
@@ -1016,6 +1017,112 @@ add element ip t s { 10.0.0.2 expires 3s , 10.0.0.1 }
     a.normalize();
     b.normalize();
     assert_eq!(a.tables, b.tables);
+}
+
+/// kube-proxy 1.36's table (the "G4" layout: `dnat ip addr . port to numgen … map`, the
+/// `hairpin-connections` lookup, inline marks) and 1.38's named counters, as kube-proxy writes
+/// them and as nft 1.0.6 lists them (text and JSON, taken from a kernel that loaded the
+/// commands): one tree after normalising.
+#[test]
+fn kube_proxy_136_forms_are_one_tree() {
+    let commands = "add table ip kube-proxy
+add set ip kube-proxy hairpin-connections { type ipv4_addr . ipv4_addr . inet_proto . inet_service ; }
+add counter ip kube-proxy rejected-tcp
+add chain ip kube-proxy masquerading
+add chain ip kube-proxy svc
+add chain ip kube-proxy reject-tcp
+add rule ip kube-proxy masquerading mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random
+add rule ip kube-proxy masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
+add rule ip kube-proxy svc meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }
+add rule ip kube-proxy reject-tcp counter name \"rejected-tcp\" reject
+add element ip kube-proxy hairpin-connections { 10.180.0.5 . 10.180.0.5 . tcp . 80 }
+";
+    let listing = "table ip kube-proxy {
+\tcounter rejected-tcp {
+\t\tpackets 0 bytes 0
+\t}
+
+\tset hairpin-connections {
+\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service
+\t\telements = { 10.180.0.5 . 10.180.0.5 . tcp . 80 }
+\t}
+
+\tchain masquerading {
+\t\tmeta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random
+\t\tct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
+\t}
+
+\tchain svc {
+\t\tmeta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.4 . 80, 1 : 10.180.0.5 . 80 }
+\t}
+
+\tchain reject-tcp {
+\t\tcounter name \"rejected-tcp\" reject
+\t}
+}
+";
+    let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
+{"table": {"family": "ip", "name": "kube-proxy", "handle": 1}},
+{"counter": {"family": "ip", "name": "rejected-tcp", "table": "kube-proxy", "handle": 2, "packets": 0, "bytes": 0}},
+{"set": {"family": "ip", "name": "hairpin-connections", "table": "kube-proxy", "type": ["ipv4_addr", "ipv4_addr", "inet_proto", "inet_service"], "handle": 3, "elem": [{"concat": ["10.180.0.5", "10.180.0.5", "tcp", 80]}]}},
+{"chain": {"family": "ip", "table": "kube-proxy", "name": "masquerading", "handle": 4}},
+{"chain": {"family": "ip", "table": "kube-proxy", "name": "svc", "handle": 5}},
+{"chain": {"family": "ip", "table": "kube-proxy", "name": "reject-tcp", "handle": 6}},
+{"rule": {"family": "ip", "table": "kube-proxy", "chain": "masquerading", "handle": 7, "expr": [{"match": {"op": "!=", "left": {"&": [{"meta": {"key": "mark"}}, 16384]}, "right": 0}}, {"mangle": {"key": {"meta": {"key": "mark"}}, "value": {"^": [{"meta": {"key": "mark"}}, 16384]}}}, {"masquerade": {"flags": "fully-random"}}]}},
+{"rule": {"family": "ip", "table": "kube-proxy", "chain": "masquerading", "handle": 8, "expr": [{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"match": {"op": "==", "left": {"concat": [{"payload": {"protocol": "ip", "field": "saddr"}}, {"payload": {"protocol": "ip", "field": "daddr"}}, {"meta": {"key": "l4proto"}}, {"payload": {"protocol": "th", "field": "dport"}}]}, "right": "@hairpin-connections"}}, {"masquerade": {"flags": "fully-random"}}]}},
+{"rule": {"family": "ip", "table": "kube-proxy", "chain": "svc", "handle": 9, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, {"dnat": {"family": "ip", "addr": {"map": {"key": {"numgen": {"mode": "random", "mod": 2, "offset": 0}}, "data": {"set": [[0, {"concat": ["10.180.0.4", 80]}], [1, {"concat": ["10.180.0.5", 80]}]]}}}}}]}},
+{"rule": {"family": "ip", "table": "kube-proxy", "chain": "reject-tcp", "handle": 10, "expr": [{"counter": "rejected-tcp"}, {"reject": {"type": "icmp", "expr": "port-unreachable"}}]}}]}"#;
+    let mut trees = Vec::new();
+    for text in [commands, listing, json] {
+        let mut rs = parse(text, &ParseOptions::strict()).expect(text);
+        let t = &rs.tables[0];
+        for c in &t.chains {
+            for r in &c.rules {
+                assert!(
+                    !r.stmts.iter().any(|s| matches!(s, Stmt::Verbatim(_))),
+                    "{text}: {r:?}"
+                );
+            }
+        }
+        let svc = &t.chain("svc").expect("svc").rules[0].stmts[1];
+        let Stmt::Nat(n) = svc else { panic!("{svc:?}") };
+        assert_eq!((n.kind, n.family), (NatKind::Dnat, Some(Family::Ip)));
+        let Some(Expr::Map { key, map }) = &n.addr else {
+            panic!("{n:?}")
+        };
+        assert!(matches!(**key, Expr::Numgen { modulus: 2, .. }), "{key:?}");
+        let Expr::Set(values) = &**map else {
+            panic!("{map:?}")
+        };
+        assert_eq!(
+            values[1].value,
+            Some(Expr::Concat(vec![addr("10.180.0.5"), Expr::Number(80)]))
+        );
+        assert_eq!(
+            t.chain("reject-tcp").expect("chain").rules[0].stmts[0],
+            Stmt::NamedCounter("rejected-tcp".into())
+        );
+        rs.normalize();
+        trees.push(rs.tables);
+    }
+    assert_eq!(trees[0], trees[1]);
+    assert_eq!(trees[1], trees[2]);
+    // Printed (normalised: no family in an `ip` table) and read back: the same tree, and text
+    // nft loads (`dnat to numgen … map { 0 : A . P }` reads address and port from the map).
+    assert_round_trip(commands);
+    let printed = parse_rule(
+        "meta l4proto tcp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00::1 . 80 }",
+    )
+    .expect("rule")
+    .to_string();
+    assert_eq!(
+        printed,
+        "meta l4proto tcp dnat ip6 to numgen random mod 1 map { 0 : fd00::1 . 80 }"
+    );
+    assert_eq!(
+        one(r#"counter name "a b""#).to_string(),
+        r#"counter name "a b""#
+    );
 }
 
 /// The property of the `nft` fuzz target: text that parses prints to command lines that parse

@@ -275,6 +275,7 @@ fn missing_port(comparison: &mut Comparison<'_>, e: &ExpectedPort) {
         firewall: None,
         verdicts: Vec::new(),
         edges: Vec::new(),
+        unknown_layout: Vec::new(),
     };
     entries(comparison, e, &empty);
 }

@@ -17,6 +17,14 @@ pub struct Summary {
     pub warnings: usize,
     /// Findings of severity info.
     pub info: usize,
+    /// Service ports that could not be checked: their rules hold what this build does not know
+    /// (a kube-proxy newer than this build); any makes the exit status 2.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unchecked: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What `verify` found on one node.
@@ -62,6 +70,7 @@ impl Report {
             errors: count(Severity::Error),
             warnings: count(Severity::Warning),
             info: count(Severity::Info),
+            unchecked: 0,
         };
         Report {
             node: node.into(),
@@ -89,9 +98,18 @@ impl Report {
         }
     }
 
-    /// Exit status: drift when any warning or error was found.
+    /// Records how many service ports could not be checked.
+    pub fn with_unchecked(mut self, unchecked: usize) -> Report {
+        self.summary.unchecked = unchecked;
+        self
+    }
+
+    /// Exit status: could not run when a service port could not be checked, drift when any
+    /// warning or error was found.
     pub fn outcome(&self) -> Outcome {
-        if self.summary.errors + self.summary.warnings > 0 {
+        if self.summary.unchecked > 0 {
+            Outcome::Error
+        } else if self.summary.errors + self.summary.warnings > 0 {
             Outcome::Drift
         } else {
             Outcome::Clean
@@ -114,6 +132,12 @@ impl Report {
         );
         if s.info > 0 {
             line.push_str(&format!(", {} info", thousands(s.info)));
+        }
+        if s.unchecked > 0 {
+            line.push_str(&format!(
+                "; {} not checked (rules this build does not know)",
+                thousands(s.unchecked)
+            ));
         }
         line
     }

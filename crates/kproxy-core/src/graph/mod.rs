@@ -145,6 +145,11 @@ pub struct ServicePort<'a> {
     pub verdicts: Vec<Verdict>,
     /// Jumps between the service's chains, for drawing and tracing.
     pub edges: Vec<Edge<'a>>,
+    /// What this build could not read on the port's path (rules of a kube-proxy newer than
+    /// this build, or of another program): when not empty, `endpoints` holds only what could
+    /// be read, and no endpoint, share or reachability is concluded for the port.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_layout: Vec<UnknownObject>,
 }
 
 impl ServicePort<'_> {
@@ -452,6 +457,89 @@ pub enum AnomalyKind {
     NameMismatch,
     /// A cluster IP with `service-ips` entries that the nftables `cluster-ips` set lacks.
     ClusterIpNotInSet,
+    /// An object or rule of kube-proxy's own that this build does not know (a newer
+    /// kube-proxy's layout, or another program's): nothing is concluded from it.
+    UnknownLayout,
+}
+
+/// What an [`UnknownObject`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownKind {
+    /// A chain.
+    Chain,
+    /// A set.
+    Set,
+    /// A map.
+    Map,
+    /// A named object other than a chain, set or map (`quota`, `ct helper`, …).
+    Object,
+    /// A statement of a known chain.
+    Statement,
+    /// An iptables rule of a kube-proxy chain (its target or matches).
+    Rule,
+}
+
+impl UnknownKind {
+    /// The word for it.
+    pub fn word(self) -> &'static str {
+        match self {
+            UnknownKind::Chain => "chain",
+            UnknownKind::Set => "set",
+            UnknownKind::Map => "map",
+            UnknownKind::Object => "object",
+            UnknownKind::Statement => "statement",
+            UnknownKind::Rule => "rule",
+        }
+    }
+}
+
+/// Something in kube-proxy's own rules that this build does not know.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct UnknownObject {
+    /// What it is.
+    pub kind: UnknownKind,
+    /// Its name (`quota q1` for a named object); for a statement or a rule, its chain.
+    pub name: String,
+    /// 1-based input line, when the input has lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// The statement or rule as read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl UnknownObject {
+    /// `chain foo (line 3)`, `statement `ct mark set 0x1` in chain services (line 10)`.
+    pub fn describe(&self) -> String {
+        let mut s = match (&self.text, self.kind) {
+            (Some(t), kind) => format!("{} `{t}` in chain {}", kind.word(), self.name),
+            (None, UnknownKind::Object) => self.name.clone(),
+            (None, kind) => format!("{} {}", kind.word(), self.name),
+        };
+        if let Some(l) = self.line {
+            s.push_str(&format!(" (line {l})"));
+        }
+        s
+    }
+}
+
+/// What every command says of objects it does not know: which, and that the node's kube-proxy
+/// may be newer than this build.
+pub fn unknown_layout_message(objects: &[UnknownObject]) -> String {
+    const SHOWN: usize = 3;
+    let mut list: Vec<String> = objects
+        .iter()
+        .take(SHOWN)
+        .map(UnknownObject::describe)
+        .collect();
+    if objects.len() > SHOWN {
+        list.push(format!("and {} more", objects.len() - SHOWN));
+    }
+    format!(
+        "this build does not know {}: the node's kube-proxy may be newer than this build (or another program wrote it); nothing is concluded from it",
+        list.join(", ")
+    )
 }
 
 /// Something that does not fit kube-proxy's shape.

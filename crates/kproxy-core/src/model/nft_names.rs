@@ -57,6 +57,16 @@ pub const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
 /// Chain masquerading marked packets (from nat-postrouting).
 pub const MASQUERADING_CHAIN: &str = "masquerading";
 
+/// Set of the connections of local endpoints to themselves through a service (`saddr . daddr
+/// . proto . port`), masqueraded in `masquerading` (since 1.36, replacing the endpoint chains'
+/// hairpin marks).
+pub const HAIRPIN_CONNECTIONS_SET: &str = "hairpin-connections";
+/// Map: protocol . NodePort → the reject chain of its protocol, for localhost NodePorts kube-proxy
+/// does not serve (1.38, `KubeProxyNFTablesLocalhostNodePorts`).
+pub const LOCALHOST_NODEPORT_REJECT_MAP: &str = "localhost-nodeport-reject-ports";
+/// Prefix of the per-protocol chains `localhost-nodeport-reject-ports` leads to (`…-tcp`).
+pub const LOCALHOST_NODEPORT_REJECT_PREFIX: &str = "localhost-nodeport-reject-";
+
 /// Prefix of the Cluster-policy chain of a service port.
 pub const SERVICE_PREFIX: &str = "service-";
 /// Prefix of the Local-policy chain of a service port.

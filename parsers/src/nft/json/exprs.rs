@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! stmt    = { "match": { "op": OP, "left": expr, "right": expr } } | { "vmap": { "key", "data" } }
-//!         | { "mangle": { "key", "value" } } | { "counter": null | { "packets", "bytes" } }
+//!         | { "mangle": { "key", "value" } } | { "counter": null | { "packets", "bytes" } | NAME }
 //!         | { "reject": null | { "type", "expr" } } | { "dnat"|"snat"|"masquerade"|"redirect": … }
 //!         | { "log": … } | { "set": { "op", "elem", "set" } } | { "xt": { "type", "name" } }
 //!         | { "accept"|"drop"|"return"|"continue": null } | { "jump"|"goto": { "target" } }
@@ -450,8 +450,19 @@ fn verdict_member<'de: 'a, 'a, A: MapAccess<'de>>(
     })
 }
 
-/// `counter`: `null` or `{"packets": P, "bytes": B}` (a named counter's string is an error).
+/// An element's `counter`: `null` or `{"packets": P, "bytes": B}` (a named counter's string
+/// is an error).
 pub(super) struct CounterDe(pub(super) Option<Counter>);
+
+/// The `counter` statement: a named counter's name, or an element's values.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CounterStmtDe<'a> {
+    /// `{"counter": "NAME"}`: `counter name "NAME"`.
+    Named(#[serde(borrow)] Cow<'a, str>),
+    /// `{"counter": null}` / `{"counter": {"packets": P, "bytes": B}}`.
+    Anonymous(CounterDe),
+}
 
 impl<'de> Deserialize<'de> for CounterDe {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -623,7 +634,10 @@ impl<'de: 'a, 'a> Visitor<'de> for StmtVisitor<'a> {
                     value: m.value.0,
                 }
             }
-            "counter" => Stmt::Counter(map.next_value::<CounterDe>()?.0),
+            "counter" => match map.next_value::<CounterStmtDe<'a>>()? {
+                CounterStmtDe::Named(name) => Stmt::NamedCounter(name),
+                CounterStmtDe::Anonymous(c) => Stmt::Counter(c.0),
+            },
             "reject" => {
                 Stmt::Reject(
                     map.next_value::<Option<RejectDe<'a>>>()?

@@ -118,7 +118,7 @@ pub struct TableDiff<'t, 'e, 'a> {
     pub chains: Vec<ChainDiff<'t, 'e, 'a>>,
     /// Sets and maps that differ, by name.
     pub sets: Vec<SetDiff<'t, 'e, 'a>>,
-    /// Named objects (counters, quotas, …) of the node's table that kube-proxy does not write.
+    /// Named objects (counters, quotas, …) of the node's table that the render does not have.
     pub extra_objects: Vec<&'t kproxy_parsers::nft::Object<'a>>,
 }
 
@@ -258,7 +258,8 @@ pub fn diff<'t, 'e, 'a>(
         table_missing: false,
         chains,
         sets,
-        // kube-proxy writes named counters from 1.37 (the localhost NodePort rejects).
+        // kube-proxy writes named counters from 1.37 with KubeProxyNFTablesLocalhostNodePorts on
+        // (on by default from 1.38): the localhost NodePort rejects.
         extra_objects: actual
             .objects
             .iter()

@@ -7,8 +7,11 @@ use super::diff::{ChainDiff, SetDiff, TableDiff, target};
 use super::expected::{AddressKind, PortIndex, service_of_name};
 use super::*;
 use crate::compare::catalogue::Check;
+use crate::graph::nftables::UnknownLayout;
+use crate::graph::{UnknownObject, unknown_layout_message};
 use crate::proxier::nftables::names::{self as n, MARK_MASQ_CHAIN};
 use kproxy_parsers::nft::{BaseChain, Chain, Element, Expr, NatKind, Policy, Rule, Set, Stmt};
+use std::collections::HashSet;
 
 /// How many examples an aggregated finding quotes.
 const EXAMPLES: usize = 5;
@@ -531,6 +534,63 @@ fn rule_findings(
         };
         out.push(one(&RULE_DIFFERS, message, eo, ao));
     }
+}
+
+/// What this build does not know replaces what would be concluded from it: the findings of
+/// the service ports whose path holds it (and of the objects themselves) give way to one KP711
+/// per port, and one for the rest. Returns how many service ports could not be checked: those,
+/// or all `ports` of the family when a chain every port's traffic passes holds a statement this
+/// build does not know.
+pub fn unknown_layout(u: &UnknownLayout, ports: usize, found: &mut Vec<Finding>) -> usize {
+    let shared = u.in_shared_chains();
+    let names: HashSet<&str> = u
+        .ports
+        .iter()
+        .flat_map(|(_, objs)| objs)
+        .chain(&u.elsewhere)
+        .map(|o| o.name.as_str())
+        .collect();
+    found.retain(|f| {
+        let about_port = match &f.service {
+            Some(s) => shared || u.ports.iter().any(|(p, _)| p == s),
+            None => false,
+        };
+        let about_object = f.chain.as_deref().is_some_and(|c| names.contains(c));
+        !about_port && !about_object
+    });
+    let list = |objs: &[UnknownObject]| -> String {
+        objs.iter()
+            .map(UnknownObject::describe)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (port, objs) in &u.ports {
+        let mut f = UNKNOWN_LAYOUT
+            .finding(format!(
+                "{port} not checked: {}",
+                unknown_layout_message(objs)
+            ))
+            .chain(objs.first().map_or_else(String::new, |o| o.name.clone()))
+            .expected("rules of a kube-proxy release this build knows")
+            .actual(list(objs));
+        f.service = Some(port.clone());
+        found.push(f);
+    }
+    if !u.elsewhere.is_empty() {
+        let what = if shared {
+            "no service port checked: a chain every service's traffic passes holds what it cannot read"
+        } else {
+            "on no service port's path"
+        };
+        found.push(
+            UNKNOWN_LAYOUT
+                .finding(format!("{what}: {}", unknown_layout_message(&u.elsewhere)))
+                .chain(u.elsewhere[0].name.clone())
+                .expected("objects of a kube-proxy release this build knows")
+                .actual(list(&u.elsewhere)),
+        );
+    }
+    if shared { ports } else { u.ports.len() }
 }
 
 /// `ip . proto . port` / `proto . port` as `ip proto/port` for messages.

@@ -73,6 +73,10 @@ checks! {
     /// Something in kube-proxy's table that kube-proxy does not write.
     FOREIGN_OBJECT = "KP710", Warning, "chain, set or object in kube-proxy's table that kube-proxy does not write", "F07",
         "kube-proxy owns its table and may delete these on any sync: move them to a table of your own";
+    /// Chains, sets, objects or statement forms in kube-proxy's table that no release this
+    /// build knows writes: the service ports whose path holds them are not checked.
+    UNKNOWN_LAYOUT = "KP711", Warning, "kube-proxy's table holds what this build does not know (a newer kube-proxy's layout?); those service ports not checked", "F02, F07",
+        "the node's kube-proxy may be newer than this build: verify with a kubectl-kproxy that knows its release; if another program wrote these objects, move them to a table of its own";
 
     // ---- service entries ----
     /// A `service-ips` element is missing.
@@ -262,6 +266,7 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     ];
     let mut out: Vec<Finding> = Vec::new();
     let mut service_ports = 0usize;
+    let mut unchecked = 0usize;
     for r in &rulesets {
         if !r.skipped.is_empty() {
             out.push(
@@ -314,7 +319,14 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
             continue;
         };
         let d = diff::diff(table, actual);
-        out.extend(findings::findings(&d, &expected.index, table));
+        let mut found = findings::findings(&d, &expected.index, table);
+        if let Some(actual) = actual {
+            let unknown = crate::graph::nftables::unknown_layout(actual);
+            if !unknown.is_empty() {
+                unchecked += findings::unknown_layout(&unknown, ports, &mut found);
+            }
+        }
+        out.extend(found);
         service_ports += ports;
     }
     out.extend(super::left_out::findings(&input.state.invalid));
@@ -323,5 +335,5 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     if input.iptables.is_empty() {
         out.extend(leftovers::iptables_nft_tables(&rulesets));
     }
-    Ok(Report::new(input.node, "nftables", service_ports, out))
+    Ok(Report::new(input.node, "nftables", service_ports, out).with_unchecked(unchecked))
 }

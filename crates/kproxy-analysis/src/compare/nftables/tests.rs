@@ -330,3 +330,53 @@ fn checks_are_sorted_and_documented() {
         assert!(docs.contains(&needle), "docs/findings.md lacks `{needle}`");
     }
 }
+
+/// A chain and a statement form invented for the test: the service ports whose path holds them
+/// are one KP711 each (no endpoint finding about them), the rest of the node is checked as
+/// ever, and the check could not run for them (exit 2).
+#[test]
+fn what_this_build_does_not_know_is_not_checked() {
+    let web = "service-KHN6ECMT-shop/web/tcp/http";
+    let pick = rendered()
+        .lines()
+        .find(|l| l.starts_with(&format!("add rule ip kube-proxy {web} numgen")))
+        .expect("web's numgen rule")
+        .to_string();
+    let invented = replaced(
+        &pick,
+        &format!(
+            "add rule ip kube-proxy {web} meta l4proto tcp dnat to jhash ip saddr mod 3 map {{ 0 : 10.244.1.10 . 8080 , 1 : 10.244.1.11 . 8080 , 2 : 10.244.2.10 . 8080 }}"
+        ),
+    );
+    let r = verify_text(&invented);
+    assert_eq!(
+        ids(&r),
+        [("KP711", Some("shop/web:http"))],
+        "{:#?}",
+        r.findings
+    );
+    assert!(
+        r.findings[0].message.contains("jhash") && r.findings[0].message.contains("newer"),
+        "{}",
+        r.findings[0].message
+    );
+    assert_eq!(r.summary.unchecked, 1);
+    assert_eq!(r.outcome(), crate::exit::Outcome::Error);
+    // An unknown chain on no port's path is said once, and checks nothing less.
+    let extra = edited(
+        |_| false,
+        "add chain ip kube-proxy endpoint-pool-v9\nadd rule ip kube-proxy endpoint-pool-v9 meta l4proto tcp dnat to 10.244.1.20:8080\n",
+    );
+    let r = verify_text(&extra);
+    assert_eq!(ids(&r), [("KP711", None)], "{:#?}", r.findings);
+    assert_eq!(r.summary.unchecked, 0);
+    assert_eq!(r.outcome(), crate::exit::Outcome::Drift);
+    // In a chain every service's traffic passes: nothing is checked.
+    let shared = replaced(
+        "add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips",
+        "add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips\nadd rule ip kube-proxy services ct mark set 0x1",
+    );
+    let r = verify_text(&shared);
+    assert_eq!(ids(&r), [("KP711", None)], "{:#?}", r.findings);
+    assert!(r.summary.unchecked >= 9, "{:?}", r.summary);
+}

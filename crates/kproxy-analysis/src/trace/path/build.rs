@@ -7,8 +7,8 @@ use super::{
     PathView, PortPath, ServiceSelector, VerdictStep,
 };
 use crate::graph::{
-    ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
-    nftables::port_chain_kind,
+    AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
+    nftables::port_chain_kind, unknown_layout_message,
 };
 use crate::proxier::iptables::{ServiceDecisions, ServicePortDecisions};
 use std::collections::BTreeSet;
@@ -162,10 +162,18 @@ fn port_path(
     }
     entries.sort_by_key(|e| (e.kind, e.line.unwrap_or(u32::MAX)));
     let mut divergences = Vec::new();
+    let unknown = !observed.unknown_layout.is_empty();
+    if unknown {
+        divergences.push(Divergence {
+            kind: DivergenceKind::UnknownLayout,
+            message: unknown_layout_message(&observed.unknown_layout),
+        });
+    }
     for a in graph
         .anomalies
         .iter()
         .filter(|a| a.service.as_deref() == Some(name.as_str()))
+        .filter(|a| a.kind != AnomalyKind::UnknownLayout)
     {
         divergences.push(Divergence {
             kind: DivergenceKind::Anomaly,
@@ -213,9 +221,13 @@ fn port_path(
                 _ => {}
             }
             divergences.extend(missing_entries(decisions, &entries));
-            for e in &mut entries {
-                for b in &mut e.branches {
-                    compare_branch(b, decisions);
+            // What could not be read is not compared: no endpoint is called missing, stale
+            // or wrongly shared from it.
+            if !unknown {
+                for e in &mut entries {
+                    for b in &mut e.branches {
+                        compare_branch(b, decisions);
+                    }
                 }
             }
         }
@@ -265,7 +277,13 @@ fn entry_path(
         .iter()
         .filter(|m| {
             m.reason != MasqueradeReason::Hairpin
-                && (chains_on_path.contains(m.chain) || (m.chain == e.chain && e.table == "nat"))
+                && (chains_on_path.contains(m.chain)
+                    || (m.chain == e.chain && e.table == "nat")
+                    // A mark the shared dispatch chain sets for the port's cluster IP (nftables
+                    // since 1.36: `services` marks `ip daddr @cluster-ips`).
+                    || (port_chain_kind(m.chain).is_none()
+                        && e.kind == EntryKind::ClusterIp
+                        && e.table == "nat"))
         })
         .map(|m| MasqStep {
             chain: m.chain.to_string(),
@@ -276,13 +294,21 @@ fn entry_path(
             why: masq_why(m.reason, m.condition.as_deref()),
         })
         .collect();
-    if let Some(h) = observed.masquerade.iter().find(|m| {
-        m.reason == MasqueradeReason::Hairpin
-            && branches
-                .iter()
-                .flat_map(|b| &b.endpoints)
-                .any(|ep| ep.chain == m.chain)
-    }) {
+    let on_branches = |m: &crate::graph::MasqueradeRule| {
+        branches
+            .iter()
+            .flat_map(|b| &b.endpoints)
+            .any(|ep| ep.chain == m.chain)
+    };
+    let hairpin_endpoints = branches
+        .iter()
+        .flat_map(|b| &b.endpoints)
+        .any(|ep| ep.hairpin_masquerade);
+    if let Some(h) = observed
+        .masquerade
+        .iter()
+        .find(|m| m.reason == MasqueradeReason::Hairpin && on_branches(m))
+    {
         // The endpoint chains' prefix and source match, in the mode's own words.
         let (chain, condition) = if h.chain.starts_with("KUBE-") {
             ("KUBE-SEP-*", "-s <endpoint>")
@@ -295,6 +321,21 @@ fn entry_path(
             condition: Some(condition.into()),
             line: h.line,
             counters: None,
+            why: masq_why(MasqueradeReason::Hairpin, None),
+        });
+    } else if let Some(h) = observed
+        .masquerade
+        .iter()
+        .find(|m| m.reason == MasqueradeReason::Hairpin && hairpin_endpoints && !on_branches(m))
+    {
+        // Masqueraded where the connection leaves (nftables since 1.36: the endpoints' own
+        // connections are in the set `masquerading` looks up).
+        masquerade.push(MasqStep {
+            chain: h.chain.to_string(),
+            reason: MasqueradeReason::Hairpin,
+            condition: h.condition.as_deref().map(str::to_string),
+            line: h.line,
+            counters: h.counters,
             why: masq_why(MasqueradeReason::Hairpin, None),
         });
     }
@@ -332,15 +373,16 @@ fn entry_path(
             why: "health-check node port accepted for the load balancer's probes".into(),
         });
     }
-    let hairpin: BTreeSet<&str> = observed
+    let hairpin: BTreeSet<(&str, Option<&str>)> = observed
         .endpoints
         .iter()
         .filter(|ep| ep.hairpin_masquerade)
-        .map(|ep| ep.chain)
+        .map(|ep| (ep.chain, ep.destination))
         .collect();
     for b in &mut branches {
         for ep in &mut b.endpoints {
-            ep.hairpin_masquerade = hairpin.contains(ep.chain.as_str());
+            ep.hairpin_masquerade =
+                hairpin.contains(&(ep.chain.as_str(), ep.destination.as_deref()));
         }
     }
     EntryPath {
@@ -375,10 +417,11 @@ fn walk(
         port_chain_kind(chain),
         Some(ChainKind::Svc | ChainKind::Svl | ChainKind::Xlb)
     );
+    // A chain that picks endpoints, whatever its name: an endpoint has a share through it.
     let picks_endpoints = observed
-        .edges
+        .endpoints
         .iter()
-        .any(|e| e.from == chain && matches!(port_chain_kind(e.to), Some(ChainKind::Sep)));
+        .any(|ep| ep.shares.iter().any(|s| s.via == chain));
     if is_policy || picks_endpoints {
         let endpoints = observed
             .endpoints
@@ -410,7 +453,13 @@ fn walk(
     // Jumps to the same chain are one way on (e.g. several source ranges of a FW chain).
     let mut onward: Vec<(&str, Vec<&str>)> = Vec::new();
     for e in observed.edges.iter().filter(|e| e.from == chain) {
-        if matches!(port_chain_kind(e.to), Some(ChainKind::Sep) | None) {
+        // An endpoint chain (picked, DNATs to its endpoint); a chain that DNATs to the
+        // endpoints it picks itself is a policy chain, the way on.
+        let to_endpoint = observed
+            .endpoints
+            .iter()
+            .any(|ep| ep.chain == e.to && ep.shares.iter().all(|s| s.via != e.to));
+        if to_endpoint || matches!(port_chain_kind(e.to), Some(ChainKind::Sep) | None) {
             continue;
         }
         match onward.iter_mut().find(|(to, _)| *to == e.to) {

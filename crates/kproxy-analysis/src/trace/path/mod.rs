@@ -131,6 +131,9 @@ pub enum DivergenceKind {
     Affinity,
     /// A graph anomaly in one of the port's chains.
     Anomaly,
+    /// The port's path holds what this build does not know (a newer kube-proxy's layout):
+    /// nothing is concluded of its endpoints, shares or reachability.
+    UnknownLayout,
 }
 
 /// A divergence, with a one-line explanation.
@@ -350,6 +353,16 @@ pub struct PathView {
 }
 
 impl PathView {
+    /// Whether a port's path holds what this build does not know: the view could not be
+    /// checked there.
+    pub fn unknown_layout(&self) -> bool {
+        self.ports.iter().any(|p| {
+            p.divergences
+                .iter()
+                .any(|d| d.kind == DivergenceKind::UnknownLayout)
+        })
+    }
+
     /// Returns the view with the node name shown in the header set (the plan does not carry it).
     pub fn with_node(mut self, node: Option<String>) -> Self {
         self.node = node;

@@ -76,15 +76,19 @@ pub enum Verdict {
     Drop,
     /// Rejected (an ICMP error or TCP reset is returned).
     Reject,
+    /// Not known: the walk met a statement of kube-proxy's own that this build cannot read
+    /// (`decided_by` says where), and nothing past it is concluded.
+    Unknown,
 }
 
 impl Verdict {
-    /// `ACCEPT`, `DROP`, `REJECT`.
+    /// `ACCEPT`, `DROP`, `REJECT`, `UNKNOWN`.
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Accept => "ACCEPT",
             Verdict::Drop => "DROP",
             Verdict::Reject => "REJECT",
+            Verdict::Unknown => "UNKNOWN",
         }
     }
 }

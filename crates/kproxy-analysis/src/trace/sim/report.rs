@@ -1,11 +1,14 @@
 //! Text and JSON renderings of simulation results.
 //!
 //! Kernel model JSON: `{"model": "kernel", "packet", "from", "outcomes": [{"probability",
-//! "dnat", "verdict", "decided_by", "route", "masquerade", "snat", "mark", "path": [{"step":
+//! "dnat", "verdict" (`ACCEPT`, `DROP`, `REJECT`, or `UNKNOWN` past a statement of kube-proxy's
+//! this build does not know, named by `decided_by`: then `dnat` is only what happened before it,
+//! and `masquerade`/`snat` are not concluded), "decided_by", "route", "masquerade", "snat",
+//! "mark", "path": [{"step":
 //! "table/chain#n", "result": "matched"|"skipped"|"policy", "probability"?, "rule", "because"?}]}],
 //! "notes": […]}`. Test model JSON: exactly `{"output", "masq"}`.
 
-use super::kernel::{Distribution, Outcome, Step, StepResult};
+use super::kernel::{Distribution, Outcome, Step, StepResult, Verdict};
 use super::kptest::TestTrace;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -90,6 +93,17 @@ pub fn distribution_json(d: &Distribution<'_, '_>) -> Value {
 /// A one-line summary of an outcome.
 pub fn outcome_summary(o: &Outcome<'_, '_>) -> String {
     let mut s = format!("{:>7.3}%  ", o.probability * 100.0);
+    if o.verdict == Verdict::Unknown {
+        // Nothing past the statement is concluded: neither the DNAT nor the masquerade.
+        if let Some((ip, port)) = o.dnat {
+            s += &format!("DNAT {}, then ", socket_text(ip, port));
+        }
+        s += "UNKNOWN";
+        if let Some(by) = &o.decided_by {
+            s += &format!(" past {by}: a statement this build does not know");
+        }
+        return s;
+    }
     match o.dnat {
         Some((ip, port)) => s += &format!("DNAT {}", socket_text(ip, port)),
         None => s += "no DNAT",

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
-use crate::parsers::iptables::{Rule, Target};
+use crate::parsers::iptables::{Rule, Target, TargetKind};
 use port::{PortChain, PortMap, push_tight};
 use rule_summary::{RuleSummary, interface_condition, proto_name, source_condition};
 use std::borrow::Cow;
@@ -458,6 +458,15 @@ impl<'a> Builder<'a> {
         let mut saw_probability = false;
         for (r, jump) in nat.rules_with_jumps(pc.index) {
             let Some(to) = self.masquerade_or_jump(port, chain, kind, r) else {
+                // Besides its jumps, kube-proxy writes only the masquerade mark here (in every
+                // release this build knows); a rule without a target only counts.
+                if !matches!(
+                    r.target_kind(),
+                    None | Some(TargetKind::Jump | TargetKind::Goto)
+                ) && !self.is_masq(r.target().as_ref())
+                {
+                    self.unknown_rule(port, chain, r);
+                }
                 continue;
             };
             match service_chain(to) {
@@ -528,7 +537,8 @@ impl<'a> Builder<'a> {
                     let v = verdict("nat", chain, "KUBE-MARK-DROP", reason, r);
                     push_tight(&mut self.ports.at(port).verdicts, v);
                 }
-                _ => {}
+                // A jump kube-proxy does not write from a policy chain.
+                _ => self.unknown_rule(port, chain, r),
             }
         }
         if saw_probability && remaining > 1e-6 {
@@ -544,6 +554,32 @@ impl<'a> Builder<'a> {
                 ),
             });
         }
+    }
+
+    /// A rule of `port`'s policy chain whose target this build does not know kube-proxy to
+    /// write: the port is of unknown layout (nothing is concluded of its endpoints), an
+    /// `unknown-layout` anomaly says so.
+    fn unknown_rule(&mut self, port: usize, chain: &'a str, r: &Rule<'a>) {
+        let u = super::UnknownObject {
+            kind: super::UnknownKind::Rule,
+            name: chain.to_string(),
+            line: Some(r.line),
+            text: Some(r.raw.to_string()),
+        };
+        let p = self.ports.at(port);
+        let service = p.name.as_deref().map(str::to_string);
+        self.anomalies.push(super::Anomaly {
+            kind: super::AnomalyKind::UnknownLayout,
+            table: "nat".into(),
+            chain: Some(chain.to_string()),
+            line: Some(r.line),
+            service,
+            message: format!(
+                "on this service port's path: {}",
+                super::unknown_layout_message(std::slice::from_ref(&u))
+            ),
+        });
+        push_tight(&mut self.ports.at(port).unknown_layout, u);
     }
 
     fn external_chain(&mut self, port: usize, c: &Chain<'a>, kind: ChainKind) {
@@ -905,6 +941,51 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::probability_label;
+    use crate::graph::{AnomalyKind, GraphOptions, UnknownKind, from_text};
+    use crate::parsers::iptables::ParseOptions;
+
+    /// A KUBE-SVC rule whose target kube-proxy never writes there makes its port one of unknown
+    /// layout; the other port is read as ever.
+    #[test]
+    fn a_policy_rule_kube_proxy_never_writes_is_unknown() {
+        let dump = "*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]
+:KUBE-SVC-BBBBBBBBBBBBBBBB - [0:0]
+:KUBE-SEP-CCCCCCCCCCCCCCCC - [0:0]
+:KUBE-SEP-DDDDDDDDDDDDDDDD - [0:0]
+:KUBE-POOL-V9 - [0:0]
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"ns/a:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA
+-A KUBE-SERVICES -d 10.96.0.11/32 -p tcp -m comment --comment \"ns/b:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-BBBBBBBBBBBBBBBB
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment \"ns/a:http -> 10.244.1.1:8080\" -j KUBE-POOL-V9
+-A KUBE-SVC-BBBBBBBBBBBBBBBB -m comment --comment \"ns/b:http -> 10.244.1.2:8080\" -j KUBE-SEP-DDDDDDDDDDDDDDDD
+-A KUBE-SEP-DDDDDDDDDDDDDDDD -p tcp -m comment --comment ns/b:http -m tcp -j DNAT --to-destination 10.244.1.2:8080
+-A KUBE-POOL-V9 -p tcp -j DNAT --to-destination 10.244.1.1:8080
+COMMIT
+";
+        let g = from_text(
+            dump,
+            "dump",
+            &ParseOptions::default(),
+            &GraphOptions::default(),
+        )
+        .expect("parses");
+        let a = g.ports_of("ns", "a");
+        let b = g.ports_of("ns", "b");
+        assert_eq!(a[0].unknown_layout.len(), 1, "{:?}", a[0]);
+        assert_eq!(a[0].unknown_layout[0].kind, UnknownKind::Rule);
+        assert_eq!(a[0].unknown_layout[0].name, "KUBE-SVC-AAAAAAAAAAAAAAAA");
+        assert!(b[0].unknown_layout.is_empty());
+        assert_eq!(b[0].endpoints[0].destination, Some("10.244.1.2:8080"));
+        assert!(
+            g.anomalies
+                .iter()
+                .any(|x| x.kind == AnomalyKind::UnknownLayout
+                    && x.service.as_deref() == Some("ns/a:http")),
+            "{:?}",
+            g.anomalies
+        );
+    }
 
     #[test]
     fn probability_labels_match_the_float_formatter() {

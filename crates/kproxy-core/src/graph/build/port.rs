@@ -3,7 +3,7 @@
 use super::super::ownership::{ChainKind, is_chain_hash};
 use super::super::{
     Affinity, ChainRef, Edge, Endpoint, Entry, Firewall, MasqueradeRule, NameSource, ServicePort,
-    Verdict,
+    UnknownObject, Verdict,
 };
 use crate::parsers::iptables::NameHash;
 use std::borrow::Cow;
@@ -61,6 +61,8 @@ pub(super) struct PortBuilder<'a> {
     pub firewall: Option<Firewall>,
     pub verdicts: Vec<Verdict>,
     pub edges: Vec<Edge<'a>>,
+    /// Rules of the port's chains this build cannot read.
+    pub unknown_layout: Vec<UnknownObject>,
 }
 
 impl<'a> PortBuilder<'a> {
@@ -178,6 +180,7 @@ impl<'a> PortBuilder<'a> {
             firewall: self.firewall,
             verdicts: self.verdicts,
             edges: self.edges,
+            unknown_layout: self.unknown_layout,
         }
     }
 }

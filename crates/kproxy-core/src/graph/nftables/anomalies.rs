@@ -12,7 +12,11 @@ use std::collections::HashMap;
 
 /// Calls `found` with each chain a rule can send a packet to: its jump/goto and the verdicts of
 /// its vmaps (an anonymous map's own, or every element of a named map).
-fn rule_targets<'t>(table: &'t Table<'_>, rule: &'t Rule<'_>, found: &mut dyn FnMut(&'t str)) {
+pub(super) fn rule_targets<'t>(
+    table: &'t Table<'_>,
+    rule: &'t Rule<'_>,
+    found: &mut dyn FnMut(&'t str),
+) {
     for s in &rule.stmts {
         let elements: &[crate::parsers::nft::Element<'_>] = match s {
             Stmt::Verdict(v) => {

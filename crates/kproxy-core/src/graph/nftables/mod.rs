@@ -8,14 +8,21 @@
 //!   `no-endpoint-nodeports` (their `drop` / `goto reject-chain`, which are also the port's
 //!   [`Verdict`]s); an external-chain address that `firewall-ips` lists is a load-balancer IP,
 //!   any other one an external IP (nftables keeps no comment that tells them apart);
-//! * chains are the `service-`, `local-`, `external-` and `firewall-` chains of the port, named
-//!   `PREFIX-HASH-ns/name/proto/port`; the service port's name comes from the chain names, its
-//!   hash checked against kube-proxy's (`hashAndTruncate` in `pkg/proxy/nftables/proxier.go`);
-//! * endpoints are the `endpoint-` chains a `numgen random mod N vmap { … }` picks (1/N per
-//!   key), with their DNAT target, hairpin masquerade and affinity update; `ip saddr
-//!   @affinity-… goto endpoint-…` rules are `affinity` edges, the `affinity-…` sets' timeout the
-//!   port's affinity timeout;
-//! * masquerade rules are the `jump mark-for-masquerade` rules of the port's chains;
+//! * the service port is named by its chains, `PREFIX-HASH-ns/name/proto/port`, the hash checked
+//!   against kube-proxy's (`hashAndTruncate` in `pkg/proxy/nftables/proxier.go`);
+//! * its path is every chain its entries and its own chains lead to (jumps, gotos, verdict
+//!   maps); what the rules on that path do is read from the statements, not from chain names
+//!   ([`dnat`]): an endpoint is wherever a DNAT on the path sends a connection, with the share
+//!   the `numgen` gives it — a `numgen random mod N vmap { k : goto CHAIN }` picking chains that
+//!   DNAT (up to 1.35, and for ClientIP affinity), a `dnat … to numgen random mod N map { k :
+//!   ADDR . PORT }` (1.36), or a plain `dnat to ADDR:PORT` (1.37, one endpoint); `ip saddr
+//!   @affinity-… goto …` rules are `affinity` edges, the `affinity-…` sets' timeout the port's
+//!   affinity timeout;
+//! * masquerade rules are the rules that set the masquerade mark (the bits `masquerading` tests),
+//!   inline or by a jump to a chain that only sets it; a mark set in a fixed chain for the
+//!   destinations of a set (`ip daddr @cluster-ips …`, 1.36) belongs to every port with an entry
+//!   in the set; hairpin masquerade is the `ip saddr EP jump …` of an endpoint chain, or the
+//!   endpoint's element in the set a `masquerading` rule looks connections up in (1.36);
 //! * `firewall-…` chains give the load-balancer source ranges (and a source-range DROP verdict
 //!   per `firewall-ips` element).
 //!
@@ -23,32 +30,39 @@
 //! `service-ips`/`service-nodeports` (looked up from `nat-prerouting`/`nat-output`), `filter` for
 //! the no-endpoint maps and the firewall (from the `filter-*` base chains); `chain` is the map,
 //! or the firewall chain. What does not fit kube-proxy's shape is an [`Anomaly`] (see
-//! [`anomalies`]).
+//! [`anomalies`]); what this build does not know ([`layout`]) is an `unknown-layout` anomaly and
+//! the port's [`ServicePort::unknown_layout`], and nothing is concluded from it.
 
 mod anomalies;
+pub mod dnat;
+pub mod layout;
 pub mod names;
+mod paths;
+
+pub use dnat::{DnatTarget, dnat_of, dnat_target};
 
 use super::{
     Affinity, Anomaly, AnomalyKind, ChainKind, ChainRef, Counters, Edge, Endpoint, Entry,
     EntryKind, Firewall, GraphOptions, MasqueradeReason, MasqueradeRule, NameSource, ServiceGraph,
-    ServicePort, Share, SkippedLine, Verdict, VerdictReason,
+    ServicePort, SkippedLine, UnknownObject, Verdict, VerdictReason,
 };
 use crate::model::nft_names as kp;
 use crate::parsers::nft::{
-    self, Element, Expr, Family, NatKind, RelOp, Rule, Stmt, Table, Verdict as NftVerdict,
+    self, Element, Expr, Family, RelOp, Rule, Stmt, Table, Verdict as NftVerdict,
 };
 use names::{ObjectName, ServicePortName, hash_of, hashed_from_comment, parse_object_name};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
-/// A parsed nftables ruleset ready to be drawn: the tables and the DNAT destination text of
+/// A parsed nftables ruleset ready to be drawn: the tables and the DNAT destination texts of
 /// every chain (which the graph's endpoints borrow, as they borrow iptables dump text).
 #[derive(Debug)]
 pub struct NftGraphs<'a> {
     ruleset: nft::Ruleset<'a>,
-    /// Per table, per chain: the chain's first DNAT destination as `ip:port` / `[ip6]:port`.
-    destinations: Vec<Vec<Option<String>>>,
+    /// Per table, per chain: every destination its DNATs send to, as `ip:port` / `[ip6]:port`,
+    /// in rule and map order.
+    destinations: Vec<Vec<Vec<String>>>,
     /// Why the input is not the whole listing, beyond what parsing found (a cut paste).
     gaps: Vec<String>,
 }
@@ -59,12 +73,7 @@ impl<'a> NftGraphs<'a> {
         let destinations = ruleset
             .tables
             .iter()
-            .map(|t| {
-                t.chains
-                    .iter()
-                    .map(|c| c.rules.iter().find_map(dnat_of).map(|d| d.text()))
-                    .collect()
-            })
+            .map(|t| t.chains.iter().map(|c| destinations_of(t, c)).collect())
             .collect();
         NftGraphs {
             ruleset,
@@ -135,6 +144,73 @@ impl<'a> NftGraphs<'a> {
     }
 }
 
+/// What this build does not know in a kube-proxy table ([`layout`]), by where it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownLayout {
+    /// Per service port (`ns/name:port`, or `<hash:…>`): what is on its path.
+    pub ports: Vec<(String, Vec<UnknownObject>)>,
+    /// What is on no service port's path.
+    pub elsewhere: Vec<UnknownObject>,
+}
+
+impl UnknownLayout {
+    /// True when this build knows everything in the table.
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty() && self.elsewhere.is_empty()
+    }
+
+    /// Whether what is on no port's path is a statement of a fixed chain, which every service
+    /// port's traffic passes: then no service port's path is known.
+    pub fn in_shared_chains(&self) -> bool {
+        self.elsewhere
+            .iter()
+            .any(|u| u.kind == super::UnknownKind::Statement && layout::fixed_chain(&u.name))
+    }
+}
+
+/// What this build does not know in kube-proxy's `table`, by service port (on its path) and
+/// elsewhere. Building the graph is needed to place it, so a table this build knows all of is
+/// not graphed.
+pub fn unknown_layout(table: &Table<'_>) -> UnknownLayout {
+    if layout::unknown_objects(table).is_empty() {
+        return UnknownLayout::default();
+    }
+    let destinations: Vec<Vec<String>> = table
+        .chains
+        .iter()
+        .map(|c| destinations_of(table, c))
+        .collect();
+    let g = build_table(table, &destinations, true);
+    let ports: Vec<(String, Vec<UnknownObject>)> = g
+        .service_ports
+        .iter()
+        .filter(|p| !p.unknown_layout.is_empty())
+        .map(|p| (p.display_name(), p.unknown_layout.clone()))
+        .collect();
+    let on_path: HashSet<&UnknownObject> = ports.iter().flat_map(|(_, u)| u).collect();
+    let elsewhere = layout::unknown_objects(table)
+        .into_iter()
+        .filter(|u| !on_path.contains(u))
+        .collect();
+    UnknownLayout { ports, elsewhere }
+}
+
+/// Every destination the DNATs of `chain` send to, as text, in rule and map order.
+fn destinations_of(table: &Table<'_>, chain: &nft::Chain<'_>) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    for s in chain.rules.iter().flat_map(|r| &r.stmts) {
+        if let Some(Ok(pick)) = dnat::dnat_pick(s, table) {
+            for (target, _) in &pick.arms {
+                let text = target.text();
+                if !texts.contains(&text) {
+                    texts.push(text);
+                }
+            }
+        }
+    }
+    texts
+}
+
 /// Whether `t` is kube-proxy's table (`table ip kube-proxy` / `table ip6 kube-proxy`).
 pub fn is_kube_proxy_table(t: &Table<'_>) -> bool {
     t.name == kp::TABLE && matches!(t.family, Family::Ip | Family::Ip6)
@@ -143,49 +219,6 @@ pub fn is_kube_proxy_table(t: &Table<'_>) -> bool {
 /// `table` of anomalies: `ip kube-proxy`.
 fn table_label(t: &Table<'_>) -> String {
     format!("{} {}", t.family, t.name)
-}
-
-/// A DNAT statement's target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DnatTarget {
-    /// The new destination address.
-    pub ip: IpAddr,
-    /// The new destination port, when written.
-    pub port: Option<u16>,
-}
-
-impl DnatTarget {
-    /// `ip:port`, `[ip6]:port`, or the address alone.
-    pub fn text(&self) -> String {
-        match (self.ip, self.port) {
-            (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-            (ip, Some(p)) => format!("{ip}:{p}"),
-            (ip, None) => ip.to_string(),
-        }
-    }
-}
-
-/// The `dnat to ADDR[:PORT]` of a rule, if it has one with a plain address.
-pub fn dnat_of(rule: &Rule<'_>) -> Option<DnatTarget> {
-    rule.stmts.iter().find_map(dnat_target)
-}
-
-/// The target of a `dnat to ADDR[:PORT]` statement with a plain address.
-pub fn dnat_target(stmt: &Stmt<'_>) -> Option<DnatTarget> {
-    match stmt {
-        Stmt::Nat(n) if n.kind == NatKind::Dnat => {
-            let ip = match n.addr.as_ref()? {
-                Expr::Addr(a) => *a,
-                _ => return None,
-            };
-            let port = match &n.port {
-                Some(Expr::Number(p)) => u16::try_from(*p).ok(),
-                _ => None,
-            };
-            Some(DnatTarget { ip, port })
-        }
-        _ => None,
-    }
 }
 
 /// The chain a verdict goes to, and whether by `goto`.
@@ -220,6 +253,7 @@ pub fn protocol_of(e: &Expr<'_>) -> Option<&'static str> {
     }
 }
 
+/// A port number constant.
 fn port_of(e: &Expr<'_>) -> Option<u16> {
     match e {
         Expr::Number(n) => u16::try_from(*n).ok(),
@@ -280,13 +314,19 @@ struct PortB<'r> {
     firewall: Option<Firewall>,
     verdicts: Vec<Verdict>,
     edges: Vec<Edge<'r>>,
+    /// The chains on the port's path (its own, and what they lead to), in the order reached.
+    path: Vec<usize>,
+    /// Sets and maps the rules on the path look up.
+    sets: Vec<&'r str>,
+    unknown_layout: Vec<UnknownObject>,
 }
 
 /// What the graph of one table is built from and into.
 struct Builder<'r, 'a> {
     table: &'r Table<'a>,
     label: String,
-    destinations: &'r [Option<String>],
+    /// Per chain: the destinations its DNATs send to.
+    destinations: &'r [Vec<String>],
     /// Chain name → index.
     chain_index: HashMap<&'r str, usize>,
     /// Per chain: its parsed per-service name.
@@ -294,16 +334,22 @@ struct Builder<'r, 'a> {
     ports: Vec<PortB<'r>>,
     /// `ns/name/proto/port` (or the cut name) → port index.
     port_index: HashMap<Cow<'r, str>, usize>,
-    /// Endpoint chain name → (port, endpoint index in the port).
-    endpoint_of: HashMap<&'r str, (usize, usize)>,
+    /// (chain, destination) → (port, endpoint index in the port). An endpoint chain (picked by
+    /// a `numgen` vmap or an affinity lookup, or named `endpoint-…`) has no destination in its
+    /// key; a DNAT in a policy chain gives one endpoint per destination.
+    endpoint_of: HashMap<(&'r str, Option<&'r str>), (usize, usize)>,
+    /// The mark `masquerading` masquerades on, and the chains that only set it.
+    mark: Option<u64>,
+    mark_chains: Vec<&'r str>,
     anomalies: Vec<Anomaly>,
 }
 
 fn build_table<'r, 'a>(
     table: &'r Table<'a>,
-    destinations: &'r [Option<String>],
+    destinations: &'r [Vec<String>],
     whole: bool,
 ) -> ServiceGraph<'r> {
+    let mark = dnat::masquerade_mark(table);
     let mut b = Builder {
         table,
         label: table_label(table),
@@ -322,14 +368,17 @@ fn build_table<'r, 'a>(
         ports: Vec::new(),
         port_index: HashMap::new(),
         endpoint_of: HashMap::new(),
+        mark,
+        mark_chains: dnat::mark_chains(table, mark),
         anomalies: Vec::new(),
     };
     b.register_chains();
-    b.policy_chains();
-    b.external_chains();
-    b.firewall_chains();
-    b.endpoint_chains();
     b.maps();
+    b.paths();
+    b.endpoint_chains();
+    b.hairpin();
+    b.dispatch_masquerade();
+    b.unknown_layout();
     let service_of: HashMap<usize, String> = b
         .object
         .iter()
@@ -437,251 +486,6 @@ impl<'r, 'a> Builder<'r, 'a> {
         }
         for p in &mut self.ports {
             p.chains.sort_by_key(|c| c.kind);
-        }
-    }
-
-    /// Chains of kind `kind`, with their index and port.
-    fn chains_of(&mut self, kind: ChainKind) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        for ci in 0..self.table.chains.len() {
-            if let Some(o) = self.object[ci].filter(|o| o.kind == kind) {
-                let p = self.port_of_name(o);
-                out.push((ci, p));
-            }
-        }
-        out
-    }
-
-    /// The endpoint of chain `target` in port `p`, created on first use (in pick order). A chain
-    /// the table lacks is still an endpoint (a cut paste may hold its picks but not the chain);
-    /// a chain another port picked first stays that port's.
-    fn endpoint(&mut self, p: usize, target: &'r str) -> Option<usize> {
-        if let Some(&(owner, e)) = self.endpoint_of.get(target) {
-            return (owner == p).then_some(e);
-        }
-        let eps = &mut self.ports[p].endpoints;
-        eps.push(Endpoint::new(target));
-        let e = eps.len() - 1;
-        self.endpoint_of.insert(target, (p, e));
-        Some(e)
-    }
-
-    /// `service-` and `local-` chains: masquerade rules, affinity lookups, the numgen vmap.
-    fn policy_chains(&mut self) {
-        let mut chains = self.chains_of(ChainKind::Svc);
-        chains.extend(self.chains_of(ChainKind::Svl));
-        chains.sort_unstable();
-        for (ci, p) in chains {
-            let chain: &'r nft::Chain<'a> = &self.table.chains[ci];
-            let name: &'r str = &chain.name;
-            for rule in &chain.rules {
-                if let Some(m) = masquerade_rule(name, rule, ChainKind::Svc) {
-                    self.ports[p].masquerade.push(m);
-                    continue;
-                }
-                if let Some((set, target)) = affinity_lookup(rule) {
-                    if !self.ports[p].affinity_chains.iter().any(|c| c == name) {
-                        self.ports[p].affinity_chains.push(name.to_string());
-                    }
-                    if let Some(t) = self.table.set(set).and_then(|s| s.timeout) {
-                        self.ports[p].affinity_timeout =
-                            Some(u32::try_from(t.as_secs()).unwrap_or(u32::MAX));
-                    }
-                    self.endpoint(p, target);
-                    self.ports[p]
-                        .edges
-                        .push(edge(name, target, "affinity".into(), rule));
-                    continue;
-                }
-                if let Some(pick) = numgen_pick(rule) {
-                    self.numgen(p, name, rule, &pick);
-                    continue;
-                }
-                for target in rule.stmts.iter().filter_map(|s| match s {
-                    Stmt::Verdict(v) => verdict_chain(v),
-                    _ => None,
-                }) {
-                    if self.chain_index.contains_key(target)
-                        && self.object[self.chain_index[target]].is_some()
-                    {
-                        self.ports[p]
-                            .edges
-                            .push(edge(name, target, "".into(), rule));
-                    }
-                }
-            }
-        }
-    }
-
-    /// One `numgen random mod N vmap { k : goto endpoint-… }`: each key drawn is 1/N.
-    fn numgen(&mut self, p: usize, name: &'r str, rule: &'r Rule<'a>, pick: &NumgenPick<'r>) {
-        let n = f64::from(pick.modulus.max(1));
-        let drawn = |k: u64| {
-            k >= u64::from(pick.offset) && k - u64::from(pick.offset) < u64::from(pick.modulus)
-        };
-        let mut covered = vec![false; pick.modulus as usize];
-        let mut dead = Vec::new();
-        for (keys, target) in &pick.arms {
-            let count = keys.iter().filter(|&&k| drawn(k)).count();
-            for &k in keys {
-                if drawn(k) {
-                    covered[(k - u64::from(pick.offset)) as usize] = true;
-                } else {
-                    dead.push(k);
-                }
-            }
-            let Some(target) = target else { continue };
-            if count == 0 {
-                continue;
-            }
-            let share = count as f64 / n;
-            let Some(e) = self.endpoint(p, target) else {
-                continue;
-            };
-            let ep = &mut self.ports[p].endpoints[e];
-            ep.shares.push(Share {
-                via: name,
-                share,
-                probability: None,
-                line: rule.line,
-                counters: counters_of(rule).map(Box::new),
-            });
-            self.ports[p]
-                .edges
-                .push(edge(name, target, probability_label(share), rule));
-        }
-        let missing: Vec<String> = covered
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !**c)
-            .map(|(i, _)| (i as u64 + u64::from(pick.offset)).to_string())
-            .collect();
-        if !missing.is_empty() || !dead.is_empty() {
-            let mut msg = format!("numgen random mod {}", pick.modulus);
-            if !missing.is_empty() {
-                let (values, have) = if missing.len() == 1 {
-                    ("value", "has")
-                } else {
-                    ("values", "have")
-                };
-                msg += &format!(
-                    ": {values} {} {have} no endpoint in the vmap, so {} of new connections get no DNAT",
-                    missing.join(", "),
-                    crate::graph::percent(missing.len() as f64 / n)
-                );
-            }
-            if !dead.is_empty() {
-                let dead: Vec<String> = dead.iter().map(u64::to_string).collect();
-                msg += &format!("; keys {} are never drawn", dead.join(", "));
-            }
-            self.anomaly(AnomalyKind::ProbabilityLeak, name, rule.line, Some(p), msg);
-        }
-    }
-
-    /// `external-` chains: masquerade rules and the gotos to the policy chains.
-    fn external_chains(&mut self) {
-        for (ci, p) in self.chains_of(ChainKind::Ext) {
-            let chain: &'r nft::Chain<'a> = &self.table.chains[ci];
-            let name: &'r str = &chain.name;
-            for rule in &chain.rules {
-                if let Some(m) = masquerade_rule(name, rule, ChainKind::Ext) {
-                    self.ports[p].masquerade.push(m);
-                    continue;
-                }
-                let Some(target) = rule.verdict().and_then(verdict_chain) else {
-                    continue;
-                };
-                let label: Cow<'r, str> = source_label(rule);
-                self.ports[p].edges.push(edge(name, target, label, rule));
-            }
-        }
-    }
-
-    /// `firewall-` chains: `ip saddr != { ranges } drop`.
-    fn firewall_chains(&mut self) {
-        for (ci, p) in self.chains_of(ChainKind::Fw) {
-            let chain = &self.table.chains[ci];
-            let mut ranges = Vec::new();
-            for rule in &chain.rules {
-                for s in &rule.stmts {
-                    if let Stmt::Match {
-                        left: Expr::Payload { field, .. },
-                        op: RelOp::Ne,
-                        right,
-                    } = s
-                        && field == "saddr"
-                    {
-                        match right {
-                            Expr::Set(items) => {
-                                ranges.extend(items.iter().map(|e| e.key.to_string()))
-                            }
-                            other => ranges.push(other.to_string()),
-                        }
-                    }
-                }
-            }
-            self.ports[p].firewall = Some(Firewall {
-                chain: chain.name.to_string(),
-                source_ranges: ranges,
-            });
-        }
-    }
-
-    /// `endpoint-` chains: DNAT, hairpin masquerade, affinity update. Chains nothing picks
-    /// join the port their name names.
-    fn endpoint_chains(&mut self) {
-        for ci in 0..self.table.chains.len() {
-            let Some(o) = self.object[ci].filter(|o| o.kind == ChainKind::Sep) else {
-                continue;
-            };
-            let chain: &'r nft::Chain<'a> = &self.table.chains[ci];
-            let name: &'r str = &chain.name;
-            let (p, e) = match self.endpoint_of.get(name) {
-                Some(&pe) => pe,
-                None => {
-                    let p = self.port_of_name(o);
-                    match self.endpoint(p, name) {
-                        Some(e) => (p, e),
-                        None => continue,
-                    }
-                }
-            };
-            let mut has_dnat = false;
-            for rule in &chain.rules {
-                if let Some(m) = masquerade_rule(name, rule, ChainKind::Sep) {
-                    self.ports[p].endpoints[e].hairpin_masquerade = true;
-                    self.ports[p].masquerade.push(m);
-                    continue;
-                }
-                if rule
-                    .stmts
-                    .iter()
-                    .any(|s| matches!(s, Stmt::SetUpdate { set, .. } if set.starts_with(kp::AFFINITY_PREFIX)))
-                {
-                    self.ports[p].endpoints[e].affinity_set = true;
-                }
-                if let Some(d) = dnat_of(rule)
-                    && !has_dnat
-                {
-                    has_dnat = true;
-                    let ep = &mut self.ports[p].endpoints[e];
-                    ep.destination = self.destinations.get(ci).and_then(|d| d.as_deref());
-                    ep.ip = Some(d.ip);
-                    ep.port = d.port;
-                    ep.dnat_line = Some(rule.line);
-                    ep.counters = counters_of(rule).map(Box::new);
-                }
-            }
-            if !has_dnat && !chain.rules.is_empty() {
-                let line = chain.rules.first().map_or(chain.line, |r| r.line);
-                self.anomaly(
-                    AnomalyKind::MissingDnat,
-                    name,
-                    line,
-                    Some(p),
-                    "endpoint chain without a DNAT rule".to_string(),
-                );
-            }
         }
     }
 
@@ -897,6 +701,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                     firewall: p.firewall,
                     verdicts: p.verdicts,
                     edges: p.edges,
+                    unknown_layout: p.unknown_layout,
                 }
             })
             .collect();
@@ -920,35 +725,13 @@ impl<'r, 'a> Builder<'r, 'a> {
                 .to_string(),
             ),
             backend: Some("nftables".to_string()),
-            masquerade_mark: masquerade_mark(self.table),
+            masquerade_mark: self.mark.map(|m| format!("{m:#x}")),
             service_ports,
             anomalies,
             skipped_lines: Vec::new(),
             gaps: Vec::new(),
         }
     }
-}
-
-/// The mark `mark-for-masquerade` ORs into the packet mark (`0x4000`).
-fn masquerade_mark(t: &Table<'_>) -> Option<String> {
-    let chain = t.chain(kp::MARK_MASQ_CHAIN)?;
-    chain.rules.iter().find_map(|r| {
-        r.stmts.iter().find_map(|s| match s {
-            Stmt::Mangle {
-                key: Expr::Meta(k),
-                value:
-                    Expr::Binary {
-                        op: nft::BinOp::Or,
-                        right,
-                        ..
-                    },
-            } if k == "mark" => match **right {
-                Expr::Number(m) => Some(format!("{m:#x}")),
-                _ => None,
-            },
-            _ => None,
-        })
-    })
 }
 
 fn edge<'r>(from: &'r str, to: &'r str, label: Cow<'r, str>, rule: &Rule<'_>) -> Edge<'r> {
@@ -1006,15 +789,17 @@ fn source_label<'r>(rule: &Rule<'_>) -> Cow<'r, str> {
     }
 }
 
-/// A `jump mark-for-masquerade` rule of a chain of kind `kind`, classified.
+/// A rule that marks the packet for masquerade (inline, or by a jump to a chain that only sets
+/// the mark) in a chain that acts as one of kind `kind`, classified by its source condition.
 fn masquerade_rule<'r>(
     chain: &'r str,
     rule: &Rule<'_>,
     kind: ChainKind,
+    mark: Option<u64>,
+    mark_chains: &[&str],
 ) -> Option<MasqueradeRule<'r>> {
-    match rule.verdict()? {
-        NftVerdict::Jump(c) if c == kp::MARK_MASQ_CHAIN => {}
-        _ => return None,
+    if !dnat::marks_for_masquerade(rule, mark, mark_chains) {
+        return None;
     }
     let source = rule.stmts.iter().find(|s| match s {
         Stmt::Match {

@@ -184,16 +184,23 @@ pub struct NftRepairReport {
 }
 
 /// What the node's tables hold, for the guard.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeCounts {
     /// `service-…` and `local-…` chains (all families).
     pub service_chains: usize,
     /// `endpoint-…` chains.
     pub endpoint_chains: usize,
+    /// What this build does not know in the tables (`table ip kube-proxy: chain X`).
+    pub unknown: Vec<String>,
 }
 
 impl NodeCounts {
     fn add(&mut self, t: &Table<'_>) {
+        self.unknown.extend(
+            crate::graph::nftables::layout::unknown_objects(t)
+                .iter()
+                .map(|u| format!("table {} kube-proxy: {}", t.family, u.describe())),
+        );
         use crate::proxier::nftables::names::{ENDPOINT_PREFIX, LOCAL_PREFIX, SERVICE_PREFIX};
         for c in &t.chains {
             let per_service = crate::proxier::nftables::names::is_service_chain_name(&c.name);
@@ -210,7 +217,9 @@ impl NodeCounts {
 
 /// Reasons not to apply, one sentence each: an API state that implies nothing on a node that
 /// has plenty (a truncated state file would wipe the node's services), another configured
-/// mode, a state older than `--max-age`, a live kube-proxy writing the same tables.
+/// mode, a state older than `--max-age`, a live kube-proxy writing the same tables, and tables
+/// that hold what this build does not know (a kube-proxy newer than this build: a repair planned
+/// from an older release's rules would rewrite its layout).
 pub fn refusals(
     facts: &crate::apply::guard::InputConditions<'_>,
     expected_service_ports: usize,
@@ -233,6 +242,24 @@ pub fn refusals(
     out.extend(facts.mode_refusal("nftables", "nftables-mode tables"));
     out.extend(facts.age_refusal());
     out.extend(facts.writer_refusal());
+    if !node.unknown.is_empty() {
+        const SHOWN: usize = 3;
+        let mut list: Vec<&str> = node
+            .unknown
+            .iter()
+            .take(SHOWN)
+            .map(String::as_str)
+            .collect();
+        let more = node.unknown.len().saturating_sub(SHOWN);
+        let more = format!("and {more} more");
+        if node.unknown.len() > SHOWN {
+            list.push(&more);
+        }
+        out.push(format!(
+            "the node's kube-proxy tables hold what this build does not know ({}): the node's kube-proxy may be newer than this build, and a repair planned from the rules this build knows would rewrite them",
+            list.join(", ")
+        ));
+    }
     out
 }
 

@@ -29,6 +29,8 @@ use super::super::kernel::{
     Step, StepResult, StepRule, Verdict, enter, masquerade_source,
 };
 use super::eval::{self, Missing, Packet, Val};
+use crate::graph::nftables::dnat::{self, DnatPick};
+use crate::graph::nftables::{is_kube_proxy_table, layout};
 use crate::parsers::nft::{
     Chain, Element, Expr, Family, Nat, NatKind, Policy, Rule, Ruleset, Stmt, Table,
     Verdict as NftVerdict,
@@ -484,6 +486,7 @@ impl<'d> Walker<'_, 'd> {
             policy: None,
         };
         let mut random: Option<f64> = None;
+        let kube_proxy = is_kube_proxy_table(table);
         for (at, stmt) in rule.stmts.iter().enumerate() {
             let skip = |w: &mut Self, b: &mut Branch<'d>, undecidable: Option<&'static str>| {
                 if let Some(why) = undecidable {
@@ -492,8 +495,24 @@ impl<'d> Walker<'_, 'd> {
                 b.path.push(step(StepResult::Skipped { at, undecidable }));
                 Ok(Flow::Next)
             };
+            if kube_proxy && !layout::known_statement(stmt) {
+                // kube-proxy's own rule, in a form this build does not know: nothing past it
+                // is concluded (neither "no DNAT" nor any verdict).
+                self.note(format!(
+                    "{here}: `{stmt}` is a statement of kube-proxy's table this build does not know (the node's kube-proxy may be newer than this build): the outcome past it is unknown"
+                ));
+                b.path.push(step(StepResult::Skipped {
+                    at,
+                    undecidable: Some(UNKNOWN_STATEMENT),
+                }));
+                return Ok(Flow::Done(self.finish(
+                    b.clone(),
+                    Verdict::Unknown,
+                    Some(here),
+                )));
+            }
             match stmt {
-                Stmt::Counter(_) | Stmt::Log(_) => {}
+                Stmt::Counter(_) | Stmt::NamedCounter(_) | Stmt::Log(_) => {}
                 Stmt::Match { left, op, right } => {
                     if let Expr::Numgen {
                         mode,
@@ -605,6 +624,11 @@ impl<'d> Walker<'_, 'd> {
                     return self.verdict(b, v, here);
                 }
                 Stmt::Nat(nat) => {
+                    if matches!(nat.addr, Some(Expr::Map { .. }))
+                        && let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
+                    {
+                        return Ok(self.numgen_dnat(b, f, rule, number, &pick, random));
+                    }
                     b.path.push(step(matched(random)));
                     self.nat(b, nat, &here);
                     b.stack.clear();
@@ -720,6 +744,67 @@ impl<'d> Walker<'_, 'd> {
         }
     }
 
+    /// `dnat … to numgen random mod N map { k : ADDR . PORT , … }`: one branch per destination,
+    /// with the share of the N values that pick it (each DNATed, which ends the base chain);
+    /// values without a map entry leave the rule unmatched (the lookup fails).
+    #[allow(clippy::too_many_arguments)]
+    fn numgen_dnat(
+        &mut self,
+        b: &mut Branch<'d>,
+        f: Frame,
+        rule: &'d Rule<'d>,
+        number: usize,
+        pick: &DnatPick,
+        random: Option<f64>,
+    ) -> Flow<'d> {
+        let table: &'d Table<'d> = self.table(f.table);
+        let chain: &'d Chain<'d> = self.chain(f);
+        let step = |result| Step {
+            table: &table.name,
+            chain: &chain.name,
+            number,
+            result,
+            rule: Some(StepRule::Nft(rule)),
+            policy: None,
+        };
+        let base = b.clone();
+        let mut first = true;
+        for (target, keys) in &pick.arms {
+            let p = pick.share(*keys);
+            let whole = random.unwrap_or(1.0) * p;
+            let result = if whole < 1.0 {
+                StepResult::MatchedRandom(whole)
+            } else {
+                StepResult::Matched
+            };
+            let mut arm = if first { b.clone() } else { base.clone() };
+            arm.probability = base.probability * p;
+            arm.path.push(step(result));
+            dnat_to(&mut arm, target.ip, target.port);
+            arm.stack.clear();
+            if first {
+                *b = arm;
+                first = false;
+            } else {
+                self.pending.push_back(arm);
+            }
+        }
+        if !pick.missing.is_empty() {
+            let p = pick.share(u32::try_from(pick.missing.len()).unwrap_or(u32::MAX));
+            let mut other = base.clone();
+            other.probability = base.probability * p;
+            other
+                .path
+                .push(step(StepResult::SkippedRandom(random.unwrap_or(1.0) * p)));
+            if first {
+                *b = other;
+            } else {
+                self.pending.push_back(other);
+            }
+        }
+        Flow::Next
+    }
+
     /// Applies a verdict at `here` (`table/chain#n`).
     fn verdict(
         &mut self,
@@ -764,6 +849,16 @@ impl<'d> Walker<'_, 'd> {
                     ));
                     return Ok(Flow::Next);
                 };
+                if is_kube_proxy_table(table) && !layout::known_chain(target) {
+                    self.note(format!(
+                        "{here} goes to {target}, a chain of kube-proxy's table this build does not know (the node's kube-proxy may be newer than this build): the outcome past it is unknown"
+                    ));
+                    return Ok(Flow::Done(self.finish(
+                        b.clone(),
+                        Verdict::Unknown,
+                        Some(here),
+                    )));
+                }
                 if b.stack.len() >= MAX_DEPTH {
                     return Err(SimError::TooDeep {
                         chain: format!("{}/{target}", table.name),
@@ -817,14 +912,8 @@ impl<'d> Walker<'_, 'd> {
                         "{here}: the DNAT address is not known; the destination is kept"
                     ));
                 }
-                if let Some(a) = addr {
-                    b.dst = a;
-                }
-                if let Some(p) = port {
-                    b.dport = p;
-                }
-                b.dnat = Some((b.dst, b.dport));
-                b.ct_dnat = true;
+                let dst = addr.unwrap_or(b.dst);
+                dnat_to(b, dst, port);
             }
             NatKind::Snat => {
                 match &nat.addr {
@@ -956,6 +1045,19 @@ impl<'d> Walker<'_, 'd> {
     }
 }
 
+/// Why a walk stops at a statement of kube-proxy's this build does not know.
+const UNKNOWN_STATEMENT: &str = "a statement of kube-proxy's table this build does not know";
+
+/// Rewrites the branch's destination (the port only when one is given).
+fn dnat_to(b: &mut Branch<'_>, ip: IpAddr, port: Option<u16>) {
+    b.dst = ip;
+    if let Some(p) = port {
+        b.dport = p;
+    }
+    b.dnat = Some((b.dst, b.dport));
+    b.ct_dnat = true;
+}
+
 fn matched(random: Option<f64>) -> StepResult {
     match random {
         Some(p) => StepResult::MatchedRandom(p),
@@ -1008,7 +1110,7 @@ mod tests {
     const RULESET: &str = r#"table ip kube-proxy {
 	map service-ips {
 		type ipv4_addr . inet_proto . inet_service : verdict
-		elements = { 10.96.0.10 . tcp . 80 : goto svc, 10.96.0.99 . tcp . 80 : goto svc }
+		elements = { 10.96.0.10 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80, 10.96.0.99 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80 }
 	}
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
@@ -1033,14 +1135,14 @@ mod tests {
 		meta mark set meta mark ^ 0x00004000
 		masquerade fully-random
 	}
-	chain svc {
+	chain service-ULMVA6XW-ns1/svc1/tcp/p80 {
 		ip saddr != 10.244.0.0/16 jump mark-for-masquerade
-		numgen random mod 4 vmap { 0 : goto ep1, 1 : goto ep1, 2 : goto ep3 }
+		numgen random mod 4 vmap { 0 : goto endpoint-AAAAAAAA-ns1/svc1/tcp/p80__10.244.1.1/8080, 1 : goto endpoint-AAAAAAAA-ns1/svc1/tcp/p80__10.244.1.1/8080, 2 : goto endpoint-BBBBBBBB-ns1/svc1/tcp/p80__10.244.3.3/8080 }
 	}
-	chain ep1 {
+	chain endpoint-AAAAAAAA-ns1/svc1/tcp/p80__10.244.1.1/8080 {
 		meta l4proto tcp dnat to 10.244.1.1:8080
 	}
-	chain ep3 {
+	chain endpoint-BBBBBBBB-ns1/svc1/tcp/p80__10.244.3.3/8080 {
 		meta l4proto tcp dnat to 10.244.3.3:8080
 	}
 }
@@ -1084,6 +1186,96 @@ table ip nat {
         // From inside the pod network: not marked, not masqueraded.
         let d = run(RULESET, "10.244.5.5->10.96.0.10:80/tcp", Origin::Pod).unwrap();
         assert!(d.outcomes.iter().all(|o| !o.masquerade));
+    }
+
+    /// kube-proxy 1.36's layout: the service chain DNATs through a numgen map; the endpoint
+    /// reaching itself is masqueraded by the `hairpin-connections` lookup in postrouting.
+    const G4: &str = r#"table ip kube-proxy {
+	set cluster-ips {
+		type ipv4_addr
+		elements = { 10.96.0.10 }
+	}
+	set hairpin-connections {
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service
+		elements = { 10.244.1.1 . 10.244.1.1 . tcp . 8080 }
+	}
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.10 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80, 10.96.0.11 . tcp . 80 : goto service-42NFTM6N-ns2/svc2/tcp/p80 }
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain nat-postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}
+	chain services {
+		ip daddr @cluster-ips ip saddr != 10.244.0.0/16 meta mark set meta mark | 0x00004000
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}
+	chain masquerading {
+		meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random
+		ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
+	}
+	chain service-ULMVA6XW-ns1/svc1/tcp/p80 {
+		meta l4proto tcp dnat ip to numgen random mod 4 map { 0 : 10.244.1.1 . 8080, 1-2 : 10.244.2.2 . 8080 }
+	}
+	chain service-42NFTM6N-ns2/svc2/tcp/p80 {
+		meta l4proto tcp ct mark set 0x1 dnat to 10.244.3.3:8080
+	}
+}
+"#;
+
+    #[test]
+    fn numgen_dnat_maps_hairpin_and_unknown_statements() {
+        let d = run(G4, "192.168.1.9->10.96.0.10:80/tcp", Origin::External).unwrap();
+        assert_eq!(
+            rows(&d),
+            [
+                (
+                    0.25,
+                    Some("10.244.1.1:8080".to_string()),
+                    Verdict::Accept,
+                    true
+                ),
+                (
+                    0.5,
+                    Some("10.244.2.2:8080".to_string()),
+                    Verdict::Accept,
+                    true
+                ),
+                // Value 3 has no map entry: the rule does not match, no DNAT (still marked).
+                (0.25, None, Verdict::Accept, true),
+            ]
+        );
+        // The pod reaching itself through its service: masqueraded by the hairpin lookup only.
+        let d = run(G4, "10.244.1.1->10.96.0.10:80/tcp", Origin::Pod).unwrap();
+        let masq: Vec<(Option<String>, bool)> = rows(&d).into_iter().map(|r| (r.1, r.3)).collect();
+        assert_eq!(
+            masq,
+            [
+                (Some("10.244.1.1:8080".to_string()), true),
+                (Some("10.244.2.2:8080".to_string()), false),
+                (None, false),
+            ]
+        );
+        // A statement of kube-proxy's table this build does not know: unknown, never "no DNAT".
+        let d = run(G4, "192.168.1.9->10.96.0.11:80/tcp", Origin::External).unwrap();
+        assert_eq!(d.outcomes.len(), 1);
+        assert_eq!(d.outcomes[0].verdict, Verdict::Unknown);
+        assert_eq!(
+            d.outcomes[0].decided_by.as_deref(),
+            Some("kube-proxy/service-42NFTM6N-ns2/svc2/tcp/p80#1")
+        );
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("`ct mark set 1`") && n.contains("may be newer")),
+            "{:?}",
+            d.notes
+        );
     }
 
     #[test]

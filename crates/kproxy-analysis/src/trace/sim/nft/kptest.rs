@@ -10,7 +10,12 @@
 //! verdict replaces the rest of the rule), `jump mark-for-masquerade` (sets `masq`, the chain is
 //! not entered), `jump`/`goto`, `drop`, `reject`, `return`, `meta l4proto P dnat to X` (records
 //! X, the protocol is not checked) and `numgen random mod N vmap { … }` (every listed chain is
-//! walked, all their outputs kept). A leading `ct state new` always holds, comments are not
+//! walked, all their outputs kept). kube-proxy 1.36's forms are read alike (the tracer of that
+//! release was not found in public sources, so this is inferred from the 1.35 tracer): `meta
+//! l4proto P dnat … to numgen random mod N map { k : A . P , … }` records every destination in
+//! map order, `mark set mark or M` sets `masq` as the jump did, and after `nat-prerouting` a
+//! packet one of whose destinations is its own source is `masq` when a `masquerading` rule's
+//! set (`hairpin-connections`) holds the connection. A leading `ct state new` always holds, comments are not
 //! part of a rule, counters are skipped; any other statement abandons the rule, as the test's
 //! "unmatched rule" does. The packet runs through `filter-prerouting-pre-dnat` (a drop there
 //! ends it), `nat-prerouting`, then — destination replaced by the first output's host, port
@@ -21,7 +26,7 @@ use super::super::engine::LocalAddrs;
 use super::super::kptest::TestTrace;
 use super::super::packet::PacketSpec;
 use super::table_for;
-use crate::graph::nftables::{dnat_target, key_parts, protocol_of};
+use crate::graph::nftables::{dnat, key_parts, protocol_of};
 use crate::parsers::nft::{Element, Expr, RelOp, Ruleset, Stmt, Table, Verdict};
 use crate::proxier::nftables::names as kp;
 use std::net::IpAddr;
@@ -77,6 +82,31 @@ impl<'r, 'a> Walk<'r, 'a> {
         if !self.errors.contains(&e) {
             self.errors.push(e);
         }
+    }
+
+    /// 1.36's hairpin masquerade (`masquerading` masquerades DNATed connections whose `saddr .
+    /// daddr . proto . dport` is in `hairpin-connections`; the tracer does not run
+    /// `nat-postrouting`, so the lookup is made here): the packet is `masq` when one of its
+    /// destinations is its own source and the set holds that connection, as the 1.35 tracer
+    /// set `masq` for the hairpin rule of any endpoint it walked.
+    fn hairpin(&mut self) {
+        let Some(table) = self.table else { return };
+        let rules = dnat::hairpin_rules(table);
+        let proto = self.packet.proto.name();
+        let src = self.packet.src;
+        let hit = self.outputs.iter().any(|o| {
+            let port = o.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+            match (host_of(o), port) {
+                (Some(ip), Some(port)) => {
+                    ip == src
+                        && rules
+                            .iter()
+                            .any(|h| dnat::set_holds_hairpin(table, h.set, ip, proto, port))
+                }
+                _ => false,
+            }
+        });
+        self.masq |= hit;
     }
 
     /// `addressMatches`: the address against an IP or a CIDR.
@@ -228,14 +258,20 @@ impl<'r, 'a> Walk<'r, 'a> {
                             && i + 2 == stmts.len()
                             && matches!(&stmts[i + 1], Stmt::Nat(_)) =>
                     {
-                        // `meta l4proto P dnat to X`: X is recorded, P is not checked.
-                        match dnat_target(&stmts[i + 1]) {
-                            Some(d) => {
+                        // `meta l4proto P dnat to X`: X is recorded, P is not checked. 1.36's
+                        // `dnat … to numgen … map { k : A . P , … }` records every destination,
+                        // as the tracer walks every arm of a numgen vmap.
+                        match self
+                            .table
+                            .and_then(|t| dnat::dnat_pick(&stmts[i + 1], t))
+                            .and_then(Result::ok)
+                        {
+                            Some(pick) if !pick.arms.is_empty() => {
                                 self.matched.push(at.to_string());
-                                self.outputs.push(d.text());
+                                self.outputs.extend(pick.arms.iter().map(|(t, _)| t.text()));
                                 Step::Return(true)
                             }
-                            None => self.unmatched(at, stmts),
+                            _ => self.unmatched(at, stmts),
                         }
                     }
                     _ => self.unmatched(at, stmts),
@@ -269,6 +305,13 @@ impl<'r, 'a> Walk<'r, 'a> {
                 }
                 _ => self.unmatched(at, stmts),
             },
+            // 1.36's inline mark (`mark set mark or 0x4000`), the tracer's `jump
+            // mark-for-masquerade`: the packet is marked, the rule goes on.
+            s @ Stmt::Mangle { .. } if dnat::sets_mark(s, None) => {
+                self.matched.push(at.to_string());
+                self.masq = true;
+                Step::Holds
+            }
             Stmt::Verdict(v) if last => return self.verdict(v, at, depth),
             Stmt::Reject(_) if last => {
                 self.matched.push(at.to_string());
@@ -433,12 +476,13 @@ pub fn trace(
     let [pre, nat, forward, input] = TRACER_CHAINS;
     if !walk.run(pre, 0)? {
         walk.run(nat, 0)?;
-        if let Some(first) = walk.outputs.first() {
-            walk.dst = host_of(first);
+        if let Some(first) = walk.outputs.first().cloned() {
+            walk.dst = host_of(&first);
             if walk.dst.is_none() {
                 walk.error(format!("failed to parse host port {first:?}"));
             }
         }
+        walk.hairpin();
         if !walk.run(forward, 0)? {
             walk.run(input, 0)?;
         }

@@ -14,6 +14,7 @@ mod kubeconfig;
 mod listing;
 mod live;
 mod mass_drift;
+mod monitor;
 mod netns_harness;
 mod nft_graph_trace;
 mod nft_parse;

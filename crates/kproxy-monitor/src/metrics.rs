@@ -242,6 +242,33 @@ impl Metrics {
     }
 }
 
+/// OpenMetrics text as the Prometheus text format (0.0.4) says it, for scrapers and tools
+/// that do not ask for OpenMetrics (`promtool check metrics`, `curl`): no `# UNIT` and `# EOF`
+/// lines, and a counter's family named as its samples are (`…_total`).
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
 /// The lower-case severity word.
 fn severity_word(s: Severity) -> &'static str {
     s.as_str()
@@ -262,4 +289,32 @@ fn stale_flows(a: &Assessment) -> usize {
                 .unwrap_or(1)
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_names_counters_by_their_samples() {
+        let m = Metrics::new(Duration::from_secs(2));
+        m.failed(Duration::from_millis(5));
+        let om = m.encode();
+        assert!(om.contains("# TYPE kproxy_verify_runs counter"), "{om}");
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        let text = prometheus_text(&om);
+        assert!(
+            text.contains("# TYPE kproxy_verify_runs_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kproxy_verify_runs_total{result=\"failed\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(text.contains("kproxy_node_in_sync 0"), "{text}");
+    }
 }

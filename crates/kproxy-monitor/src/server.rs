@@ -1,4 +1,5 @@
-//! The monitor's HTTP endpoints (HTTP/1.1, plain text or JSON): `/metrics` (OpenMetrics text),
+//! The monitor's HTTP endpoints (HTTP/1.1, plain text or JSON): `/metrics` (OpenMetrics text
+//! when the scraper asks for it, else the Prometheus text format),
 //! `/healthz` (the process serves), `/readyz` (a verify succeeded and is recent; 503 says why
 //! not), `/findings` (the current report with `since` and `pending` per finding). The only
 //! socket the monitor listens on.
@@ -12,8 +13,10 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// The content type of `/metrics` (prometheus-client writes OpenMetrics text).
+/// The content type of `/metrics` for scrapers that ask for OpenMetrics (Prometheus does).
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of `/metrics` otherwise: the Prometheus text format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Serves the endpoints on `listener` until `shutdown` completes.
 pub async fn serve(
@@ -65,7 +68,26 @@ fn respond(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         );
     }
     match req.uri().path() {
-        "/metrics" => text(StatusCode::OK, OPENMETRICS, shared.metrics_text()),
+        "/metrics" => {
+            let wants_openmetrics = req
+                .headers()
+                .get_all(hyper::header::ACCEPT)
+                .iter()
+                .any(|v| {
+                    v.to_str()
+                        .is_ok_and(|v| v.contains("application/openmetrics-text"))
+                });
+            let body = shared.metrics_text();
+            if wants_openmetrics {
+                text(StatusCode::OK, OPENMETRICS, body)
+            } else {
+                text(
+                    StatusCode::OK,
+                    PROMETHEUS_TEXT,
+                    crate::metrics::prometheus_text(&body),
+                )
+            }
+        }
         "/healthz" | "/livez" => text(StatusCode::OK, PLAIN, "ok\n".into()),
         "/readyz" => match shared.readiness() {
             Ok(why) => text(StatusCode::OK, PLAIN, format!("{why}\n")),

@@ -10,6 +10,7 @@ pub mod live;
 pub mod monitor;
 pub mod nft_graph;
 pub mod nft_trace;
+pub mod npd;
 pub mod render;
 pub mod repair;
 pub mod resync;

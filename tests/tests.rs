@@ -15,6 +15,7 @@ mod listing;
 mod live;
 mod mass_drift;
 mod monitor;
+mod monitor_api;
 mod monitor_deploy;
 mod netns_harness;
 mod nft_graph_trace;

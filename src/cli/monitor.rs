@@ -300,6 +300,8 @@ fn node_name(args: &MonitorArgs, config: &crate::state::config::ProxyConfig) -> 
 /// Today's `verify` ([`super::verify::report_from_inputs`]) with the monitor's node facts.
 struct CliVerifier {
     args: super::verify::VerifyArgs,
+    /// The collector's warnings already printed: each is printed once, not at every verify.
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl CliVerifier {
@@ -312,13 +314,23 @@ impl CliVerifier {
         let mut verify = super::verify::VerifyArgs::from_arg_matches(&matches)
             .map_err(|e| anyhow!("verify's defaults: {e}"))?;
         verify.facts = args.facts.clone();
-        Ok(CliVerifier { args: verify })
+        Ok(CliVerifier {
+            args: verify,
+            warned: Default::default(),
+        })
     }
 }
 
 impl Verifier for CliVerifier {
-    fn verify(&self, inputs: VerifyInputs) -> Result<Verified, String> {
+    fn verify(&self, mut inputs: VerifyInputs) -> Result<Verified, String> {
         let release = self.release(&inputs);
+        for w in std::mem::take(&mut inputs.snapshot.warnings) {
+            if let Ok(mut warned) = self.warned.lock()
+                && warned.insert(w.clone())
+            {
+                super::common::warn(w);
+            }
+        }
         let resolved = super::live::ResolvedInputs {
             state: inputs.state,
             config_text: inputs.config_text,

@@ -179,7 +179,7 @@ pub async fn run(
     });
     let mut next = Instant::now();
     loop {
-        let due = if mem.tracker.wants_recheck() {
+        let due = if mem.tracker.wants_recheck(Instant::now()) {
             next.min(Instant::now() + opts.recheck)
         } else {
             next

@@ -128,10 +128,14 @@ impl Tracker {
         self.change = None;
     }
 
-    /// Whether a re-verify soon would tell something new: differences are pending, or an API
-    /// change is not matched yet.
-    pub fn wants_recheck(&self) -> bool {
-        self.state == NodeState::Pending || self.change.is_some()
+    /// Whether a re-verify soon would tell something new at `now`: differences are pending, or
+    /// an API change younger than the grace period is not matched yet (past the grace it is
+    /// drift, and the interval's verifies follow it).
+    pub fn wants_recheck(&self, now: Instant) -> bool {
+        self.state == NodeState::Pending
+            || self
+                .change
+                .is_some_and(|(at, _)| now.saturating_duration_since(at) < self.grace)
     }
 
     /// Notes a verify that could not run: the findings' ages are kept (a difference does not
@@ -275,10 +279,10 @@ mod tests {
             .service("shop/web:http");
         let a = t.assess(report(vec![pending]), t0 + Duration::from_millis(1200));
         assert_eq!((a.state, a.latency), (NodeState::Pending, None));
-        assert!(t.wants_recheck());
+        assert!(t.wants_recheck(t0 + Duration::from_millis(1200)));
         let a = t.assess(report(vec![]), t0 + Duration::from_millis(2500));
         assert_eq!(a.latency, Some(Duration::from_millis(1500)));
-        assert!(!t.wants_recheck());
+        assert!(!t.wants_recheck(t0 + Duration::from_millis(2500)));
         // A change whose first read already matches is not observed (nothing was seen
         // being programmed).
         t.api_changed(t0 + Duration::from_secs(3));

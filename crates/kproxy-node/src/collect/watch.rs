@@ -174,7 +174,14 @@ where
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
-            set_problem(ev.as_ref().err().map(ToString::to_string));
+            // A 410 Expired is the watch's ordinary way to say "re-list": the re-list follows
+            // at once, so it is no problem of the watch.
+            let problem = match &ev {
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => None,
+                Err(e) => Some(e.to_string()),
+                Ok(_) => None,
+            };
+            set_problem(problem);
             match ev {
                 // A (re-)list is only visible in the store once it is complete: poke then, not
                 // per listed object (a sync in between would still see the old store and miss

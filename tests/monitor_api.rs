@@ -340,7 +340,7 @@ fn repair_only_while_kube_proxy_is_down() {
         return;
     };
     let backups = s.dir.path().join("backups");
-    let mut mon = start(
+    let mon = start(
         &s,
         "2s",
         &[

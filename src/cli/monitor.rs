@@ -306,13 +306,12 @@ struct CliVerifier {
 
 impl CliVerifier {
     fn new(args: &MonitorArgs) -> anyhow::Result<CliVerifier> {
-        use clap::FromArgMatches;
-        let cmd = super::verify::VerifyArgs::augment_args(clap::Command::new("verify"));
-        let matches = cmd
-            .try_get_matches_from(["verify"])
+        // verify's own defaults, as its command line gives them.
+        let cli = <super::Cli as clap::Parser>::try_parse_from(["kubectl-kproxy", "verify"])
             .map_err(|e| anyhow!("verify's defaults: {e}"))?;
-        let mut verify = super::verify::VerifyArgs::from_arg_matches(&matches)
-            .map_err(|e| anyhow!("verify's defaults: {e}"))?;
+        let super::Command::Verify(mut verify) = cli.command else {
+            bail!("verify's defaults: not a verify command line");
+        };
         verify.facts = args.facts.clone();
         Ok(CliVerifier {
             args: verify,

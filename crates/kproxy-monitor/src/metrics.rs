@@ -85,12 +85,9 @@ impl Metrics {
             last_verify: FloatGauge::default(),
             // kube-proxy batches for minSyncPeriod (1 s) and syncs in well under a second on a
             // small node; the alert threshold is 30 s.
-            latency: Histogram::new(
-                [
-                    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0,
-                ]
-                .into_iter(),
-            ),
+            latency: Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0,
+            ]),
             stale_flows: Gauge::default(),
             build_info: Family::default(),
             verify_failing: Gauge::default(),

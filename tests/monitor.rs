@@ -192,8 +192,9 @@ fn render(state: &Path, config: &Path, mode: &str, family: &str) -> String {
     kproxy_ok(&args)
 }
 
-/// The stand-in kube-proxy: writes `state`'s rules into the namespace (both families).
-fn program(ns: &Netns, backend: Option<Backend>, state: &Path, config: &Path) {
+/// The stand-in kube-proxy: writes `state`'s rules into the namespace (both families; iptables
+/// mode with `backend`, else nftables mode).
+pub fn program(ns: &Netns, backend: Option<Backend>, state: &Path, config: &Path) {
     match backend {
         Some(b) => {
             let mode = "iptables";
@@ -554,6 +555,60 @@ fn acceptance_nftables_mode() {
     acceptance(None, false);
 }
 
+/// Samples `kproxy_node_in_sync` for `span` and runs `apply` (the stand-in kube-proxy) once
+/// `after` has passed: the lowest value seen.
+pub fn lowest_in_sync_while(
+    mon: &Monitor,
+    span: Duration,
+    after: Duration,
+    mut apply: impl FnMut(),
+) -> f64 {
+    let start = Instant::now();
+    let mut lowest = 1.0_f64;
+    let mut applied = false;
+    while start.elapsed() < span {
+        if !applied && start.elapsed() >= after {
+            apply();
+            applied = true;
+        }
+        if let Some(v) = in_sync(&mon.metrics()) {
+            lowest = lowest.min(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lowest
+}
+
+/// The example cluster's state as a file of its own (tests change it), its configuration in
+/// iptables mode, and a namespace whose rules `render` wrote with the nf_tables backend.
+struct FileSetup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    original: String,
+    state: PathBuf,
+    ns: Netns,
+}
+
+fn file_setup(prefix: &str) -> Option<FileSetup> {
+    if !require_root_and_tools(&Backend::Nft.tools()) {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config_in_mode(dir.path(), "iptables");
+    let original = std::fs::read_to_string(cluster_file("state.json")).expect("state.json");
+    let state = dir.path().join("state.json");
+    std::fs::write(&state, &original).expect("write state");
+    let ns = Netns::new(prefix).expect("netns");
+    program(&ns, Some(Backend::Nft), &state, &config);
+    Some(FileSetup {
+        dir,
+        config,
+        original,
+        state,
+        ns,
+    })
+}
+
 /// Writes `text` to `path` the way tools replace files: a new file renamed over the old.
 fn replace_file(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -585,36 +640,23 @@ fn state_with_new_endpoint(original: &str, ip: &str) -> String {
 /// unapplied becomes drift after the grace.
 #[test]
 fn lag_within_the_grace_is_latency_not_drift() {
-    let backend = Backend::Nft;
-    if !require_root_and_tools(&backend.tools()) {
+    let Some(f) = file_setup("monlag") else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = config_in_mode(dir.path(), "iptables");
-    let original = std::fs::read_to_string(cluster_file("state.json")).expect("state.json");
-    let state = dir.path().join("state.json");
-    std::fs::write(&state, &original).expect("write state");
-    let ns = Netns::new("monlag").expect("netns");
-    program(&ns, Some(backend), &state, &config);
-    let args = monitor_args(&ns, &state, &config, Some(backend), "6s");
-    let mon = Monitor::start(dir.path(), &args, &[]);
+    };
+    let backend = Backend::Nft;
+    let (ns, state, config) = (&f.ns, &f.state, &f.config);
+    let args = monitor_args(ns, state, config, Some(backend), "6s");
+    let mon = Monitor::start(f.dir.path(), &args, &[]);
     mon.wait("in sync at start", SLACK, |m| in_sync(m) == Some(1.0));
 
     // The API changes; the stand-in kube-proxy programs it 1.5 s later.
-    replace_file(&state, &state_with_new_endpoint(&original, "10.244.1.12"));
-    let changed = Instant::now();
-    let mut lowest = 1.0_f64;
-    let mut applied = false;
-    while changed.elapsed() < Duration::from_secs(5) {
-        if !applied && changed.elapsed() >= Duration::from_millis(1500) {
-            program(&ns, Some(backend), &state, &config);
-            applied = true;
-        }
-        if let Some(v) = in_sync(&mon.metrics()) {
-            lowest = lowest.min(v);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    replace_file(state, &state_with_new_endpoint(&f.original, "10.244.1.12"));
+    let lowest = lowest_in_sync_while(
+        &mon,
+        Duration::from_secs(5),
+        Duration::from_millis(1500),
+        || program(ns, Some(backend), state, config),
+    );
     let m = mon.wait("one latency observation", SLACK, |m| {
         sample(m, "kproxy_programming_latency_seconds_count") == Some(1.0)
     });
@@ -632,9 +674,9 @@ fn lag_within_the_grace_is_latency_not_drift() {
 
     // The same change with the stand-in stopped: drift once the grace has passed.
     replace_file(
-        &state,
+        state,
         &state_with_new_endpoint(
-            &std::fs::read_to_string(&state).expect("state"),
+            &std::fs::read_to_string(state).expect("state"),
             "10.244.1.13",
         ),
     );
@@ -658,17 +700,11 @@ fn lag_within_the_grace_is_latency_not_drift() {
 /// Bad inputs fail runs, say why on /readyz, never say "in sync", and the agent lives on.
 #[test]
 fn bad_inputs_fail_runs_and_say_why() {
-    let backend = Backend::Nft;
-    if !require_root_and_tools(&backend.tools()) {
+    let Some(f) = file_setup("monbad") else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = config_in_mode(dir.path(), "iptables");
-    let original = std::fs::read_to_string(cluster_file("state.json")).expect("state.json");
-    let state = dir.path().join("state.json");
-    std::fs::write(&state, &original).expect("write state");
-    let ns = Netns::new("monbad").expect("netns");
-    program(&ns, Some(backend), &state, &config);
+    };
+    let backend = Backend::Nft;
+    let (dir, ns, state, config, original) = (&f.dir, &f.ns, &f.state, &f.config, &f.original);
     let failed = |m: &str| sample(m, "kproxy_verify_runs_total{result=\"failed\"}").unwrap_or(0.0);
     let not_ready = |port: u16| {
         let (status, body) = http_get(port, "/readyz").expect("/readyz");
@@ -681,7 +717,7 @@ fn bad_inputs_fail_runs_and_say_why() {
     std::fs::create_dir(&bin).expect("bin");
     let ip = crate::support::netns::find_tool("ip").expect("ip");
     std::os::unix::fs::symlink(ip, bin.join("ip")).expect("symlink ip");
-    let args = monitor_args(&ns, &state, &config, Some(backend), "2s");
+    let args = monitor_args(ns, state, config, Some(backend), "2s");
     let mut mon = Monitor::start(dir.path(), &args, &[("PATH", path_str(&bin))]);
     let m = mon.wait("failed runs without the tools", SLACK, |m| failed(m) >= 2.0);
     assert_eq!(in_sync(&m), Some(0.0), "{m}");
@@ -692,7 +728,7 @@ fn bad_inputs_fail_runs_and_say_why() {
     drop(mon);
 
     // A read that times out.
-    let mut args = monitor_args(&ns, &state, &config, Some(backend), "2s");
+    let mut args = monitor_args(ns, state, config, Some(backend), "2s");
     args.extend(["--read-timeout", "1ns"]);
     let mut mon = Monitor::start(dir.path(), &args, &[]);
     let m = mon.wait("failed runs on time-outs", SLACK, |m| failed(m) >= 2.0);
@@ -704,10 +740,10 @@ fn bad_inputs_fail_runs_and_say_why() {
 
     // A torn state file (what a reader sees of a file rewritten in place mid-read): failed runs
     // until it is whole again, then in sync; never "in sync" from the last good state.
-    let args = monitor_args(&ns, &state, &config, Some(backend), "2s");
+    let args = monitor_args(ns, state, config, Some(backend), "2s");
     let mut mon = Monitor::start(dir.path(), &args, &[]);
     mon.wait("in sync at start", SLACK, |m| in_sync(m) == Some(1.0));
-    std::fs::write(&state, &original[..original.len() / 2]).expect("tear the state");
+    std::fs::write(state, &original[..original.len() / 2]).expect("tear the state");
     let m = mon.wait("failed runs on a torn state", SLACK, |m| {
         failed(m) >= 1.0 && in_sync(m) == Some(0.0)
     });
@@ -720,7 +756,7 @@ fn bad_inputs_fail_runs_and_say_why() {
         doc["stale"].as_str().is_some(),
         "the last report is marked stale: {doc:#}"
     );
-    replace_file(&state, &original);
+    replace_file(state, original);
     mon.wait("in sync once the state is whole", SLACK, |m| {
         in_sync(m) == Some(1.0)
     });

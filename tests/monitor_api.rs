@@ -43,33 +43,9 @@ fn write_state(api: &FakeApiServer, objects: &[Value], path: &Path) {
     .expect("write state");
 }
 
-/// The stand-in kube-proxy: `render` of `state` restored into the namespace (both families).
+/// The stand-in kube-proxy, iptables mode with the nf_tables backend.
 fn program(ns: &Netns, state: &Path, config: &Path) {
-    for (family, six) in [("4", false), ("6", true)] {
-        let o = crate::support::kproxy()
-            .args([
-                "render",
-                "--node",
-                "node-1",
-                "--with-base-jumps",
-                "--nfacct",
-                "none",
-            ])
-            .args(["--ip-family", family, "--state"])
-            .arg(state)
-            .arg("--config")
-            .arg(config)
-            .output()
-            .expect("render");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let rules = String::from_utf8(o.stdout).expect("utf-8");
-        if six {
-            ns.restore6(Backend::Nft, &rules, false)
-                .expect("restore v6");
-        } else {
-            ns.restore(Backend::Nft, &rules, false).expect("restore v4");
-        }
-    }
+    crate::monitor::program(ns, Some(Backend::Nft), state, config);
 }
 
 /// shop/web's slice with one more ready endpoint on node-1.
@@ -215,20 +191,13 @@ fn api_changes_lag_drift_events_and_condition() {
 
     // An API change the stand-in programs 1.5 s later: no drift, one latency observation.
     add_web_endpoint(&s.api, "10.244.1.12");
-    let changed = Instant::now();
     write_state(&s.api, &s.objects, &s.state);
-    let mut lowest = 1.0_f64;
-    let mut applied = false;
-    while changed.elapsed() < Duration::from_secs(5) {
-        if !applied && changed.elapsed() >= Duration::from_millis(1500) {
-            program(&s.ns, &s.state, &s.config);
-            applied = true;
-        }
-        if let Some(v) = in_sync(&mon.metrics()) {
-            lowest = lowest.min(v);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let lowest = crate::monitor::lowest_in_sync_while(
+        &mon,
+        Duration::from_secs(5),
+        Duration::from_millis(1500),
+        || program(&s.ns, &s.state, &s.config),
+    );
     let m = mon.wait("one latency observation", SLACK, |m| {
         sample(m, "kproxy_programming_latency_seconds_count") == Some(1.0)
     });
@@ -340,16 +309,13 @@ fn repair_only_while_kube_proxy_is_down() {
         return;
     };
     let backups = s.dir.path().join("backups");
-    let mon = start(
-        &s,
-        "2s",
-        &[
-            "--repair",
-            "when-kube-proxy-down",
-            "--backup-dir",
-            backups.to_str().expect("utf-8"),
-        ],
-    );
+    let repairing = [
+        "--repair",
+        "when-kube-proxy-down",
+        "--backup-dir",
+        backups.to_str().expect("utf-8"),
+    ];
+    let mon = start(&s, "2s", &repairing);
     mon.wait("in sync at start", SLACK, |m| in_sync(m) == Some(1.0));
     // Drift while kube-proxy answers healthy: reported, not repaired.
     add_web_endpoint(&s.api, "10.244.1.14");
@@ -390,16 +356,7 @@ fn repair_only_while_kube_proxy_is_down() {
         "kube-proxy",
         &[("config.conf", &down_config)],
     );
-    let mut mon = start(
-        &s,
-        "2s",
-        &[
-            "--repair",
-            "when-kube-proxy-down",
-            "--backup-dir",
-            backups.to_str().expect("utf-8"),
-        ],
-    );
+    let mut mon = start(&s, "2s", &repairing);
     let m = mon.wait(
         "repaired while kube-proxy is down",
         Duration::from_secs(4) + SLACK,

@@ -49,6 +49,21 @@ fn missing_in_netns(argv: &[&str], out: &CommandOutput) -> Option<String> {
     .then(|| (*program).to_string())
 }
 
+impl HostRunner {
+    /// `out` of `argv`, or the program missing when `ip netns exec` could not start it.
+    fn checked(&self, argv: &[&str], out: CommandOutput) -> Result<CommandOutput, RunError> {
+        let full = self.argv(argv);
+        let program = match &self.netns {
+            Some(_) => full.get(4..).and_then(|run| missing_in_netns(run, &out)),
+            None => None,
+        };
+        match program {
+            Some(program) => Err(RunError::Missing { program }),
+            None => Ok(out),
+        }
+    }
+}
+
 impl CommandRunner for HostRunner {
     fn location(&self) -> String {
         match &self.netns {
@@ -60,10 +75,7 @@ impl CommandRunner for HostRunner {
     async fn run(&self, argv: &[&str], timeout: Duration) -> Result<CommandOutput, RunError> {
         let full = self.argv(argv);
         let out = LocalRunner.run(&full, timeout).await?;
-        match self.netns.as_ref().and(missing_in_netns(&full[4..], &out)) {
-            Some(program) => Err(RunError::Missing { program }),
-            None => Ok(out),
-        }
+        self.checked(argv, out)
     }
 
     async fn run_with_stdin(
@@ -74,10 +86,7 @@ impl CommandRunner for HostRunner {
     ) -> Result<CommandOutput, RunError> {
         let full = self.argv(argv);
         let out = LocalRunner.run_with_stdin(&full, stdin, timeout).await?;
-        match self.netns.as_ref().and(missing_in_netns(&full[4..], &out)) {
-            Some(program) => Err(RunError::Missing { program }),
-            None => Ok(out),
-        }
+        self.checked(argv, out)
     }
 }
 
@@ -141,5 +150,8 @@ mod tests {
             ..out
         };
         assert_eq!(missing_in_netns(&["ipvsadm"], &failed), None);
+        // Outside a namespace the output is the program's own, whatever it says.
+        let direct = HostRunner::default().checked(&["ipset", "save"], failed.clone());
+        assert_eq!(direct.ok(), Some(failed));
     }
 }

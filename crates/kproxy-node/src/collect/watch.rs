@@ -41,23 +41,26 @@ impl ClusterWatch {
         let config = configmap.map(|(namespace, name)| {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
             let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            spawn_reflector_with(api, only, "configmaps", changed.clone(), problems.clone())
+            spawn_reflector(api, only, "configmaps", changed.clone(), problems.clone())
         });
         ClusterWatch {
             services: spawn_reflector(
                 Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
                 "services",
                 changed.clone(),
                 problems.clone(),
             ),
             slices: spawn_reflector(
                 Api::<EndpointSlice>::all(client.clone()),
+                watcher::Config::default(),
                 "endpointslices",
                 changed.clone(),
                 problems.clone(),
             ),
             nodes: spawn_reflector(
                 Api::<Node>::all(client),
+                watcher::Config::default(),
                 "nodes",
                 changed.clone(),
                 problems.clone(),
@@ -121,30 +124,10 @@ where
     store.state().iter().map(|o| (**o).clone()).collect()
 }
 
-/// Spawns a reflector for `api` and returns its store; every change (an added, updated or deleted
-/// object, a completed re-list) pokes `notify`.
+/// Spawns a reflector for `api` (watched as `config` says: a field selector) and returns its
+/// store; every change (an added, updated or deleted object, a completed re-list) pokes
+/// `notify`, and a failing watch leaves its last error in `problems` until its next event.
 fn spawn_reflector<K>(
-    api: Api<K>,
-    what: &'static str,
-    notify: Arc<Notify>,
-    problems: Problems,
-) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
-{
-    spawn_reflector_with(api, watcher::Config::default(), what, notify, problems)
-}
-
-/// [`spawn_reflector`] with the watch's own configuration (a field selector); a failing watch
-/// leaves its last error in `problems` until its next event.
-fn spawn_reflector_with<K>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,

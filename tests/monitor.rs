@@ -739,8 +739,10 @@ fn bad_inputs_fail_runs_and_say_why() {
     drop(mon);
 
     // A torn state file (what a reader sees of a file rewritten in place mid-read): failed runs
-    // until it is whole again, then in sync; never "in sync" from the last good state.
-    let args = monitor_args(ns, state, config, Some(backend), "2s");
+    // until it is whole again, then in sync; never "in sync" from the last good state. Logged
+    // as JSON lines, one per change of state.
+    let mut args = monitor_args(ns, state, config, Some(backend), "2s");
+    args.extend(["--log-format", "json"]);
     let mut mon = Monitor::start(dir.path(), &args, &[]);
     mon.wait("in sync at start", SLACK, |m| in_sync(m) == Some(1.0));
     std::fs::write(state, &original[..original.len() / 2]).expect("tear the state");
@@ -761,4 +763,33 @@ fn bad_inputs_fail_runs_and_say_why() {
         in_sync(m) == Some(1.0)
     });
     assert!(mon.running(), "{}", mon.log());
+    let states: Vec<(String, String)> = mon
+        .log()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON log line"))
+        .filter(|v| v["state"].is_string())
+        .map(|v| {
+            assert_eq!(v["node"], "node-1", "{v}");
+            assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+            (
+                v["previous"].as_str().unwrap_or_default().to_string(),
+                v["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = states
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("unknown", "in_sync"),
+            ("in_sync", "failed"),
+            ("failed", "in_sync")
+        ],
+        "{}",
+        mon.log()
+    );
 }

@@ -346,20 +346,24 @@ impl Verifier for CliVerifier {
 }
 
 impl CliVerifier {
-    /// The kube-proxy release the rules are compared with, decided as verify decides it.
+    /// The kube-proxy release the rules are compared with, decided as verify decides it: the
+    /// flag, the pod's image, else (iptables mode) what the rules say. `None` when nothing
+    /// says (an nftables or IPVS node without a flag or image).
     fn release(&self, inputs: &VerifyInputs) -> Option<String> {
+        use crate::compare::version::{ReleaseSource, choose_release, infer};
         let snap = &inputs.snapshot;
         let texts = [
             snap.iptables_save.as_deref(),
             snap.ip6tables_save.as_deref(),
         ];
-        let choice = crate::compare::version::choose_release(
+        let iptables = crate::collect::detect_mode(snap) == Some("iptables");
+        let choice = choose_release(
             self.args.facts.kube_proxy_version,
             snap.kube_proxy_image.as_deref(),
-            crate::compare::version::infer(texts.into_iter().flatten()),
+            infer(texts.into_iter().flatten().filter(|_| iptables)),
             "verifying",
         );
-        Some(choice.version.to_string())
+        (iptables || choice.source != ReleaseSource::Inferred).then(|| choice.version.to_string())
     }
 }
 

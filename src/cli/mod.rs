@@ -76,7 +76,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   sudo kubectl-kproxy resync --local --watch --node node-1")]
     Resync(resync::ResyncArgs),
-    /// Watch this node: re-verify it continuously; metrics, endpoints, Events, a node condition.
+    /// Watch this node: re-verify it continuously, report metrics and Events.
     #[command(after_help = "Examples:
   kubectl-kproxy monitor --node node-1                          # in-cluster: the API's watches
   kubectl-kproxy monitor --state state.json --config config.yaml --node node-1 --listen 127.0.0.1:9847 --interval 1s --grace 2s

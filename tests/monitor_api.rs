@@ -211,7 +211,7 @@ fn api_changes_lag_drift_events_and_condition() {
     add_web_endpoint(&s.api, "10.244.1.13");
     let changed = Instant::now();
     mon.wait("drift", Duration::from_secs(5) + SLACK, |m| {
-        in_sync(m) == Some(0.0)
+        crate::monitor::drifted(m)
     });
     assert!(
         changed.elapsed() >= Duration::from_secs(5),
@@ -323,7 +323,7 @@ fn repair_only_while_kube_proxy_is_down() {
         "drift and a skipped repair",
         Duration::from_secs(2) + SLACK,
         |m| {
-            in_sync(m) == Some(0.0)
+            crate::monitor::drifted(m)
                 && sample(m, "kproxy_repairs_total{result=\"skipped\"}").unwrap_or(0.0) >= 1.0
         },
     );

@@ -78,7 +78,7 @@ pub struct MonitorArgs {
     #[arg(hide_short_help = true, long, value_name = "DIR")]
     pub backup_dir: Option<PathBuf>,
     /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormatArg::Text)]
     pub log_format: LogFormatArg,
     /// Read the rules of this network namespace (`ip netns exec NAME …`).
     #[arg(hide_short_help = true, long, value_name = "NAME")]

@@ -293,6 +293,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stale_flows_are_the_counts_the_conntrack_findings_name() {
+        use kproxy_analysis::compare::conntrack::STALE_ENDPOINT;
+        let report = kproxy_analysis::compare::Report::new(
+            "n",
+            "iptables",
+            1,
+            vec![
+                STALE_ENDPOINT.finding("4 UDP flows to 10.96.0.10:53 still DNAT to 10.244.1.5:53"),
+                STALE_ENDPOINT
+                    .finding("1 UDP flow to 10.96.0.11:53 still DNAT to 10.244.1.6:53")
+                    .chain("conntrack udp 10.96.0.11:53"),
+            ],
+        );
+        let a =
+            crate::tracker::Tracker::new(Duration::ZERO).assess(report, std::time::Instant::now());
+        assert_eq!(stale_flows(&a), 5);
+    }
+
+    #[test]
     fn prometheus_text_names_counters_by_their_samples() {
         let m = Metrics::new(Duration::from_secs(2));
         m.failed(Duration::from_millis(5));

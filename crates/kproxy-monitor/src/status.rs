@@ -153,3 +153,53 @@ fn findings_document(a: &Assessment, at: SystemTime, grace: Duration) -> Value {
     doc["drifted"] = json!(a.tracked.iter().filter(|t| t.drift).count());
     doc
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::Tracker;
+    use kproxy_analysis::compare::Report;
+
+    fn assessment() -> Assessment {
+        Tracker::new(Duration::from_secs(1))
+            .assess(Report::new("n", "iptables", 1, vec![]), Instant::now())
+    }
+
+    #[test]
+    fn ready_after_a_verify_until_it_fails_or_ages() {
+        let s = Shared::new(
+            Metrics::new(Duration::from_secs(1)),
+            Duration::from_secs(3600),
+        );
+        assert!(s.readiness().is_err_and(|w| w.contains("no verify")));
+        assert!(s.findings().is_none());
+        let a = assessment();
+        s.metrics.verified(&a, Duration::ZERO, SystemTime::now());
+        s.verified(&a, SystemTime::now(), Duration::from_secs(1));
+        assert_eq!(s.readiness(), Ok("ok: node in_sync".to_string()));
+        assert!(s.metrics_text().contains("kproxy_node_in_sync 1"));
+        let doc = s.findings().expect("a report");
+        assert_eq!(
+            (doc["state"].as_str(), doc["stale"].is_null()),
+            (Some("in_sync"), true)
+        );
+        s.failed("iptables-save: executable not found");
+        assert!(
+            s.readiness()
+                .is_err_and(|w| w.contains("executable not found"))
+        );
+        let doc = s.findings().expect("the last report");
+        assert!(
+            doc["stale"].as_str().is_some_and(|w| w.contains("failed")),
+            "{doc}"
+        );
+
+        // A verify older than stale_after no longer speaks for the node.
+        let old = Shared::new(Metrics::new(Duration::from_secs(1)), Duration::ZERO);
+        old.metrics.verified(&a, Duration::ZERO, SystemTime::now());
+        old.verified(&a, SystemTime::now(), Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(old.readiness().is_err_and(|w| w.contains("old")));
+        assert!(old.metrics_text().contains("kproxy_node_in_sync 0"));
+    }
+}

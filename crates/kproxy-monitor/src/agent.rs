@@ -152,6 +152,8 @@ struct Memory {
     /// Whether a skipped repair was logged in this drift.
     repair_noted: bool,
     view: Option<ApiView>,
+    /// [`ApiView::fingerprint`] of the view last verified.
+    fingerprint: Option<u64>,
 }
 
 /// Runs the loop until `shutdown` completes.
@@ -171,6 +173,7 @@ pub async fn run(
         last_repair: None,
         repair_noted: false,
         view: None,
+        fingerprint: None,
     };
     shared.metrics.set_build(crate::metrics::BuildLabels {
         version: opts.version.clone(),
@@ -188,8 +191,15 @@ pub async fn run(
             () = &mut shutdown => return,
             () = tokio::time::sleep_until(due.into()) => {}
             () = parts.source.changed() => {
-                mem.tracker.api_changed(Instant::now());
+                let seen = Instant::now();
                 tokio::time::sleep(opts.debounce).await;
+                // A change that cannot touch the rules (another node's heartbeat) is no reason
+                // to read the node.
+                let now = parts.source.current().ok().map(|v| v.fingerprint(&opts.node));
+                if now.is_some() && now == mem.fingerprint {
+                    continue;
+                }
+                mem.tracker.api_changed(seen);
             }
         }
         let again = once(&opts, &parts, &shared, &mut mem).await;
@@ -230,6 +240,7 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
         log(opts, a.state, previous, &describe(&a, opts.grace));
     }
     publish(opts, parts, mem, &a).await;
+    mem.fingerprint = Some(view.fingerprint(&opts.node));
     mem.view = Some(view);
     if a.state != NodeState::Drift {
         mem.repair_noted = false;

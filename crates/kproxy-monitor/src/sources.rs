@@ -24,6 +24,48 @@ pub struct ApiView {
     pub config_text: Option<(String, String)>,
 }
 
+impl ApiView {
+    /// What of the view can change the rules of `node`: the Services and EndpointSlices, that
+    /// node's labels, addresses and pod CIDRs (kube-proxy reads nothing else of Nodes: its
+    /// `NodeManager` watches its own Node for them), and the configuration. Other nodes'
+    /// heartbeats and status updates, which arrive all the time, change nothing here.
+    pub fn fingerprint(&self, node: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        feed(&mut h, &self.state.services);
+        feed(&mut h, &self.state.endpoint_slices);
+        feed(&mut h, &self.state.service_cidrs);
+        for n in &self.state.nodes {
+            if n.metadata.name.as_deref() == Some(node) {
+                feed(&mut h, &n.metadata.labels);
+                feed(&mut h, &n.spec.as_ref().map(|s| &s.pod_cidrs));
+                feed(&mut h, &n.status.as_ref().map(|s| &s.addresses));
+            }
+        }
+        self.config_text.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Feeds serialised JSON into a hasher.
+struct HashWriter<'a, H: std::hash::Hasher>(&'a mut H);
+
+impl<H: std::hash::Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Hashes `value` as its JSON text.
+fn feed<H: std::hash::Hasher>(h: &mut H, value: &impl serde::Serialize) {
+    // Serialising these types into the hasher cannot fail.
+    let _ = serde_json::to_writer(HashWriter(h), value);
+}
+
 /// The API state and configuration, and their changes.
 pub trait ApiSource: Send + Sync {
     /// What the API says now; an error when that cannot be trusted now (a broken watch, a file
@@ -183,5 +225,46 @@ impl ApiSource for FileSource {
                 tokio::time::sleep(self.poll).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, NodeStatus, Service};
+
+    fn node(name: &str, heartbeat_marker: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.status = Some(NodeStatus {
+            phase: Some(heartbeat_marker.into()),
+            ..NodeStatus::default()
+        });
+        n
+    }
+
+    #[test]
+    fn the_fingerprint_changes_with_what_changes_the_rules() {
+        let view = |other: &str, own_label: Option<&str>, svc: &str| {
+            let mut own = node("node-1", "a");
+            if let Some(l) = own_label {
+                own.metadata.labels = Some([("zone".to_string(), l.to_string())].into());
+            }
+            let mut s = Service::default();
+            s.metadata.name = Some(svc.into());
+            ApiView {
+                state: ClusterState {
+                    services: vec![s],
+                    nodes: vec![own, node("node-2", other)],
+                    ..ClusterState::default()
+                },
+                config_text: None,
+            }
+            .fingerprint("node-1")
+        };
+        let base = view("x", None, "web");
+        assert_eq!(base, view("y", None, "web"), "another node's status");
+        assert_ne!(base, view("x", Some("zone-a"), "web"), "this node's labels");
+        assert_ne!(base, view("x", None, "api"), "a service");
     }
 }

@@ -726,26 +726,23 @@ fn bad_inputs_fail_runs_and_say_why() {
     std::fs::create_dir(&bin).expect("bin");
     let ip = crate::support::netns::find_tool("ip").expect("ip");
     std::os::unix::fs::symlink(ip, bin.join("ip")).expect("symlink ip");
+    // Runs that keep failing for `why`: counted, not in sync, said on /readyz, still running.
+    let fails = |args: &[&str], env: &[(&str, &str)], why: &str| {
+        let mut mon = Monitor::start(dir.path(), args, env);
+        let m = mon.wait(why, SLACK, |m| failed(m) >= 2.0);
+        assert_eq!(in_sync(&m), Some(0.0), "{m}");
+        assert_eq!(sample(&m, "kproxy_verify_failing"), Some(1.0), "{m}");
+        let said = not_ready(mon.port);
+        assert!(said.contains(why), "{said}");
+        assert!(mon.running(), "{}", mon.log());
+    };
     let args = monitor_args(ns, state, config, Some(backend), "2s");
-    let mut mon = Monitor::start(dir.path(), &args, &[("PATH", path_str(&bin))]);
-    let m = mon.wait("failed runs without the tools", SLACK, |m| failed(m) >= 2.0);
-    assert_eq!(in_sync(&m), Some(0.0), "{m}");
-    assert_eq!(sample(&m, "kproxy_verify_failing"), Some(1.0), "{m}");
-    let why = not_ready(mon.port);
-    assert!(why.contains("iptables-nft-save"), "{why}");
-    assert!(mon.running(), "{}", mon.log());
-    drop(mon);
+    fails(&args, &[("PATH", path_str(&bin))], "iptables-nft-save");
 
     // A read that times out.
     let mut args = monitor_args(ns, state, config, Some(backend), "2s");
     args.extend(["--read-timeout", "1ns"]);
-    let mut mon = Monitor::start(dir.path(), &args, &[]);
-    let m = mon.wait("failed runs on time-outs", SLACK, |m| failed(m) >= 2.0);
-    assert_eq!(in_sync(&m), Some(0.0), "{m}");
-    let why = not_ready(mon.port);
-    assert!(why.contains("did not finish within"), "{why}");
-    assert!(mon.running(), "{}", mon.log());
-    drop(mon);
+    fails(&args, &[], "did not finish within");
 
     // A torn state file (what a reader sees of a file rewritten in place mid-read): failed runs
     // until it is whole again, then in sync; never "in sync" from the last good state. Logged

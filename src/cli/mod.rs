@@ -7,8 +7,10 @@ pub mod conntrack;
 pub mod graph;
 pub mod ipvs;
 pub mod live;
+pub mod monitor;
 pub mod nft_graph;
 pub mod nft_trace;
+pub mod npd;
 pub mod render;
 pub mod repair;
 pub mod resync;
@@ -74,6 +76,12 @@ pub enum Command {
     #[command(after_help = "Examples:
   sudo kubectl-kproxy resync --local --watch --node node-1")]
     Resync(resync::ResyncArgs),
+    /// Watch this node: re-verify it continuously, report metrics and Events.
+    #[command(after_help = "Examples:
+  kubectl-kproxy monitor --node node-1                          # in-cluster: the API's watches
+  kubectl-kproxy monitor --state state.json --config config.yaml --node node-1 --listen 127.0.0.1:9847 --interval 1s --grace 2s
+  kubectl-kproxy monitor --repair when-kube-proxy-down          # repair only while kube-proxy is down")]
+    Monitor(monitor::MonitorArgs),
     /// Write a node's dumps, the API state and kube-proxy's configuration to one bundle.
     #[command(after_help = "Examples:
   kubectl kproxy collect node-1 -o node-1.tar.gz
@@ -156,6 +164,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Trace(a) => trace::run(a, g),
         Command::Repair(a) => repair::run(a, g),
         Command::Resync(a) => resync::run(a, g),
+        Command::Monitor(a) => monitor::run(a, g),
         Command::Collect(a) => collect::run(a, g),
         Command::Completion(a) => completion::run(a, g),
     }

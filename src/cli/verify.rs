@@ -63,11 +63,29 @@ pub struct VerifyArgs {
     /// The node's conntrack table (findings KP6xx).
     #[command(flatten)]
     pub conntrack: super::conntrack::ConntrackArgs,
+    /// This host's rules (as --collector local).
+    #[arg(long)]
+    pub local: bool,
+    /// node-problem-detector's plugin contract: one line of at most 80 characters on stdout,
+    /// exit 0 OK, 1 drift, 2 could not tell (deploy/npd/).
+    #[arg(long)]
+    pub npd: bool,
 }
 
 /// Runs `verify`.
 pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     args.ipvs.lenient = args.dumps.lenient;
+    if args.local {
+        args.live.collector = super::live::CollectorChoice::Local;
+    }
+    if args.npd {
+        let (line, outcome) = match build_report(&args, global) {
+            Ok(report) => super::npd::report_line(&report),
+            Err(e) => super::npd::error_line(&e),
+        };
+        super::common::write_stdout(&format!("{line}\n"))?;
+        return Ok(outcome);
+    }
     if args.live.all_nodes {
         return run_all_nodes(args, global);
     }

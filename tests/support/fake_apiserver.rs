@@ -24,8 +24,12 @@
 //!   API server) the command still runs but its output and status are lost —
 //!   and hands the bytes to the handler in [`ExecRequest::stdin`].
 //!   [`FakeApiServer::only_exec_protocol`] makes the fake speak one protocol version;
-//! - failures on demand ([`Fault`]: any status for requests whose path contains a string),
-//!   401 for a bearer token other than [`TOKEN`].
+//! - Events (`events.k8s.io/v1`): create and merge-patch, kept apart from the watched objects
+//!   ([`FakeApiServer::events`]), as kube-rs's event recorder makes them;
+//! - `PATCH nodes/NAME/status` with a strategic-merge patch of `status.conditions` (merged by
+//!   `type`, as the API server does): the Node changes, and watches see `MODIFIED`;
+//! - failures on demand ([`Fault`]: any status for requests whose path contains a string;
+//!   [`FakeApiServer::clear_faults`] ends them), 401 for a bearer token other than [`TOKEN`].
 //!
 //! Every request is logged ([`FakeApiServer::requests`]); exec concurrency is measured
 //! ([`FakeApiServer::max_concurrent_execs`]).
@@ -147,6 +151,8 @@ struct State {
     max_inflight: AtomicUsize,
     /// Bearer tokens accepted besides [`TOKEN`] (see [`FakeApiServer::accept_token`]).
     tokens: Mutex<Vec<String>>,
+    /// Events created (and patched in place), in creation order.
+    api_events: Mutex<Vec<Value>>,
 }
 
 /// `(kind, namespace, name)` of an object.
@@ -411,6 +417,16 @@ impl FakeApiServer {
             path_contains: path_contains.to_string(),
             status,
         });
+    }
+
+    /// Ends every failure [`FakeApiServer::fail`] injected.
+    pub fn clear_faults(&self) {
+        self.state.faults.lock().unwrap().clear();
+    }
+
+    /// The Events created so far (`events.k8s.io/v1` objects, patches applied).
+    pub fn events(&self) -> Vec<Value> {
+        self.state.api_events.lock().unwrap().clone()
     }
 
     /// `METHOD path?query` of every request so far.
@@ -681,6 +697,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
     let rest: &[&str] = match segs.as_slice() {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "events.k8s.io", "v1", rest @ ..] => rest,
         _ => return error_response(404, &path, "get"),
     };
     let (namespace, resource, name, sub) = match rest {
@@ -690,6 +707,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
         ["namespaces", ns, res, name, sub] => (Some(*ns), *res, Some(*name), Some(*sub)),
         [res] => (None, *res, None, None),
         [res, name] => (None, *res, Some(*name), None),
+        [res, name, sub] => (None, *res, Some(*name), Some(*sub)),
         _ => return error_response(404, &path, "get"),
     };
     let verb = match (method.as_str(), name, sub) {
@@ -698,10 +716,14 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
         ("GET", Some(_), _) => "get",
         ("POST", _, _) => "create",
         ("DELETE", _, _) => "delete",
+        ("PATCH", _, _) => "patch",
         _ => "get",
     };
     if let Some(f) = fault {
         return error_response(f.status, resource, verb);
+    }
+    if resource == "events" {
+        return event_request(&st, req, &method, namespace, name).await;
     }
     let Some(kind) = kind_of(resource) else {
         return error_response(404, resource, verb);
@@ -861,6 +883,29 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 ),
             }
         }
+        ("PATCH", Some(n)) if kind == "Node" && sub == Some("status") => {
+            let Some(patch) = read_json(req).await else {
+                return error_response(400, resource, verb);
+            };
+            let Some(mut node) = st
+                .objects
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|o| {
+                    in_scope(o) && o.pointer("/metadata/name").and_then(Value::as_str) == Some(n)
+                })
+                .cloned()
+            else {
+                return json_response(
+                    404,
+                    &status_body(404, "NotFound", &format!("nodes \"{n}\" not found")),
+                );
+            };
+            merge_conditions(&mut node, &patch);
+            st.upsert(node.clone());
+            json_response(200, &node)
+        }
         ("POST", None) if kind == "Pod" => {
             let body = match http_body_util::BodyExt::collect(req.into_body()).await {
                 Ok(b) => b.to_bytes(),
@@ -889,6 +934,91 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
             json_response(201, &stored)
         }
         _ => error_response(405, resource, verb),
+    }
+}
+
+/// The body of a request as JSON.
+async fn read_json(req: Request<Incoming>) -> Option<Value> {
+    let body = http_body_util::BodyExt::collect(req.into_body())
+        .await
+        .ok()?;
+    serde_json::from_slice(&body.to_bytes()).ok()
+}
+
+/// A strategic-merge patch of a Node's status: `status.conditions` merge by `type` (the patch
+/// key of NodeCondition); other status fields are replaced.
+fn merge_conditions(node: &mut Value, patch: &Value) {
+    let Some(status) = patch.get("status").and_then(Value::as_object) else {
+        return;
+    };
+    if node.get("status").is_none_or(|s| !s.is_object()) {
+        node["status"] = json!({});
+    }
+    for (k, v) in status {
+        if k != "conditions" {
+            node["status"][k] = v.clone();
+            continue;
+        }
+        if !node["status"]["conditions"].is_array() {
+            node["status"]["conditions"] = json!([]);
+        }
+        for c in v.as_array().into_iter().flatten() {
+            let list = node["status"]["conditions"].as_array_mut().expect("array");
+            match list.iter_mut().find(|o| o["type"] == c["type"]) {
+                Some(slot) => {
+                    if let (Some(slot), Some(new)) = (slot.as_object_mut(), c.as_object()) {
+                        for (ck, cv) in new {
+                            slot.insert(ck.clone(), cv.clone());
+                        }
+                    }
+                }
+                None => list.push(c.clone()),
+            }
+        }
+    }
+}
+
+/// `events.k8s.io/v1` Events: create (POST) and merge-patch (PATCH) by name.
+async fn event_request(
+    st: &State,
+    req: Request<Incoming>,
+    method: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Resp {
+    match (method, name) {
+        ("POST", None) => {
+            let Some(mut ev) = read_json(req).await else {
+                return error_response(400, "events", "create");
+            };
+            ev["metadata"]["namespace"] = json!(namespace.unwrap_or("default"));
+            st.api_events.lock().unwrap().push(ev.clone());
+            json_response(201, &ev)
+        }
+        ("PATCH", Some(n)) => {
+            let Some(patch) = read_json(req).await else {
+                return error_response(400, "events", "patch");
+            };
+            let mut events = st.api_events.lock().unwrap();
+            match events
+                .iter_mut()
+                .find(|e| e.pointer("/metadata/name").and_then(Value::as_str) == Some(n))
+            {
+                Some(ev) => {
+                    if let (Some(ev), Some(p)) = (ev.as_object_mut(), patch.as_object()) {
+                        for (k, v) in p {
+                            ev.insert(k.clone(), v.clone());
+                        }
+                    }
+                    json_response(200, ev)
+                }
+                None => json_response(
+                    404,
+                    &status_body(404, "NotFound", &format!("events \"{n}\" not found")),
+                ),
+            }
+        }
+        _ => error_response(405, "events", "get"),
     }
 }
 

@@ -95,37 +95,13 @@ pub fn install_crypto_provider() {
 /// Parses a kubectl `--request-timeout` value: `0` (none), a plain number of seconds, or a
 /// number with a unit `ms`, `s`, `m`, `h` (also combined, e.g. `1m30s`).
 pub fn parse_duration(text: &str) -> Result<Option<Duration>, ClientError> {
-    let bad = || ClientError::Timeout(text.to_string());
     let t = text.trim();
-    if t.is_empty() {
-        return Err(bad());
-    }
     if let Ok(secs) = t.parse::<u64>() {
         return Ok((secs > 0).then(|| Duration::from_secs(secs)));
     }
-    let mut total = Duration::ZERO;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (num, tail) = rest.split_at(digits);
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let secs = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
-        rest = next;
-    }
-    Ok((!total.is_zero()).then_some(total))
+    crate::state::duration::parse(t)
+        .map(|d| (!d.is_zero()).then_some(d))
+        .map_err(|_| ClientError::Timeout(text.to_string()))
 }
 
 /// How to reach the API server, as kubectl's global flags say it.

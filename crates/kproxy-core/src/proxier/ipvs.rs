@@ -234,35 +234,10 @@ pub struct ExpectedIpvs {
     pub warnings: Vec<Warning>,
 }
 
-/// Parses a Go duration of the simple forms kube-proxy configs use (`900s`, `15m`, `1h30m`, `0s`) into seconds.
+/// An `ipvs.*Timeout` in whole seconds; "" (unset) is 0, which kube-proxy reads as "leave the
+/// kernel's timeout alone". The configuration reader refused any other text that is no duration.
 fn duration_s(s: &str) -> u64 {
-    let mut total = 0f64;
-    let mut num = String::new();
-    let mut chars = s.trim().chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let mut unit = c.to_string();
-        if c == 'm' && chars.peek() == Some(&'s') {
-            unit.push('s');
-            chars.next();
-        }
-        let v: f64 = num.parse().unwrap_or(0.0);
-        num.clear();
-        total += match unit.as_str() {
-            "h" => v * 3600.0,
-            "m" => v * 60.0,
-            "s" => v,
-            "ms" => v / 1000.0,
-            _ => 0.0,
-        };
-    }
-    if !num.is_empty() {
-        total += num.parse::<f64>().unwrap_or(0.0);
-    }
-    total as u64
+    crate::state::duration::parse(s).map_or(0, |d| d.as_secs())
 }
 
 /// kube-proxy's node IP list for NodePort virtual servers (`pkg/proxy/ipvs/proxier.go` `syncProxyRules`).

@@ -40,6 +40,8 @@ pub struct IpvsConfig {
     pub udp_timeout: String,
     /// `ipvs.syncPeriod`.
     pub sync_period: String,
+    /// `ipvs.minSyncPeriod` (duration text, "" = unset).
+    pub min_sync_period: String,
 }
 
 /// The nftables section (used by the nftables proxier; see [`ProxyConfig::for_nftables`]).
@@ -51,6 +53,8 @@ pub struct NftablesConfig {
     pub masquerade_bit: u32,
     /// `nftables.syncPeriod` (duration text, default `30s`).
     pub sync_period: String,
+    /// `nftables.minSyncPeriod` (duration text, default `1s`).
+    pub min_sync_period: String,
 }
 
 impl Default for NftablesConfig {
@@ -59,6 +63,7 @@ impl Default for NftablesConfig {
             masquerade_all: false,
             masquerade_bit: 14,
             sync_period: "30s".into(),
+            min_sync_period: "1s".into(),
         }
     }
 }
@@ -91,6 +96,11 @@ pub struct ProxyConfig {
     pub localhost_node_ports: bool,
     /// `iptables.syncPeriod` (duration text, default `30s`).
     pub sync_period: String,
+    /// `iptables.minSyncPeriod` (or the top-level `minSyncPeriod`; duration text, default `1s`):
+    /// how long kube-proxy waits to batch changes before a sync.
+    pub min_sync_period: String,
+    /// `healthzBindAddress` (default `0.0.0.0:10256`): where kube-proxy answers `/healthz`.
+    pub healthz_bind_address: String,
     /// `conntrack.tcpBeLiberal`.
     pub tcp_be_liberal: bool,
     /// `featureGates`.
@@ -116,6 +126,8 @@ impl Default for ProxyConfig {
             masquerade_bit: 14,
             localhost_node_ports: true,
             sync_period: "30s".into(),
+            min_sync_period: "1s".into(),
+            healthz_bind_address: "0.0.0.0:10256".into(),
             tcp_be_liberal: false,
             feature_gates: BTreeMap::new(),
             ipvs: IpvsConfig::default(),
@@ -144,6 +156,7 @@ impl ProxyConfig {
         c.masquerade_all = self.nftables.masquerade_all;
         c.masquerade_bit = self.nftables.masquerade_bit;
         c.sync_period = self.nftables.sync_period.clone();
+        c.min_sync_period = self.nftables.min_sync_period.clone();
         if c.node_port_addresses.is_empty() {
             c.node_port_addresses = vec!["primary".into()];
         }
@@ -311,6 +324,21 @@ impl Reader<'_> {
                 .ok_or_else(|| self.err(path, format!("expected an integer, found {n}"))),
             Some(v) => Err(self.wrong(path, "an integer", v)),
         }
+    }
+
+    /// A duration field: kept as written, refused as kube-proxy refuses it
+    /// ([`super::duration::parse`]).
+    fn duration(
+        &self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some(text) = self.string(map, key, path)? else {
+            return Ok(None);
+        };
+        super::duration::parse(&text).map_err(|e| self.err(path, e.to_string()))?;
+        Ok(Some(text))
     }
 
     fn strings(
@@ -552,8 +580,16 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
     if let Some(v) = r.strings(map, "nodePortAddresses", "nodePortAddresses")? {
         cfg.node_port_addresses = v;
     }
-    if let Some(v) = r.string(map, "syncPeriod", "syncPeriod")? {
+    if let Some(v) = r.duration(map, "syncPeriod", "syncPeriod")? {
         cfg.sync_period = v;
+    }
+    if let Some(v) = r.duration(map, "minSyncPeriod", "minSyncPeriod")? {
+        cfg.min_sync_period = v;
+    }
+    if let Some(v) = r.string(map, "healthzBindAddress", "healthzBindAddress")?
+        && !v.is_empty()
+    {
+        cfg.healthz_bind_address = v;
     }
     if let Some(l) = r.section(map, "linux")? {
         r.check_known(l, "linux.", LINUX);
@@ -576,10 +612,12 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
         if let Some(v) = r.boolean(ipt, "localhostNodePorts", "iptables.localhostNodePorts")? {
             cfg.localhost_node_ports = v;
         }
-        if let Some(v) = r.string(ipt, "syncPeriod", "iptables.syncPeriod")? {
+        if let Some(v) = r.duration(ipt, "syncPeriod", "iptables.syncPeriod")? {
             cfg.sync_period = v;
         }
-        r.string(ipt, "minSyncPeriod", "iptables.minSyncPeriod")?;
+        if let Some(v) = r.duration(ipt, "minSyncPeriod", "iptables.minSyncPeriod")? {
+            cfg.min_sync_period = v;
+        }
     }
     if let Some(ipvs) = r.section(map, "ipvs")? {
         r.check_known(ipvs, "ipvs.", IPVS);
@@ -594,16 +632,19 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
             .boolean(ipvs, "strictARP", &p("strictARP"))?
             .unwrap_or(false);
         cfg.ipvs.tcp_timeout = r
-            .string(ipvs, "tcpTimeout", &p("tcpTimeout"))?
+            .duration(ipvs, "tcpTimeout", &p("tcpTimeout"))?
             .unwrap_or_default();
         cfg.ipvs.tcp_fin_timeout = r
-            .string(ipvs, "tcpFinTimeout", &p("tcpFinTimeout"))?
+            .duration(ipvs, "tcpFinTimeout", &p("tcpFinTimeout"))?
             .unwrap_or_default();
         cfg.ipvs.udp_timeout = r
-            .string(ipvs, "udpTimeout", &p("udpTimeout"))?
+            .duration(ipvs, "udpTimeout", &p("udpTimeout"))?
             .unwrap_or_default();
         cfg.ipvs.sync_period = r
-            .string(ipvs, "syncPeriod", &p("syncPeriod"))?
+            .duration(ipvs, "syncPeriod", &p("syncPeriod"))?
+            .unwrap_or_default();
+        cfg.ipvs.min_sync_period = r
+            .duration(ipvs, "minSyncPeriod", &p("minSyncPeriod"))?
             .unwrap_or_default();
     }
     if let Some(nft) = r.section(map, "nftables")? {
@@ -617,10 +658,12 @@ fn read_config(r: &mut Reader<'_>, map: &Map<String, Value>) -> Result<ProxyConf
             }
             cfg.nftables.masquerade_bit = v as u32;
         }
-        if let Some(v) = r.string(nft, "syncPeriod", "nftables.syncPeriod")? {
+        if let Some(v) = r.duration(nft, "syncPeriod", "nftables.syncPeriod")? {
             cfg.nftables.sync_period = v;
         }
-        r.string(nft, "minSyncPeriod", "nftables.minSyncPeriod")?;
+        if let Some(v) = r.duration(nft, "minSyncPeriod", "nftables.minSyncPeriod")? {
+            cfg.nftables.min_sync_period = v;
+        }
     }
     if let Some(ct) = r.section(map, "conntrack")? {
         r.check_known(ct, "conntrack.", CONNTRACK);
@@ -724,6 +767,31 @@ mod tests {
         .map(|e| e.to_string())
         .unwrap_or_default();
         assert!(e.contains("nftables.masqueradeBit"), "{e}");
+    }
+
+    #[test]
+    fn sync_periods_and_healthz() {
+        let (c, w) = parse(
+            "kind: KubeProxyConfiguration\nhealthzBindAddress: 127.0.0.1:10999\niptables:\n  minSyncPeriod: 500ms\n  syncPeriod: 1m\nnftables:\n  minSyncPeriod: 2s\n",
+            "c.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.min_sync_period, "500ms");
+        assert_eq!(c.sync_period, "1m");
+        assert_eq!(c.healthz_bind_address, "127.0.0.1:10999");
+        assert_eq!(c.for_nftables().min_sync_period, "2s");
+        let e = parse(
+            "kind: KubeProxyConfiguration\niptables:\n  syncPeriod: \"30\"\n",
+            "c.yaml",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.contains("iptables.syncPeriod") && e.contains("not a duration"),
+            "{e}"
+        );
     }
 
     #[test]

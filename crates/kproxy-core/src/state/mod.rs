@@ -57,6 +57,7 @@ impl ClusterState {
 }
 
 pub mod config;
+pub mod duration;
 pub mod ip;
 pub mod load;
 pub mod node;

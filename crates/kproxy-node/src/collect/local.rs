@@ -173,3 +173,95 @@ fn netns_id(path: &std::path::Path) -> Option<(u64, u64)> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.dev(), m.ino()))
 }
+
+/// What kube-proxy's health endpoint said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyHealth {
+    /// `/healthz` answered 200.
+    Healthy,
+    /// It answered with another status (kube-proxy answers 503 while its syncs are stale).
+    Unhealthy(String),
+    /// Nothing answered (no kube-proxy listening, or it did not answer in time).
+    Unreachable(String),
+}
+
+/// Asks kube-proxy's `/healthz` on this host (its `healthzBindAddress`, e.g. `0.0.0.0:10256`;
+/// an unspecified address is asked on loopback) whether it is healthy, as the kubelet's probe
+/// of the kube-proxy pod does.
+pub async fn kube_proxy_health(bind_address: &str, timeout: Duration) -> ProxyHealth {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(addr) = healthz_target(bind_address) else {
+        return ProxyHealth::Unreachable(format!(
+            "healthzBindAddress {bind_address:?} is not host:port"
+        ));
+    };
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request =
+            format!("GET /healthz HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: kubectl-kproxy\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut head = Vec::new();
+        // The status line is all that is needed; the body is a small JSON document.
+        stream.take(4096).read_to_end(&mut head).await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    match tokio::time::timeout(timeout, ask).await {
+        Err(_) => ProxyHealth::Unreachable(format!("{addr}: no answer within {timeout:?}")),
+        Ok(Err(e)) => ProxyHealth::Unreachable(format!("{addr}: {e}")),
+        Ok(Ok(head)) => {
+            let text = String::from_utf8_lossy(&head);
+            let status = text.lines().next().unwrap_or_default().trim().to_string();
+            if status.split_whitespace().nth(1) == Some("200") {
+                ProxyHealth::Healthy
+            } else {
+                ProxyHealth::Unhealthy(format!("{addr}/healthz: {status:?}"))
+            }
+        }
+    }
+}
+
+/// Where to ask for `bind_address`'s health: its port on loopback when the address is
+/// unspecified (`0.0.0.0`, `::`, empty), else the address itself.
+fn healthz_target(bind_address: &str) -> Option<std::net::SocketAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let (host, port) = bind_address.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = if host.is_empty() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        host.parse().ok()?
+    };
+    let ip = match ip {
+        IpAddr::V4(v) if v.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v) if v.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        other => other,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_is_asked_on_loopback_for_unspecified_addresses() {
+        let t = |s: &str| healthz_target(s).map(|a| a.to_string());
+        assert_eq!(t("0.0.0.0:10256").as_deref(), Some("127.0.0.1:10256"));
+        assert_eq!(t("[::]:10256").as_deref(), Some("[::1]:10256"));
+        assert_eq!(t(":10256").as_deref(), Some("127.0.0.1:10256"));
+        assert_eq!(t("10.0.0.5:10256").as_deref(), Some("10.0.0.5:10256"));
+        assert_eq!(t("10256"), None);
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_unreachable() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        drop(l);
+        assert!(matches!(
+            kube_proxy_health(&addr, Duration::from_secs(2)).await,
+            ProxyHealth::Unreachable(_)
+        ));
+    }
+}

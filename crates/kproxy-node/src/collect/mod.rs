@@ -21,6 +21,7 @@ pub mod debug_pod;
 pub mod exec;
 pub mod files;
 pub mod local;
+pub mod netns;
 pub mod watch;
 
 use std::time::Duration;

@@ -1,0 +1,157 @@
+//! The `local` collector pointed elsewhere on this host: the dump commands run inside a network
+//! namespace (`ip netns exec NAME …`, for tests and for agents that watch a namespace), and
+//! `iptables-save`/`ip6tables-save` as the chosen iptables backend (`iptables-legacy-save`,
+//! `iptables-nft-save`) when the node's rules are in one the default links do not point to.
+
+use super::local::LocalRunner;
+use super::{CollectError, CommandOutput, CommandRunner, NodeSnapshot, RunError};
+use std::time::Duration;
+
+/// Where and how the local dump commands run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostRunner {
+    /// The network namespace to run in (`None`: this process's own).
+    pub netns: Option<String>,
+    /// The iptables backend `iptables-save` stands for: `nft`, `legacy`, or `None` for what
+    /// the host's `iptables-save` link points to.
+    pub backend: Option<&'static str>,
+}
+
+impl HostRunner {
+    /// The argv as it is run: the backend's save command, inside the namespace.
+    fn argv<'a>(&'a self, argv: &[&'a str]) -> Vec<&'a str> {
+        let mut out: Vec<&str> = Vec::with_capacity(argv.len() + 4);
+        if let Some(ns) = &self.netns {
+            out.extend(["ip", "netns", "exec", ns.as_str()]);
+        }
+        for (i, word) in argv.iter().enumerate() {
+            out.push(match (i, *word, self.backend) {
+                (0, "iptables-save", Some("nft")) => "iptables-nft-save",
+                (0, "iptables-save", Some("legacy")) => "iptables-legacy-save",
+                (0, "ip6tables-save", Some("nft")) => "ip6tables-nft-save",
+                (0, "ip6tables-save", Some("legacy")) => "ip6tables-legacy-save",
+                (_, w, _) => w,
+            });
+        }
+        out
+    }
+}
+
+/// `ip netns exec` reports a program it cannot start as its own failure (status 1); that is a
+/// missing program, as a shell's 127 is.
+fn missing_in_netns(argv: &[&str], out: &CommandOutput) -> Option<String> {
+    let program = argv.first()?;
+    (out.exit_code != 0
+        && out
+            .stderr
+            .contains(&format!("exec of \"{program}\" failed"))
+        && out.stderr.contains("No such file or directory"))
+    .then(|| (*program).to_string())
+}
+
+impl HostRunner {
+    /// `out` of `argv`, or the program missing when `ip netns exec` could not start it.
+    fn checked(&self, argv: &[&str], out: CommandOutput) -> Result<CommandOutput, RunError> {
+        let full = self.argv(argv);
+        let program = match &self.netns {
+            Some(_) => full.get(4..).and_then(|run| missing_in_netns(run, &out)),
+            None => None,
+        };
+        match program {
+            Some(program) => Err(RunError::Missing { program }),
+            None => Ok(out),
+        }
+    }
+}
+
+impl CommandRunner for HostRunner {
+    fn location(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!("network namespace {ns}"),
+            None => "this host".to_string(),
+        }
+    }
+
+    async fn run(&self, argv: &[&str], timeout: Duration) -> Result<CommandOutput, RunError> {
+        let full = self.argv(argv);
+        let out = LocalRunner.run(&full, timeout).await?;
+        self.checked(argv, out)
+    }
+
+    async fn run_with_stdin(
+        &self,
+        argv: &[&str],
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<CommandOutput, RunError> {
+        let full = self.argv(argv);
+        let out = LocalRunner.run_with_stdin(&full, stdin, timeout).await?;
+        self.checked(argv, out)
+    }
+}
+
+/// The `local` collector run through `runner`.
+pub async fn collect(runner: &HostRunner, timeout: Duration) -> Result<NodeSnapshot, CollectError> {
+    let name = match &runner.netns {
+        Some(ns) => format!("local, netns {ns}"),
+        None => "local".to_string(),
+    };
+    super::collect_with(runner, &name, timeout).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_goes_into_the_namespace_with_the_backend() {
+        let r = HostRunner {
+            netns: Some("kpt-x".into()),
+            backend: Some("legacy"),
+        };
+        assert_eq!(
+            r.argv(&["iptables-save"]),
+            ["ip", "netns", "exec", "kpt-x", "iptables-legacy-save"]
+        );
+        assert_eq!(
+            r.argv(&["nft", "-j", "list", "table", "ip", "kube-proxy"]),
+            [
+                "ip",
+                "netns",
+                "exec",
+                "kpt-x",
+                "nft",
+                "-j",
+                "list",
+                "table",
+                "ip",
+                "kube-proxy"
+            ]
+        );
+        assert_eq!(
+            HostRunner::default().argv(&["ipset", "save"]),
+            ["ipset", "save"]
+        );
+    }
+
+    #[test]
+    fn a_program_ip_cannot_start_is_missing() {
+        let out = CommandOutput {
+            exit_code: 1,
+            stdout: String::new(),
+            stderr: "exec of \"ipvsadm\" failed: No such file or directory\n".into(),
+        };
+        assert_eq!(
+            missing_in_netns(&["ipvsadm"], &out).as_deref(),
+            Some("ipvsadm")
+        );
+        let failed = CommandOutput {
+            stderr: "ipvsadm: permission denied".into(),
+            ..out
+        };
+        assert_eq!(missing_in_netns(&["ipvsadm"], &failed), None);
+        // Outside a namespace the output is the program's own, whatever it says.
+        let direct = HostRunner::default().checked(&["ipset", "save"], failed.clone());
+        assert_eq!(direct.ok(), Some(failed));
+    }
+}

@@ -122,6 +122,17 @@ pub struct ClientOptions {
 
 /// Builds a client (see the module docs for the resolution order).
 pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> {
+    connect_with(global, true).await
+}
+
+/// [`connect`], without kube's own retries of 429, 503 and 504 (up to 15, backing off for up to
+/// minutes, and silent meanwhile): for fan-outs that bound each request themselves and must see
+/// its answer, such as the 503 of a pod proxy whose pod does not answer.
+pub async fn connect_without_retries(global: &ClientOptions) -> Result<Connection, ClientError> {
+    connect_with(global, false).await
+}
+
+async fn connect_with(global: &ClientOptions, retry: bool) -> Result<Connection, ClientError> {
     install_crypto_provider();
     let timeout = parse_duration(&global.request_timeout)?;
     let options = KubeConfigOptions {
@@ -158,6 +169,7 @@ pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> 
             }
         },
     };
+    config.default_retry = retry;
     if let Some(t) = timeout {
         config.connect_timeout = Some(t);
         config.read_timeout = Some(t);
@@ -352,6 +364,16 @@ impl ApiError {
                 call,
                 detail: innermost(&other),
             },
+        }
+    }
+
+    /// Whether trying again may succeed: nothing answered, the server was overloaded (429) or
+    /// failed (5xx), or the answer broke off.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Unreachable { .. } | ApiError::Other { .. } => true,
+            ApiError::Status { code, .. } => *code == 429 || *code >= 500,
+            _ => false,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Command-line front end: one module per command. Formatting only; logic lives in the library modules.
 
+pub mod all_nodes;
 pub mod collect;
 pub mod common;
 pub mod completion;

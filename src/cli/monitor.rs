@@ -331,7 +331,7 @@ impl Verifier for CliVerifier {
             }
         }
         let resolved = super::live::ResolvedInputs {
-            state: inputs.state,
+            state: std::sync::Arc::new(inputs.state),
             config_text: inputs.config_text,
             snapshot: inputs.snapshot,
             node: inputs.node,

@@ -142,18 +142,33 @@ pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Re
     report_with_notes(args, inputs, true)
 }
 
-/// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
+/// `verify --all-nodes`: one report per node, of which [`super::all_nodes::run`] keeps the counts
+/// and the differences.
 fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    use super::all_nodes::Format;
+    let format = match args.output {
+        VerifyFormat::Table => Format::Table,
+        VerifyFormat::Wide => Format::Wide,
+        VerifyFormat::Json => Format::Json,
+        VerifyFormat::Yaml => Format::Yaml,
+    };
     let args = std::sync::Arc::new(args);
     let per_node = std::sync::Arc::clone(&args);
-    super::live::run_all_nodes(global, &args.live, &args.state, move |inputs| {
+    super::all_nodes::run(global, &args.live, &args.state, format, move |inputs| {
         let report = report_from_inputs(&per_node, inputs)?;
-        Ok(super::live::NodeSummary {
+        let report = if per_node.all_findings {
+            report
+        } else {
+            report.group_alike()
+        };
+        Ok(super::all_nodes::NodeSummary {
             mode: report.mode.clone(),
             service_ports_checked: report.summary.service_ports,
             errors: report.summary.errors,
             warnings: report.summary.warnings,
             outcome: report.outcome(),
+            differences: crate::fleet::FindingKey::differences(&report.findings),
+            summary_line: report.summary_line(),
         })
     })
 }
@@ -269,8 +284,9 @@ fn report_with_notes(
     )?;
     if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
         // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
+        // ProxyInputs owns its state: a copy when other nodes share it (`--all-nodes`).
         let proxy_inputs = crate::state::ProxyInputs {
-            state,
+            state: std::sync::Arc::unwrap_or_clone(state),
             config,
             facts,
         };
@@ -349,7 +365,6 @@ fn report_with_notes(
         .collect();
     // Planned on a thread of its own while the dumps are parsed; the state goes with it (and
     // with the plans of the release that wrote the rules, when that is another).
-    let state = std::sync::Arc::new(state);
     let writer = release.as_ref().and_then(|r| r.writer).map(|w| {
         let mut facts = facts.clone();
         facts.kube_proxy_version = w;

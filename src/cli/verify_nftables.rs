@@ -44,7 +44,7 @@ pub fn offline_inputs(args: &VerifyArgs) -> anyhow::Result<Option<ResolvedInputs
         None => None,
     };
     Ok(Some(ResolvedInputs {
-        state,
+        state: std::sync::Arc::new(state),
         config_text,
         snapshot: NodeSnapshot {
             collector: "files".into(),

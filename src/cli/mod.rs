@@ -15,6 +15,7 @@ pub mod npd;
 pub mod render;
 pub mod repair;
 pub mod resync;
+pub mod status;
 pub mod trace;
 pub mod verify;
 pub mod verify_nftables;
@@ -52,6 +53,12 @@ pub enum Command {
   kubectl kproxy render --state state.json --node node-1 --mode nftables
   kubectl kproxy render --state state.json --node node-1 --kube-proxy-version 1.28")]
     Render(render::RenderArgs),
+    /// The fleet at a glance: every node's monitor condition, drifted nodes' findings rolled up.
+    #[command(after_help = "Examples:
+  kubectl kproxy status                                         # nodes by state, drift first
+  kubectl kproxy status -l node-role.kubernetes.io/worker= -o wide
+  kubectl kproxy status -o json | jq '.could_not_tell'")]
+    Status(status::StatusArgs),
     /// Compare what the API says kube-proxy should have installed with what the node has.
     #[command(after_help = "Examples:
   kubectl kproxy verify node-1                                  # live: through the kube-proxy pod
@@ -161,6 +168,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Graph(a) => graph::run(a, g),
         Command::Render(a) => render::run(a, g),
+        Command::Status(a) => status::run(a, g),
         Command::Verify(a) => verify::run(a, g),
         Command::Trace(a) => trace::run(a, g),
         Command::Repair(a) => repair::run(a, g),

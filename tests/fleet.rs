@@ -122,9 +122,8 @@ fn findings_document(node: &str, variant: u8) -> Value {
            "pending": findings.len() - drifted, "drifted": drifted, "stale": null})
 }
 
-/// A fake cluster of nodes of the given kinds (`node-NNNN`), their conditions and agent pods,
-/// and agents that answer `/findings` as their kind says.
-struct FakeFleet {
+/// A fake API server, a directory for the run and a kubeconfig pointing at the server.
+struct Fake {
     api: FakeApiServer,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
@@ -134,95 +133,104 @@ fn name(i: usize) -> String {
     format!("node-{i:04}")
 }
 
-impl FakeFleet {
-    fn new(kinds: &[Kind]) -> FakeFleet {
-        let api = FakeApiServer::start();
-        let mut objects = Vec::with_capacity(kinds.len() * 2);
-        for (i, kind) in kinds.iter().enumerate() {
-            let node = name(i);
-            let fresh = ago(60);
-            let condition = match kind {
-                Kind::InSync => Some(fake::monitor_condition(
-                    "True",
-                    "RulesMatchAPI",
-                    "0 error(s), 0 warning(s); 0 drifted and 0 pending service port(s), grace 36s",
-                    &ago(86_400),
+/// A fake cluster of nodes of the given kinds (`node-NNNN`), their conditions and agent pods,
+/// and agents that answer `/findings` as their kind says.
+fn fleet_of(kinds: &[Kind]) -> Fake {
+    let api = FakeApiServer::start();
+    let mut objects = Vec::with_capacity(kinds.len() * 2);
+    for (i, kind) in kinds.iter().enumerate() {
+        let node = name(i);
+        let fresh = ago(60);
+        let condition = match kind {
+            Kind::InSync => Some(fake::monitor_condition(
+                "True",
+                "RulesMatchAPI",
+                "0 error(s), 0 warning(s); 0 drifted and 0 pending service port(s), grace 36s",
+                &ago(86_400),
+                &fresh,
+            )),
+            Kind::Pending => Some(fake::monitor_condition(
+                "True",
+                "RulesPending",
+                "1 error(s), 0 warning(s); 0 drifted and 1 pending service port(s), grace 36s: KP201 shop/web:http (pending)",
+                &ago(86_400),
+                &fresh,
+            )),
+            Kind::Drift(_) | Kind::DriftHangs | Kind::DriftRefuses | Kind::DriftNoPod => {
+                Some(fake::monitor_condition(
+                    "False",
+                    "RulesDrifted",
+                    "1 error(s), 0 warning(s); 1 drifted and 0 pending service port(s), grace 36s: KP201 shop/web:http",
+                    &ago(7200),
                     &fresh,
-                )),
-                Kind::Pending => Some(fake::monitor_condition(
-                    "True",
-                    "RulesPending",
-                    "1 error(s), 0 warning(s); 0 drifted and 1 pending service port(s), grace 36s: KP201 shop/web:http (pending)",
-                    &ago(86_400),
-                    &fresh,
-                )),
-                Kind::Drift(_) | Kind::DriftHangs | Kind::DriftRefuses | Kind::DriftNoPod => {
-                    Some(fake::monitor_condition(
-                        "False",
-                        "RulesDrifted",
-                        "1 error(s), 0 warning(s); 1 drifted and 0 pending service port(s), grace 36s: KP201 shop/web:http",
-                        &ago(7200),
-                        &fresh,
-                    ))
-                }
-                Kind::Failed => Some(fake::monitor_condition(
-                    "Unknown",
-                    "VerifyFailed",
-                    "kproxy could not verify the node: iptables-nft-save: executable not found",
-                    &ago(600),
-                    &fresh,
-                )),
-                Kind::Stale => Some(fake::monitor_condition(
-                    "True",
-                    "RulesMatchAPI",
-                    "0 error(s), 0 warning(s)",
-                    &ago(86_400),
-                    &ago(1200),
-                )),
-                Kind::MissingNotReady | Kind::MissingNoPod => None,
-            };
-            objects.push(fake::node_object(
-                &node,
-                &format!("10.{}.{}.{}", 1 + i / 65_536, (i / 256) % 256, i % 256),
-                condition,
-            ));
-            match kind {
-                Kind::MissingNoPod | Kind::DriftNoPod => {}
-                Kind::MissingNotReady => {
-                    let mut pod = fake::agent_pod_object(&node);
-                    pod["status"] = json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]});
-                    objects.push(pod);
-                }
-                _ => objects.push(fake::agent_pod_object(&node)),
+                ))
             }
+            Kind::Failed => Some(fake::monitor_condition(
+                "Unknown",
+                "VerifyFailed",
+                "kproxy could not verify the node: iptables-nft-save: executable not found",
+                &ago(600),
+                &fresh,
+            )),
+            Kind::Stale => Some(fake::monitor_condition(
+                "True",
+                "RulesMatchAPI",
+                "0 error(s), 0 warning(s)",
+                &ago(86_400),
+                &ago(1200),
+            )),
+            Kind::MissingNotReady | Kind::MissingNoPod => None,
+        };
+        objects.push(fake::node_object(
+            &node,
+            &format!("10.{}.{}.{}", 1 + i / 65_536, (i / 256) % 256, i % 256),
+            condition,
+        ));
+        match kind {
+            Kind::MissingNoPod | Kind::DriftNoPod => {}
+            Kind::MissingNotReady => {
+                let mut pod = fake::agent_pod_object(&node);
+                pod["status"] = json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]});
+                objects.push(pod);
+            }
+            _ => objects.push(fake::agent_pod_object(&node)),
         }
-        api.load_objects(objects);
-        let by_pod: BTreeMap<String, Kind> = kinds
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (format!("kproxy-monitor-{}", name(i)), *k))
-            .collect();
-        api.on_proxy(move |req: &ProxyRequest| {
-            assert_eq!(req.path, "/findings", "{req:?}");
-            assert_eq!(req.port, "9847", "{req:?}");
-            let node = req.pod.trim_start_matches("kproxy-monitor-");
-            match by_pod.get(&req.pod) {
-                Some(Kind::Drift(v)) => ProxyReply::json(&findings_document(node, *v)),
-                Some(Kind::DriftHangs) => ProxyReply::Hang,
-                Some(Kind::DriftRefuses) => ProxyReply::Refused,
-                // Only drifted nodes are asked.
-                other => {
-                    ProxyReply::text(500, &format!("unexpected /findings of {node}: {other:?}"))
-                }
-            }
-        });
+    }
+    api.load_objects(objects);
+    let by_pod: BTreeMap<String, Kind> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (format!("kproxy-monitor-{}", name(i)), *k))
+        .collect();
+    api.on_proxy(move |req: &ProxyRequest| {
+        assert_eq!(req.path, "/findings", "{req:?}");
+        assert_eq!(req.port, "9847", "{req:?}");
+        let node = req.pod.trim_start_matches("kproxy-monitor-");
+        match by_pod.get(&req.pod) {
+            Some(Kind::Drift(v)) => ProxyReply::json(&findings_document(node, *v)),
+            Some(Kind::DriftHangs) => ProxyReply::Hang,
+            Some(Kind::DriftRefuses) => ProxyReply::Refused,
+            // Only drifted nodes are asked.
+            other => ProxyReply::text(500, &format!("unexpected /findings of {node}: {other:?}")),
+        }
+    });
+    Fake::around(api)
+}
+
+impl Fake {
+    fn around(api: FakeApiServer) -> Fake {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = api.write_kubeconfig(dir.path());
-        FakeFleet {
+        Fake {
             api,
             dir,
             kubeconfig,
         }
+    }
+
+    /// `kubectl-kproxy verify --all-nodes ARGS …`.
+    fn all_nodes(&self, args: &[&str]) -> std::process::Command {
+        self.command(&[&["verify", "--all-nodes"], args].concat())
     }
 
     /// `kubectl-kproxy ARGS --kubeconfig …` with a clean environment.
@@ -306,7 +314,7 @@ fn big_fleet() -> Vec<Kind> {
 #[test]
 fn status_over_five_thousand_nodes() {
     let kinds = big_fleet();
-    let f = FakeFleet::new(&kinds);
+    let f = fleet_of(&kinds);
     let started = Instant::now();
     let out = timed(&mut f.command(&[
         "status",
@@ -468,7 +476,7 @@ fn status_table_shows_drift_first() {
         Kind::Stale,
         Kind::InSync,
     ];
-    let f = FakeFleet::new(&kinds);
+    let f = fleet_of(&kinds);
     let out = f.run(&["status"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
@@ -500,7 +508,7 @@ fn status_table_shows_drift_first() {
     assert!(
         stdout
             .trim_end()
-            .ends_with("7 nodes: 2 in sync, 1 pending, 2 drift, 1 agent stale, 1 agent missing"),
+            .ends_with("7 nodes: 2 drift, 1 agent stale, 1 agent missing, 1 pending, 2 in sync"),
         "{stdout}"
     );
     let wide = f.run(&["status", "-o", "wide"]);
@@ -536,7 +544,7 @@ fn status_exit_codes() {
         (vec![Kind::InSync, Kind::MissingNoPod], 2),
         (vec![Kind::InSync, Kind::Stale], 2),
     ] {
-        let f = FakeFleet::new(&kinds);
+        let f = fleet_of(&kinds);
         let out = f.run(&["status", "--no-headers"]);
         let (stdout, stderr) = text(&out);
         assert_eq!(
@@ -546,13 +554,13 @@ fn status_exit_codes() {
         );
     }
     // --stale-after moves the line: 20 minutes is fresh under 30m.
-    let f = FakeFleet::new(&[Kind::Stale]);
+    let f = fleet_of(&[Kind::Stale]);
     assert_eq!(
         f.run(&["status", "--stale-after", "30m"]).status.code(),
         Some(0)
     );
     // No nodes, and a bad flag, are errors.
-    let f = FakeFleet::new(&[Kind::InSync]);
+    let f = fleet_of(&[Kind::InSync]);
     let out = f.run(&["status", "-l", "nothing=here"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).1.contains("no nodes match label selector"));
@@ -565,7 +573,7 @@ fn status_exit_codes() {
 /// characters meant for the terminal, a 403 from the API server.
 #[test]
 fn status_reads_agents_defensively() {
-    let f = FakeFleet::new(&[Kind::Drift(0), Kind::Drift(0), Kind::Drift(0), Kind::InSync]);
+    let f = fleet_of(&[Kind::Drift(0), Kind::Drift(0), Kind::Drift(0), Kind::InSync]);
     f.api.on_proxy(|req: &ProxyRequest| match req.pod.as_str() {
         "kproxy-monitor-node-0000" => ProxyReply::text(200, &"x".repeat(9 << 20)),
         "kproxy-monitor-node-0001" => ProxyReply::text(200, "<html>not json</html>"),
@@ -609,7 +617,7 @@ fn status_colours_only_on_a_terminal() {
         crate::support::skip("fleet", "util-linux `script` not installed");
         return;
     }
-    let f = FakeFleet::new(&[Kind::InSync, Kind::Drift(0)]);
+    let f = fleet_of(&[Kind::InSync, Kind::Drift(0)]);
     let plain = f.run(&["status"]);
     assert!(!text(&plain).0.contains('\u{1b}'));
     let bin = env!("CARGO_BIN_EXE_kubectl-kproxy");
@@ -641,7 +649,7 @@ fn kubectl_kproxy_status() {
         crate::support::skip("fleet", "kubectl not installed");
         return;
     };
-    let f = FakeFleet::new(&[Kind::InSync, Kind::Drift(1), Kind::Pending]);
+    let f = fleet_of(&[Kind::InSync, Kind::Drift(1), Kind::Pending]);
     let bin_dir = tempfile::tempdir().expect("tempdir");
     std::os::unix::fs::symlink(
         env!("CARGO_BIN_EXE_kubectl-kproxy"),
@@ -668,21 +676,13 @@ fn kubectl_kproxy_status() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("3 nodes: 1 in sync, 1 pending, 1 drift"),
+        stdout.contains("3 nodes: 1 drift, 1 pending, 1 in sync"),
         "{stdout}"
     );
 }
 
 // ---------------------------------------------------------------------------------------------
 // verify --all-nodes
-
-/// The example cluster (testdata/cluster) plus `n` nodes of our own, and the rules kube-proxy
-/// 1.33 writes on any of them (they have no local endpoint, so all render alike).
-struct VerifyFleet {
-    api: FakeApiServer,
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-}
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -712,95 +712,70 @@ fn render(state: &Path, node: &str) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-impl VerifyFleet {
-    /// `drifted` nodes serve the rules without one of shop/web's endpoints; `exec` decides the
-    /// rest (`None`: the standard answer).
-    fn new(n: usize, drifted: &[usize]) -> VerifyFleet {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text =
-            std::fs::read_to_string(repo("testdata/cluster/state.json")).expect("state.json");
-        let cluster: Value = serde_json::from_str(&text).expect("JSON");
-        let mut items = cluster["items"].as_array().cloned().expect("items");
-        let nodes: Vec<Value> = (0..n)
-            .map(|i| {
-                fake::node_object(&name(i), &format!("10.9.{}.{}", i / 250, 1 + i % 250), None)
-            })
-            .collect();
-        items.extend(nodes.iter().cloned());
-        let state = dir.path().join("state.json");
-        std::fs::write(
-            &state,
-            serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
-                .expect("JSON"),
-        )
-        .expect("write state");
-        let rules = render(&state, &name(0));
-        assert_eq!(rules, render(&state, &name(n - 1)), "nodes render alike");
-        let drift_line = rules
-            .lines()
-            .find(|l| l.starts_with("-A KUBE-SVC-") && l.contains("shop/web:http -> 10.244.2.10"))
-            .expect("a rule of shop/web")
-            .to_string();
-        let drifted_rules = rules.replace(&format!("{drift_line}\n"), "");
-        let api = FakeApiServer::start();
-        api.load_objects(cluster["items"].as_array().cloned().expect("items"));
-        let mut objects = nodes;
-        for i in 0..n {
-            let node = name(i);
-            objects.push(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("kube-proxy-{node}"), "namespace": "kube-system",
-                             "labels": {"k8s-app": "kube-proxy"}},
-                "spec": {"nodeName": node, "containers": [{"name": "kube-proxy", "image": "registry.k8s.io/kube-proxy:v1.33.0"}]},
-                "status": {"phase": "Running"},
-            }));
-        }
-        api.load_objects(objects);
-        api.add_configmap(
-            "kube-system",
-            "kube-proxy",
-            &[(
-                "config.conf",
-                &std::fs::read_to_string(repo("testdata/cluster/config.yaml")).expect("config"),
-            )],
-        );
-        let drifted: BTreeSet<String> = drifted
-            .iter()
-            .map(|i| format!("kube-proxy-{}", name(*i)))
-            .collect();
-        api.on_exec(
-            move |req: &ExecRequest| match req.command.first().map(String::as_str) {
-                Some("iptables-save") if drifted.contains(&req.pod) => {
-                    ExecReply::ok(drifted_rules.clone())
-                }
-                Some("iptables-save") => ExecReply::ok(rules.clone()),
-                Some("ipset") => ExecReply::ok(""),
-                _ => ExecReply::Missing,
-            },
-        );
-        let kubeconfig = api.write_kubeconfig(dir.path());
-        VerifyFleet {
-            api,
-            dir,
-            kubeconfig,
-        }
+/// The example cluster (testdata/cluster) plus `n` nodes of our own with a kube-proxy pod each,
+/// whose `iptables-save` is what kube-proxy 1.33 writes on any of them (they have no local
+/// endpoint, so all render alike); the `drifted` ones lack one rule of shop/web.
+fn verify_fleet(n: usize, drifted: &[usize]) -> Fake {
+    let f = Fake::around(FakeApiServer::start());
+    let text = std::fs::read_to_string(repo("testdata/cluster/state.json")).expect("state.json");
+    let cluster: Value = serde_json::from_str(&text).expect("JSON");
+    let mut items = cluster["items"].as_array().cloned().expect("items");
+    let nodes: Vec<Value> = (0..n)
+        .map(|i| fake::node_object(&name(i), &format!("10.9.{}.{}", i / 250, 1 + i % 250), None))
+        .collect();
+    items.extend(nodes.iter().cloned());
+    let state = f.dir.path().join("state.json");
+    std::fs::write(
+        &state,
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+            .expect("JSON"),
+    )
+    .expect("write state");
+    let rules = render(&state, &name(0));
+    assert_eq!(rules, render(&state, &name(n - 1)), "nodes render alike");
+    let drift_line = rules
+        .lines()
+        .find(|l| l.starts_with("-A KUBE-SVC-") && l.contains("shop/web:http -> 10.244.2.10"))
+        .expect("a rule of shop/web")
+        .to_string();
+    let drifted_rules = rules.replace(&format!("{drift_line}\n"), "");
+    let api = &f.api;
+    api.load_objects(cluster["items"].as_array().cloned().expect("items"));
+    let mut objects = nodes;
+    for i in 0..n {
+        let node = name(i);
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("kube-proxy-{node}"), "namespace": "kube-system",
+                         "labels": {"k8s-app": "kube-proxy"}},
+            "spec": {"nodeName": node, "containers": [{"name": "kube-proxy", "image": "registry.k8s.io/kube-proxy:v1.33.0"}]},
+            "status": {"phase": "Running"},
+        }));
     }
-
-    fn command(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(bin());
-        c.args(["verify", "--all-nodes"])
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .env_remove("KUBECONFIG")
-            .env("HOME", self.dir.path())
-            .env("NO_COLOR", "1");
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("verify --all-nodes")
-    }
+    api.load_objects(objects);
+    api.add_configmap(
+        "kube-system",
+        "kube-proxy",
+        &[(
+            "config.conf",
+            &std::fs::read_to_string(repo("testdata/cluster/config.yaml")).expect("config"),
+        )],
+    );
+    let drifted: BTreeSet<String> = drifted
+        .iter()
+        .map(|i| format!("kube-proxy-{}", name(*i)))
+        .collect();
+    api.on_exec(
+        move |req: &ExecRequest| match req.command.first().map(String::as_str) {
+            Some("iptables-save") if drifted.contains(&req.pod) => {
+                ExecReply::ok(drifted_rules.clone())
+            }
+            Some("iptables-save") => ExecReply::ok(rules.clone()),
+            Some("ipset") => ExecReply::ok(""),
+            _ => ExecReply::Missing,
+        },
+    );
+    f
 }
 
 /// `verify --all-nodes` over `FLEET_NODES` nodes (default 200): the state read once, every node
@@ -813,7 +788,7 @@ fn verify_all_nodes_at_scale() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let drifted = [3, n / 2, n - 1];
-    let f = VerifyFleet::new(n, &drifted);
+    let f = verify_fleet(n, &drifted);
     f.api.delete_object(
         "Pod",
         Some("kube-system"),
@@ -823,7 +798,7 @@ fn verify_all_nodes_at_scale() {
     f.api
         .fail_times(Some("GET"), &format!("spec.nodeName%3D{}", name(5)), 500, 1);
     let started = Instant::now();
-    let out = timed(&mut f.command(&["-o", "json"]));
+    let out = timed(&mut f.all_nodes(&["-o", "json"]));
     let took = started.elapsed();
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -877,7 +852,7 @@ fn verify_all_nodes_at_scale() {
 /// failed; the others are verified meanwhile.
 #[test]
 fn verify_all_nodes_node_timeout_and_retries() {
-    let f = VerifyFleet::new(6, &[]);
+    let f = verify_fleet(6, &[]);
     let hang = format!("kube-proxy-{}", name(2));
     let rules = render(&f.dir.path().join("state.json"), &name(0));
     f.api.on_exec(
@@ -890,6 +865,8 @@ fn verify_all_nodes_node_timeout_and_retries() {
     );
     // The example cluster's nodes (which have a zone, and no kube-proxy pod here) left out.
     let out = f.run(&[
+        "verify",
+        "--all-nodes",
         "-o",
         "json",
         "--node-timeout",
@@ -918,10 +895,10 @@ fn verify_all_nodes_node_timeout_and_retries() {
 /// Ctrl-C stops the run: what was verified is printed, the rest as not checked, exit 2.
 #[test]
 fn verify_all_nodes_ctrl_c_prints_what_was_verified() {
-    let f = VerifyFleet::new(40, &[1]);
+    let f = verify_fleet(40, &[1]);
     f.api.set_exec_delay(Duration::from_millis(150));
     let child = f
-        .command(&["--parallel", "2"])
+        .all_nodes(&["--parallel", "2"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -942,7 +919,7 @@ fn verify_all_nodes_ctrl_c_prints_what_was_verified() {
     assert!(stdout.contains("NOT CHECKED ("), "{stdout}");
     let last = stdout.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("42 nodes: ") && last.contains("not checked"),
+        last.starts_with("42 nodes: ") && last.contains(" not checked"),
         "{last}"
     );
     assert!(started.elapsed() < Duration::from_secs(60));

@@ -19,7 +19,8 @@ use crate::exit::Outcome;
 use crate::fleet::{FindingKey, NodeState, Notes, RolledNote, RolledUp, Rollup, Tally};
 use crate::output::color::{Painter, Role};
 use crate::output::fleet::{
-    few, findings_table, progress_bar, state_role, state_words, tally_line, thousands, visible,
+    Head, few, findings_table, progress_bar, state_role, state_words, tally_line, thousands,
+    visible,
 };
 use crate::output::table::KubeTable;
 use anyhow::{anyhow, bail};
@@ -92,12 +93,9 @@ impl NodeRow {
 /// The whole run (`-o json|yaml`; docs/fleet.md).
 #[derive(Debug, Serialize)]
 struct RunDocument<'a> {
-    nodes_total: usize,
-    summary: &'a Tally,
+    #[serde(flatten)]
+    head: Head<'a>,
     interrupted: bool,
-    could_not_tell: Vec<&'a str>,
-    findings: &'a [crate::fleet::RolledFinding],
-    findings_left_out: usize,
     nodes: &'a [NodeRow],
 }
 
@@ -421,17 +419,12 @@ fn print(run: &Run, format: Format, no_headers: bool) -> anyhow::Result<()> {
     let text = match format {
         Format::Json | Format::Yaml => {
             let doc = RunDocument {
-                nodes_total: run.tally.total(),
-                summary: &run.tally,
+                head: Head::new(
+                    &run.tally,
+                    run.rows.iter().map(|r| (r.name.as_str(), r.state)),
+                    &run.rolled,
+                ),
                 interrupted: run.interrupted,
-                could_not_tell: run
-                    .rows
-                    .iter()
-                    .filter(|r| r.state.could_not_tell())
-                    .map(|r| r.name.as_str())
-                    .collect(),
-                findings: &run.rolled.findings,
-                findings_left_out: run.rolled.left_out,
                 nodes: &run.rows,
             };
             if format == Format::Json {

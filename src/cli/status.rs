@@ -9,7 +9,8 @@ use crate::exit::Outcome;
 use crate::fleet::{NodeState, RolledUp, Rollup, Tally, condition, whole_seconds};
 use crate::output::color::{Painter, Role};
 use crate::output::fleet::{
-    age, findings_table, progress_bar, state_role, state_words, tally_line, thousands, visible,
+    Head, age, findings_table, progress_bar, state_role, state_words, tally_line, thousands,
+    visible,
 };
 use crate::output::table::KubeTable;
 use anyhow::Context;
@@ -146,12 +147,9 @@ struct View<'a> {
 /// `status -o json|yaml` (docs/fleet.md). Field names are a stable interface.
 #[derive(Serialize)]
 struct Document<'a> {
-    nodes_total: usize,
-    summary: &'a Tally,
+    #[serde(flatten)]
+    head: Head<'a>,
     stale_after_seconds: u64,
-    could_not_tell: Vec<&'a str>,
-    findings: &'a [crate::fleet::RolledFinding],
-    findings_left_out: usize,
     warnings: &'a [String],
     nodes: Vec<NodeDoc<'a>>,
 }
@@ -241,18 +239,12 @@ impl View<'_> {
             })
             .collect();
         Document {
-            nodes_total: self.fleet.nodes.len(),
-            summary: self.tally,
+            head: Head::new(
+                self.tally,
+                self.fleet.nodes.iter().map(|n| (n.name.as_str(), n.state)),
+                self.rolled,
+            ),
             stale_after_seconds: self.stale_after.as_secs(),
-            could_not_tell: self
-                .fleet
-                .nodes
-                .iter()
-                .filter(|n| n.state.could_not_tell())
-                .map(|n| n.name.as_str())
-                .collect(),
-            findings: &self.rolled.findings,
-            findings_left_out: self.rolled.left_out,
             warnings: &self.fleet.warnings,
             nodes,
         }

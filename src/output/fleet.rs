@@ -4,7 +4,8 @@
 
 use super::color::{Painter, Role};
 use super::table::KubeTable;
-use crate::fleet::{NodeState, RolledUp, Tally};
+use crate::fleet::{NodeState, RolledFinding, RolledUp, Tally};
+use serde::Serialize;
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -82,20 +83,10 @@ pub fn state_role(state: NodeState) -> Role {
     }
 }
 
-/// `5,000 nodes: 4,975 in sync, 3 pending, 5 drift, 2 failed`: every state that has a node.
+/// `5,000 nodes: 5 drift, 2 failed, 3 pending, 4,990 in sync`: every state that has a node, in
+/// the order the sections show them.
 pub fn tally_line(tally: &Tally) -> String {
-    use NodeState::*;
-    let order = [
-        InSync,
-        Pending,
-        Drift,
-        Failed,
-        AgentStale,
-        AgentMissing,
-        Unknown,
-        NotChecked,
-    ];
-    let parts: Vec<String> = order
+    let parts: Vec<String> = NodeState::ALL
         .iter()
         .filter(|s| tally.of(**s) > 0)
         .map(|s| format!("{} {}", thousands(tally.of(*s)), state_words(*s)))
@@ -129,6 +120,42 @@ pub fn few(names: &[String], total: usize) -> String {
         text.push_str(", …");
     }
     text
+}
+
+/// What every fleet document starts with (`-o json|yaml` of `status` and `verify --all-nodes`,
+/// docs/fleet.md): the counts, the nodes nothing can be told of, the rolled-up findings.
+#[derive(Debug, Serialize)]
+pub struct Head<'a> {
+    /// All nodes.
+    pub nodes_total: usize,
+    /// Nodes per state.
+    pub summary: &'a Tally,
+    /// The nodes whose state says nothing of their rules ([`NodeState::could_not_tell`]).
+    pub could_not_tell: Vec<&'a str>,
+    /// The findings rolled up.
+    pub findings: &'a [RolledFinding],
+    /// Findings not rolled up (too many distinct ones).
+    pub findings_left_out: usize,
+}
+
+impl<'a> Head<'a> {
+    /// The head of a document of `nodes` (name and state of each).
+    pub fn new(
+        tally: &'a Tally,
+        nodes: impl Iterator<Item = (&'a str, NodeState)>,
+        rolled: &'a RolledUp,
+    ) -> Head<'a> {
+        Head {
+            nodes_total: tally.total(),
+            summary: tally,
+            could_not_tell: nodes
+                .filter(|(_, s)| s.could_not_tell())
+                .map(|(n, _)| n)
+                .collect(),
+            findings: &rolled.findings,
+            findings_left_out: rolled.left_out,
+        }
+    }
 }
 
 /// The rolled-up findings as a table under a title (empty when there are none): ID, severity,
@@ -230,7 +257,7 @@ mod tests {
         t.add(NodeState::AgentMissing);
         assert_eq!(
             tally_line(&t),
-            "1,202 nodes: 1,200 in sync, 1 drift, 1 agent missing"
+            "1,202 nodes: 1 drift, 1 agent missing, 1,200 in sync"
         );
         assert_eq!(tally_line(&Tally::default()), "0 nodes: none");
     }

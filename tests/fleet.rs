@@ -607,6 +607,27 @@ fn status_reads_agents_defensively() {
         err.contains("forbidden (403)") && err.contains("\"pods/proxy\""),
         "{err}"
     );
+
+    // The agent pods not listed: the conditions still tell the states, and each drifted
+    // node says why its findings are missing.
+    f.api
+        .fail(Some("GET"), "/namespaces/kube-system/pods?", 403);
+    let out = f.run(&["status", "-o", "json"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("could not list the agent pods (forbidden (403)"),
+        "{stderr}"
+    );
+    let doc = json_of(&out);
+    let err = doc["nodes"][0]["findings"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        err.starts_with("the agent pods could not be listed: forbidden (403)"),
+        "{err}"
+    );
+    assert_eq!(doc["warnings"].as_array().map(Vec::len), Some(1));
 }
 
 /// Colours and the progress indicator only on a terminal, never with NO_COLOR; piped output

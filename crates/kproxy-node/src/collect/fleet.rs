@@ -636,6 +636,9 @@ pub struct Fleet {
     pub nodes: Vec<NodeStatus>,
     /// Problems that leave the nodes' states as they are (the agent pods could not be listed).
     pub warnings: Vec<String>,
+    /// Why the agent pods could not be listed, when they could not (then no node's findings
+    /// can be fetched).
+    pub agents_unlisted: Option<String>,
 }
 
 impl Fleet {
@@ -665,10 +668,12 @@ pub async fn read_fleet(
     let (nodes, pods) = futures::join!(nodes, pods);
     let nodes = nodes?;
     let mut warnings = Vec::new();
+    let mut agents_unlisted = None;
     let pods = pods.unwrap_or_else(|e| {
         warnings.push(format!(
             "could not list the agent pods ({e}): no node's findings can be fetched"
         ));
+        agents_unlisted = Some(e.to_string());
         Vec::new()
     });
     let mut by_node: HashMap<&str, Vec<&AgentPod>> = HashMap::new();
@@ -714,7 +719,11 @@ pub async fn read_fleet(
             }
         })
         .collect();
-    Ok(Fleet { nodes, warnings })
+    Ok(Fleet {
+        nodes,
+        warnings,
+        agents_unlisted,
+    })
 }
 
 /// The pod to ask among a node's agent pods: one not being deleted first, then a ready one,
@@ -750,6 +759,13 @@ pub async fn fetch_findings_of(
         .iter()
         .filter_map(|&i| Some((i, fleet.nodes.get(i)?.agent.clone())))
         .collect();
+    let no_pod = match &fleet.agents_unlisted {
+        Some(e) => format!("the agent pods could not be listed: {e}"),
+        None => format!(
+            "no agent pod on the node ({} in {})",
+            query.agent_selector, query.agent_namespace
+        ),
+    };
     let mut answers = futures::stream::iter(asks)
         .map(|(i, pod)| async move {
             let Some(pod) = pod else {
@@ -769,10 +785,7 @@ pub async fn fetch_findings_of(
         };
         node.findings = Some(match answer {
             None => NodeFindings {
-                error: Some(format!(
-                    "no agent pod on the node ({} in {})",
-                    query.agent_selector, query.agent_namespace
-                )),
+                error: Some(no_pod.clone()),
                 ..NodeFindings::default()
             },
             Some(Err(e)) => NodeFindings {

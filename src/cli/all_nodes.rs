@@ -138,13 +138,7 @@ where
             .ok_or_else(|| anyhow!("--all-nodes needs API access"))?;
         let names = crate::collect::fleet::list_node_names(&conn, args.selector.as_deref()).await?;
         if names.is_empty() {
-            bail!(
-                "no nodes{}",
-                args.selector
-                    .as_ref()
-                    .map(|s| format!(" match label selector {s:?}"))
-                    .unwrap_or_default()
-            );
+            return Err(live::no_nodes(args.selector.as_deref()));
         }
         anyhow::Ok(fan_out(names, shared, args, collector, limits, per_node).await)
     });
@@ -250,11 +244,16 @@ where
     let mut interrupted = false;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    let mut listening = true;
     loop {
         tokio::select! {
-            _ = &mut ctrl_c, if !interrupted => {
-                interrupted = true;
-                let _ = stop.send(true);
+            heard = &mut ctrl_c, if listening => {
+                // Without a signal handler (it could not be installed) the run goes on.
+                listening = false;
+                if heard.is_ok() {
+                    interrupted = true;
+                    let _ = stop.send(true);
+                }
             }
             next = results.next() => {
                 let Some(done) = next else { break };
@@ -527,4 +526,23 @@ fn table(run: &Run, wide: bool, no_headers: bool, painter: Painter) -> String {
     out.push_str(&painter.paint(role, &tally_line(&run.tally)));
     out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pod_of;
+
+    #[test]
+    fn the_pod_a_collector_read_through() {
+        assert_eq!(
+            pod_of("exec (kube-system/kube-proxy-node-1)").as_deref(),
+            Some("kube-proxy-node-1")
+        );
+        assert_eq!(
+            pod_of("debug-pod (kube-system/kproxy-debug-node-1-x7k2p, docker.io/nicolaka/netshoot:v0.13)")
+                .as_deref(),
+            Some("kproxy-debug-node-1-x7k2p")
+        );
+        assert_eq!(pod_of("files"), None);
+    }
 }

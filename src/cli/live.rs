@@ -313,6 +313,14 @@ pub(super) fn exec_timeout(live: &LiveArgs) -> anyhow::Result<Duration> {
     positive_duration("--exec-timeout", &live.exec_timeout)
 }
 
+/// The error of a run over nodes that found none (`-l` matched none).
+pub(super) fn no_nodes(selector: Option<&str>) -> anyhow::Error {
+    match selector {
+        Some(s) => anyhow!("no nodes match label selector {s:?}"),
+        None => anyhow!("no nodes"),
+    }
+}
+
 /// A duration flag that must be more than 0 (`30s`, `2m`).
 pub(super) fn positive_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     let t = kube_client::parse_duration(text)

@@ -102,13 +102,7 @@ pub fn run(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     })?;
     rt.shutdown_background();
     if fleet.nodes.is_empty() {
-        anyhow::bail!(
-            "no nodes{}",
-            args.selector
-                .as_ref()
-                .map(|s| format!(" match label selector {s:?}"))
-                .unwrap_or_default()
-        );
+        return Err(super::live::no_nodes(args.selector.as_deref()));
     }
     for w in &fleet.warnings {
         super::common::warn(w);

@@ -3,8 +3,9 @@
 //!
 //! The API state and kube-proxy's configuration are read once and shared by every node (one
 //! copy of the state, whatever the number of nodes); each node's own work is reading its rules
-//! and what follows from its own facts. Each attempt at reading a node has `--node-timeout`;
-//! a failure that may pass is tried again (`--retries`, 1 s then 2 s apart, …). Nothing keeps a
+//! and what follows from its own facts. Each attempt at reading a node through its kube-proxy
+//! pod has `--node-timeout` (a debug pod's steps have limits of their own); a failure that may
+//! pass is tried again (`--retries`, 1 s then 2 s apart, …). Nothing keeps a
 //! node's report: a node leaves its counts and its findings' roll-up keys, so what is held grows
 //! with the concurrency and the distinct findings, not with the nodes.
 //!
@@ -300,19 +301,15 @@ where
     let dumps = DumpArgs::default();
     let read = loop {
         row.attempts += 1;
-        let attempt = async {
-            tokio::time::timeout(
-                limits.node_timeout,
-                live::collect_node(shared, args, &dumps, collector, &node, limits.exec_timeout),
-            )
-            .await
-        };
-        // A debug pod is left to end by itself on Ctrl-C: it deletes its pod first.
+        let read = live::collect_node(shared, args, &dumps, collector, &node, limits.exec_timeout);
+        // A debug pod is never dropped half-way, which would leave it running: it ends by
+        // itself on Ctrl-C (deleting its pod first), and its steps have their own limits
+        // (starting, each command), so --node-timeout bounds the exec collector only.
         let outcome = if collector == CollectorChoice::DebugPod {
-            attempt.await
+            Ok(read.await)
         } else {
             tokio::select! {
-                r = attempt => r,
+                r = tokio::time::timeout(limits.node_timeout, read) => r,
                 _ = stopped.wait_for(|s| *s) => return Done::row(row),
             }
         };

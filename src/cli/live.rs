@@ -73,7 +73,8 @@ pub struct LiveArgs {
     /// unreachable or overloaded, a broken exec stream, --node-timeout).
     #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=10))]
     pub retries: u8,
-    /// --all-nodes: the longest one attempt at reading a node may take (e.g. 5m).
+    /// --all-nodes: the longest one attempt at reading a node through its kube-proxy pod may take
+    /// (e.g. 5m; a debug pod's steps have their own limits).
     #[arg(
         hide_short_help = true,
         long,

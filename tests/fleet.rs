@@ -316,15 +316,7 @@ fn status_over_five_thousand_nodes() {
     let kinds = big_fleet();
     let f = fleet_of(&kinds);
     let started = Instant::now();
-    let out = timed(&mut f.command(&[
-        "status",
-        "-o",
-        "json",
-        "--agent-timeout",
-        "2s",
-        "--max-concurrency",
-        "4",
-    ]));
+    let out = timed(&mut f.command(&["status", "-o", "json", "--max-concurrency", "4"]));
     let took = started.elapsed();
     eprintln!("status over 5,000 nodes: {took:?}");
     let (_, stderr) = text(&out);
@@ -397,9 +389,9 @@ fn status_over_five_thousand_nodes() {
             .unwrap_or_default()
             .to_string()
     };
-    assert!(error(80).contains("no answer within 2s"), "{}", error(80));
+    assert!(error(80).contains("no answer within 3s"), "{}", error(80));
     assert!(
-        error(2080).contains("no answer within 2s"),
+        error(2080).contains("no answer within 3s"),
         "{}",
         error(2080)
     );

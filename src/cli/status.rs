@@ -43,8 +43,9 @@ pub struct StatusArgs {
     /// How many agents are asked for their findings at once.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub max_concurrency: u16,
-    /// The longest one agent's findings may take to come (e.g. 10s).
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    /// The longest one agent's findings may take to come (the agent serves a document it
+    /// keeps: a healthy one answers in milliseconds).
+    #[arg(long, value_name = "DURATION", default_value = "3s")]
     pub agent_timeout: String,
     /// A condition whose last heartbeat is older than this no longer speaks for its node (the
     /// monitor re-sends it every 5m: the default allows two missed).

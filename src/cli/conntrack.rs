@@ -122,7 +122,8 @@ pub fn with_findings(report: Report, findings: Vec<Finding>) -> Report {
         findings_truncated,
     } = report;
     all.extend(findings);
-    let mut report = Report::new(node, mode, summary.service_ports, all);
+    let mut report =
+        Report::new(node, mode, summary.service_ports, all).with_unchecked(summary.unchecked);
     report.left_out(findings_truncated.unwrap_or(0));
     report
 }

@@ -68,5 +68,6 @@ pub fn verify_release(
         "nftables",
         report.summary.service_ports,
         findings,
-    ))
+    )
+    .with_unchecked(report.summary.unchecked))
 }

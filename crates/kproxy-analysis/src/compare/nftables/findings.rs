@@ -138,6 +138,18 @@ pub fn findings(
     for s in &d.sets {
         set_findings(s, index, &mut out);
     }
+    for o in &d.missing_objects {
+        out.push(
+            OBJECT_MISSING
+                .finding(format!(
+                    "{} `{}` missing from kube-proxy's {table}",
+                    o.kind, o.name
+                ))
+                .chain(format!("{} {}", o.kind, o.name))
+                .expected(format!("{} {}", o.kind, o.name))
+                .actual("absent"),
+        );
+    }
     for o in &d.extra_objects {
         out.push(
             FOREIGN_OBJECT

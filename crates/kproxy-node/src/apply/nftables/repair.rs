@@ -324,8 +324,11 @@ fn plan_all(
             counts.add(t);
         }
         let d = diff(expected, actual);
-        remaining +=
-            d.chains.len() + d.sets.len() + d.extra_objects.len() + usize::from(d.table_missing);
+        remaining += d.chains.len()
+            + d.sets.len()
+            + d.extra_objects.len()
+            + d.missing_objects.len()
+            + usize::from(d.table_missing);
         let cx = PlanContext {
             render: &target.expected.text,
             same_transaction_delete,

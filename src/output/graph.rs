@@ -164,6 +164,7 @@ fn service_row(g: &ServiceGraph, p: &ServicePort, wide: bool) -> Vec<String> {
                     VerdictReason::NoEndpoints => "no-endpoints",
                     VerdictReason::NoLocalEndpoints => "no-local-endpoints",
                     VerdictReason::SourceRange => "source-range",
+                    VerdictReason::FallThrough => "fall-through",
                     VerdictReason::Other => "other",
                 };
                 format!(

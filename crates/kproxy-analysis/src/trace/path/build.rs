@@ -506,6 +506,9 @@ fn verdict_why(reason: VerdictReason, verdict: &str) -> String {
         VerdictReason::SourceRange => {
             format!("{verdict}: sources outside loadBalancerSourceRanges")
         }
+        VerdictReason::FallThrough => format!(
+            "{verdict}: the firewall chain's closing rule; the service has no loadBalancerSourceRanges, so the rule above it takes all traffic and this one drops none"
+        ),
         VerdictReason::Other => verdict.to_string(),
     }
 }

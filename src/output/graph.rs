@@ -149,7 +149,7 @@ fn service_row(g: &ServiceGraph, p: &ServicePort, wide: bool) -> Vec<String> {
                     .map(|s| format!("{s}s"))
                     .unwrap_or_else(|| "?".into())
             ),
-            None => "None".into(),
+            None => "<none>".into(),
         });
         row.push(match &p.firewall {
             Some(f) if f.source_ranges.is_empty() => "<no ranges>".into(),

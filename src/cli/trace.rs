@@ -356,10 +356,10 @@ fn run_path(
     let input = dump_text(args, live, family_v6)?;
     let opts = GraphOptions {
         source: Some(input.name.clone()),
+        // Without the API state, names the selector stands for find chains by their hash.
         resolver: plan
             .as_ref()
-            .map(|(p, _)| path::resolver_for(p))
-            .unwrap_or_default(),
+            .map_or_else(|| selector.resolver(), |(p, _)| path::resolver_for(p)),
         ..GraphOptions::default()
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;

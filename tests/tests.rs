@@ -22,6 +22,7 @@ mod nftables_verify;
 mod packaging;
 mod packetflow;
 mod parse;
+mod partial_pastes;
 mod pastes;
 mod render;
 mod repair;

@@ -422,7 +422,8 @@ fn a_paste_of_several_commands_is_read_part_by_part() {
     let Some(formats) = crate::support::shared("mixed paste", "conformance/ipvs/formats") else {
         return;
     };
-    if !require_root_and_tools(&Backend::Nft.tools()) {
+    // kube-proxy's rules name its nfacct counters, which must exist before they restore.
+    if !require_root_and_tools(&[&Backend::Nft.tools()[..], &["nfacct"]].concat()) {
         return;
     }
     let ns = Netns::new("paste").expect("netns");

@@ -879,7 +879,10 @@ fn streamed_render_is_the_render() {
         }
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let generated = std::process::Command::new("python3")
+    let Some(python) = crate::support::tool("render", "python3") else {
+        return;
+    };
+    let generated = std::process::Command::new(python)
         .arg(root.join("testdata/gen-scale-state.py"))
         .args(["2000", "10"])
         .output()

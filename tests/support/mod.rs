@@ -29,6 +29,19 @@ pub fn skip(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "skipped: {test}: {reason}");
 }
 
+/// The path of the program `name` (on `PATH` or in the sbin directories), or `None` after
+/// [`skip`]: every program a test runs besides the binary under test is a prerequisite.
+pub fn tool(test: &str, name: &str) -> Option<PathBuf> {
+    let found = netns::find_tool(name);
+    if found.is_none() {
+        skip(
+            test,
+            &format!("`{name}` is not installed (.ci/run installs it)"),
+        );
+    }
+    found
+}
+
 /// `../shared/<sub>` (the reference material beside the project), or `None` after [`skip`].
 pub fn shared(test: &str, sub: &str) -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -385,7 +385,12 @@ pub fn render(
                         g.family.as_deref().unwrap_or("unknown family")
                     ));
                 }
-                let t = crate::output::graph::table_text(g, wide, no_headers);
+                let t = crate::output::graph::table_text_within(
+                    g,
+                    wide,
+                    no_headers,
+                    crate::output::stdout_width(),
+                );
                 if t.is_empty() {
                     out.push_str("No kube-proxy service ports found.\n");
                 } else {

@@ -113,6 +113,8 @@ pub fn service_table(g: &ServiceGraph, wide: bool) -> KubeTable {
         headers.extend(["chains", "affinity", "firewall", "verdicts"]);
     }
     let mut t = KubeTable::new(headers);
+    // Entries, endpoints and masquerade reasons stack on a narrow terminal.
+    t.lists(&[2, 3, 4]);
     // Rows are made on every core: a large node has tens of thousands.
     let rows: Vec<Vec<String>> = g
         .service_ports
@@ -206,7 +208,24 @@ pub fn anomaly_table(g: &ServiceGraph) -> KubeTable {
 
 /// The whole `-o table|wide` text of a graph: the service table, then (if any) the anomalies.
 pub fn table_text(g: &ServiceGraph, wide: bool, no_headers: bool) -> String {
-    let mut out = service_table(g, wide).render(no_headers);
+    table_text_within(g, wide, no_headers, None)
+}
+
+/// [`table_text`] for a terminal `width` columns wide: lists stack within their cells when the
+/// service table is wider, and a line says so when it is still wider.
+pub fn table_text_within(
+    g: &ServiceGraph,
+    wide: bool,
+    no_headers: bool,
+    width: Option<usize>,
+) -> String {
+    let mut out = service_table(g, wide).render_within(no_headers, width);
+    let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    if let Some(w) = width.filter(|&w| widest > w) {
+        out.push_str(&format!(
+            "(the table is {widest} columns wide, the terminal {w}: `| less -S` scrolls it; -o json has every field)\n"
+        ));
+    }
     let anomalies = anomaly_table(g);
     if !anomalies.is_empty() {
         if !out.is_empty() {

@@ -7,6 +7,7 @@ mod completion;
 mod conntrack_e2e;
 mod conntrack_ipvs;
 mod graph;
+mod help;
 mod hostile;
 mod hygiene;
 mod ipvs;

@@ -125,6 +125,9 @@ pub struct TraceArgs {
 
 /// Runs `trace`.
 pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
+    }
     // Bad --packet syntax is exit 2 with the expected form, before any I/O.
     if let Some(p) = args.packet.as_deref() {
         p.parse::<PacketSpec>()?;
@@ -152,9 +155,6 @@ fn live_inputs(
 ) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
     if args.dump.iptables_save.is_some() || args.dump.ip6tables_save.is_some() {
         return Ok(None);
-    }
-    if args.live.all_nodes {
-        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
     }
     let inputs = super::live::resolve_inputs(
         global,

@@ -156,6 +156,9 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 /// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
 /// stdout.
 fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        bail!("repair works on one node at a time (--all-nodes is for verify): name the node");
+    }
     if ipvs::selected(&args)? {
         return ipvs::run(args);
     }

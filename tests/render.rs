@@ -532,6 +532,13 @@ fn render_packetflow_inputs_match_rulesets() {
         total - misses.len(),
         total
     );
+    // A directory without rendered cases (moved, renamed, emptied) checks nothing: a failure.
+    assert!(
+        total > 0,
+        "{}: no packet-flow case with `inputs` to render ({} files)",
+        pf.display(),
+        files.len()
+    );
     assert!(misses.is_empty());
 }
 

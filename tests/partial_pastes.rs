@@ -562,3 +562,76 @@ fn cosmetics_of_wide_tables_and_json_dumps() {
         r.stderr
     );
 }
+
+/// Where an answer is read — the graph table, the path view — a partial paste says so on
+/// stdout, not only in stderr's warnings; a whole dump says nothing of it.
+#[test]
+fn stdout_says_when_the_paste_is_partial() {
+    let grep: String = read(SAVE)
+        .lines()
+        .filter(|l| l.contains("-A KUBE-"))
+        .map(|l| format!("{}\n", l.trim_start_matches(|c| c != '-')))
+        .collect();
+    let commands: [&[&str]; 3] = [
+        &["graph", "--lenient", "--iptables-save", "FILE"],
+        &[
+            "trace",
+            "svc/web",
+            "-n",
+            "shop",
+            "--lenient",
+            "--iptables-save",
+            "FILE",
+        ],
+        &[
+            "trace",
+            "svc/web",
+            "-n",
+            "shop",
+            "-o",
+            "table",
+            "--lenient",
+            "--iptables-save",
+            "FILE",
+        ],
+    ];
+    for args in commands {
+        let r = run(args, &[grep.as_bytes()]);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+        assert!(
+            r.stdout.contains("partial input"),
+            "{args:?}:\n{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("filtered paste"),
+            "{args:?}:\n{}",
+            r.stdout
+        );
+        let whole: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "FILE" { SAVE } else { a })
+            .collect();
+        let r = run(&whole, &[]);
+        assert!(
+            !r.stdout.contains("partial input"),
+            "{args:?}:\n{}",
+            r.stdout
+        );
+    }
+    let doc = json(&run(
+        &[
+            "trace",
+            "svc/web",
+            "-n",
+            "shop",
+            "-o",
+            "json",
+            "--lenient",
+            "--iptables-save",
+            "FILE",
+        ],
+        &[grep.as_bytes()],
+    ));
+    assert!(doc["partial"].to_string().contains("filtered"), "{doc}");
+}

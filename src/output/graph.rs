@@ -233,6 +233,13 @@ pub fn table_text_within(
         }
         out.push_str(&anomalies.render(no_headers));
     }
+    if !g.gaps.is_empty() {
+        // What the input lacks is said where the answer is read, not only on stderr.
+        out.push_str("\npartial input: the graph shows only the rules it holds, and no chain is called stale or empty for what it lacks:\n");
+        for gap in &g.gaps {
+            out.push_str(&format!("  - {gap}\n"));
+        }
+    }
     out
 }
 

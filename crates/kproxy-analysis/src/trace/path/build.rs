@@ -122,6 +122,7 @@ pub fn build(
         compared_with_api: plan.is_some(),
         ports,
         divergence_count,
+        partial: graph.gaps.clone(),
     })
 }
 

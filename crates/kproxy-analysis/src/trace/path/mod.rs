@@ -374,6 +374,10 @@ pub struct PathView {
     pub ports: Vec<PortPath>,
     /// Number of divergences in the whole view.
     pub divergence_count: usize,
+    /// Why the dump is not all of the node's rules (a cut or filtered paste), in words: the
+    /// view shows only what it holds. Absent for a whole dump.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partial: Vec<String>,
 }
 
 impl PathView {

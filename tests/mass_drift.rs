@@ -22,7 +22,11 @@ struct Node {
 }
 
 impl Node {
-    fn make() -> Node {
+    /// The node's files, or `None` after a skip when python3 or bash is missing.
+    fn make() -> Option<Node> {
+        for t in ["python3", "bash"] {
+            crate::support::tool("mass_drift", t)?;
+        }
         let dir = std::env::temp_dir().join(format!("kproxy-mass-drift-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let state = std::process::Command::new("python3")
@@ -47,7 +51,7 @@ impl Node {
             .output()
             .expect("make-sep-comment-dump.sh runs");
         assert!(comments.status.success(), "{comments:?}");
-        node
+        Some(node)
     }
 
     fn path(&self, name: &str) -> String {
@@ -98,7 +102,7 @@ fn findings(report: &serde_json::Value) -> &Vec<serde_json::Value> {
 
 #[test]
 fn every_sep_rule_with_a_comment_is_one_finding_with_its_count() {
-    let node = Node::make();
+    let Some(node) = Node::make() else { return };
     assert!(Path::new(&node.path("comments.save")).exists());
     let (code, clean) = node.verify("clean.save", &["-o", "json"]);
     assert_eq!(code, Some(0), "{clean}");

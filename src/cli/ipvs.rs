@@ -46,6 +46,10 @@ pub struct IpvsTexts {
     ipvsadm_name: String,
     ipset: Option<(String, String)>,
     ip_addr: Option<String>,
+    /// What lenient reading left out: lines skipped, cuts (`...`), in words.
+    gaps: Vec<String>,
+    /// The ipvsadm lines lenient reading skipped.
+    skipped: Vec<usize>,
 }
 
 impl IpvsTexts {
@@ -53,9 +57,16 @@ impl IpvsTexts {
     /// read ([`crate::collect::files::read_dump`]); under `--lenient`, lines the parsers cannot
     /// read are skipped with a warning each.
     pub fn read(args: &IpvsArgs) -> anyhow::Result<IpvsTexts> {
-        let read = |p: &PathBuf| -> anyhow::Result<String> {
+        let mut gaps = Vec::new();
+        let mut read = |p: &PathBuf| -> anyhow::Result<String> {
             let d = crate::collect::files::read_dump(p, args.lenient)?;
             d.warnings.iter().for_each(warn);
+            gaps.extend(d.cuts.iter().map(|line| {
+                format!(
+                    "{}: the paste is cut at line {line}: what was left out is missing",
+                    d.name
+                )
+            }));
             Ok(d.text)
         };
         let mut ipvsadm = String::new();
@@ -65,35 +76,20 @@ impl IpvsTexts {
                 ipvsadm.push('\n');
             }
         }
+        let ipset = match &args.ipset {
+            Some(p) => Some((read(p)?, p.display().to_string())),
+            None => None,
+        };
+        let ip_addr = args.ip_addr.as_ref().map(&mut read).transpose()?;
         let names: Vec<String> = args
             .ipvsadm
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        if args.lenient {
-            add_missing_header(&mut ipvsadm, &names.join("+"));
-            skip_unreadable(&mut ipvsadm, &names.join("+"), |t| {
-                ipvsadm::parse_dump(t).map(|_| ())
-            });
-        }
-        let ipset = match &args.ipset {
-            Some(p) => {
-                let mut text = read(p)?;
-                let name = p.display().to_string();
-                if args.lenient {
-                    skip_unreadable(&mut text, &name, |t| ipset::parse_ipset(t).map(|_| ()));
-                }
-                Some((text, name))
-            }
-            None => None,
-        };
-        let ip_addr = args.ip_addr.as_ref().map(read).transpose()?;
-        Ok(IpvsTexts {
-            ipvsadm,
-            ipvsadm_name: names.join("+"),
-            ipset,
-            ip_addr,
-        })
+        let mut texts = IpvsTexts::from_texts((ipvsadm, names.join("+")), ipset, args.lenient);
+        texts.ip_addr = ip_addr;
+        texts.gaps.splice(0..0, gaps);
+        Ok(texts)
     }
 
     /// Texts read otherwise (the parts of a paste), each `(text, name)`; under `lenient`
@@ -105,13 +101,33 @@ impl IpvsTexts {
     ) -> IpvsTexts {
         let (mut ipvsadm, ipvsadm_name) = ipvsadm;
         let mut ipset = ipset;
+        let mut gaps = Vec::new();
+        let mut skipped = Vec::new();
         if lenient {
             add_missing_header(&mut ipvsadm, &ipvsadm_name);
-            skip_unreadable(&mut ipvsadm, &ipvsadm_name, |t| {
+            skipped = skip_unreadable(&mut ipvsadm, &ipvsadm_name, |t| {
                 ipvsadm::parse_dump(t).map(|_| ())
             });
+            if !skipped.is_empty() {
+                let names = skipped.iter().any(|(_, why)| why.contains("with -n"));
+                gaps.push(format!(
+                    "{ipvsadm_name}: {} line(s) could not be read and were skipped: the virtual and real servers on them are unknown{}",
+                    skipped.len(),
+                    if names {
+                        " (`ipvsadm -L` without `-n` prints host and service names: `ipvsadm -Ln` prints what kproxy reads)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
             if let Some((text, name)) = &mut ipset {
-                skip_unreadable(text, name, |t| ipset::parse_ipset(t).map(|_| ()));
+                let lines = skip_unreadable(text, name, |t| ipset::parse_ipset(t).map(|_| ()));
+                if !lines.is_empty() {
+                    gaps.push(format!(
+                        "{name}: {} line(s) could not be read and were skipped",
+                        lines.len()
+                    ));
+                }
             }
         }
         IpvsTexts {
@@ -119,7 +135,14 @@ impl IpvsTexts {
             ipvsadm_name,
             ipset,
             ip_addr: None,
+            gaps,
+            skipped: skipped.into_iter().map(|(line, _)| line).collect(),
         }
+    }
+
+    /// Adds what the capture lacks beyond what reading it found (a paste's cuts), in words.
+    pub fn add_gaps(&mut self, gaps: impl IntoIterator<Item = String>) {
+        self.gaps.extend(gaps);
     }
 
     /// Parses the ipvsadm text (named after the flag's files in errors).
@@ -132,49 +155,84 @@ impl IpvsTexts {
         Ok(d)
     }
 
-    /// Parses the ipset text, if given; a `list` whose set holds fewer members than its
-    /// `Number of entries:` says was cut, and says so.
+    /// Parses the ipset text, if given; a `list` cut inside a set (before its `Members:`, or
+    /// before its `Number of entries:` are listed) says so.
     pub fn sets(&self) -> anyhow::Result<Option<Vec<ipset::IpSet<'_>>>> {
         let Some((t, name)) = &self.ipset else {
             return Ok(None);
         };
         let sets = ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?;
-        for set in &sets {
-            if let Some(declared) = set.entries_declared
-                && declared > set.entries.len()
-            {
-                warn(format!(
-                    "{name}:{}: set {} lists {} of its {declared} entries: the listing is cut, its other members are missing",
-                    set.line,
-                    set.name,
-                    set.entries.len()
-                ));
-            }
+        for (set, why) in sets.iter().filter_map(|s| Some((s, s.cut()?))) {
+            warn(format!("{name}:{}: {why}", set.line));
         }
         Ok(Some(sets))
+    }
+
+    /// What the capture lacks, in words: lines lenient reading skipped, `...` cuts, cut sets.
+    fn gaps(&self, sets: Option<&[ipset::IpSet<'_>]>) -> Vec<String> {
+        let mut gaps = self.gaps.clone();
+        if let (Some(sets), Some((_, name))) = (sets, &self.ipset) {
+            gaps.extend(
+                sets.iter()
+                    .filter_map(|s| Some(format!("{name}: {}", s.cut()?))),
+            );
+        }
+        gaps
+    }
+
+    /// The IPVS graph of the capture, with what lenient reading skipped and what it lacks.
+    fn graph(&self) -> anyhow::Result<g::IpvsGraph> {
+        let dump = self.dump()?;
+        let sets = self.sets()?;
+        let mut graph = g::build(&dump, sets.as_deref());
+        graph.skipped_lines.extend(&self.skipped);
+        graph.skipped_lines.sort_unstable();
+        graph.gaps = self.gaps(sets.as_deref());
+        Ok(graph)
     }
 }
 
 /// Lenient reading of a grammar that stops at its first bad line: each line it fails on is
-/// emptied (line numbers stay) and reported, until the text parses. Bounded: a text that is not
-/// of the grammar at all gives up after [`MAX_SKIPPED`] lines and leaves the error to the strict
-/// parse that follows.
+/// emptied (line numbers stay) and reported, until the text parses; the lines emptied and why
+/// are returned. An unreadable virtual server line takes its real server lines (`  -> …`) with
+/// it: read alone they would join the virtual server above. Bounded: a text that is not of the
+/// grammar at all gives up after [`MAX_SKIPPED`] lines and leaves the error to the strict parse
+/// that follows.
 fn skip_unreadable(
     text: &mut String,
     name: &str,
     parse: impl Fn(&str) -> Result<(), crate::parsers::ParseError>,
-) {
+) -> Vec<(usize, String)> {
+    let mut skipped = Vec::new();
     for _ in 0..MAX_SKIPPED {
-        let Err(e) = parse(text) else { return };
+        let Err(e) = parse(text) else { break };
         let Some((start, end)) = line_span(text, e.line) else {
-            return;
+            break;
         };
-        warn(format!(
-            "{name}:{}: skipped: expected {}, found {}",
-            e.line, e.expected, e.found
-        ));
+        let why = format!("expected {}, found {}", e.expected, e.found);
+        warn(format!("{name}:{}: skipped: {why}", e.line));
+        let server_line = !text[start..end].starts_with(char::is_whitespace);
         text.replace_range(start..end, "");
+        skipped.push((e.line as usize, why));
+        if server_line {
+            let mut line = e.line;
+            while let Some((s, e2)) = line_span(text, line + 1)
+                .filter(|&(s, e2)| text[s..e2].trim_start().starts_with("->"))
+            {
+                line += 1;
+                warn(format!(
+                    "{name}:{line}: skipped: a real server of the virtual server skipped on line {}",
+                    e.line
+                ));
+                text.replace_range(s..e2, "");
+                skipped.push((
+                    line as usize,
+                    "a real server of a skipped virtual server".to_string(),
+                ));
+            }
+        }
     }
+    skipped
 }
 
 /// An `ipvsadm -Ln` or `-Lnc` listing filtered by `grep` has lost its header lines, which say
@@ -229,9 +287,7 @@ pub fn graph(args: &IpvsArgs, format: &str, no_headers: bool) -> anyhow::Result<
 
 /// The IPVS graph of texts read by [`IpvsTexts::read`] or [`IpvsTexts::from_texts`].
 pub fn graph_of_texts(texts: &IpvsTexts, format: &str, no_headers: bool) -> anyhow::Result<String> {
-    let dump = texts.dump()?;
-    let sets = texts.sets()?;
-    let graph = g::build(&dump, sets.as_deref());
+    let graph = texts.graph()?;
     Ok(match format {
         "json" => crate::output::to_json(&graph)?,
         "yaml" => crate::output::to_yaml(&graph)?,
@@ -239,7 +295,14 @@ pub fn graph_of_texts(texts: &IpvsTexts, format: &str, no_headers: bool) -> anyh
         _ => {
             let t = g::table(&graph, no_headers);
             if t.is_empty() {
-                "No IPVS virtual servers found.\n".to_string()
+                let mut none = "No IPVS virtual servers found.\n".to_string();
+                if !graph.gaps.is_empty() {
+                    none.push_str("partial input: the graph shows only what it holds:\n");
+                    for gap in &graph.gaps {
+                        none.push_str(&format!("  - {gap}\n"));
+                    }
+                }
+                none
             } else {
                 t
             }
@@ -339,7 +402,16 @@ pub fn verify_texts(
         ));
     }
     let sets = match &dumps.ipset {
-        Some((t, name)) => Some(ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?),
+        Some((t, name)) => {
+            let sets = ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?;
+            // A cut set's missing members would be reported as missing from the node.
+            if let Some(why) = sets.iter().find_map(ipset::IpSet::cut) {
+                anyhow::bail!(
+                    "{name}: {why}; verify needs the whole `ipset list` (or `ipset save`)"
+                );
+            }
+            Some(sets)
+        }
         None => None,
     };
     let (v4, v6) = (dumps.iptables_save, dumps.ip6tables_save);
@@ -416,10 +488,7 @@ pub fn trace(
     expected: Option<&ExpectedIpvs>,
     json: bool,
 ) -> anyhow::Result<String> {
-    let texts = IpvsTexts::read(ipvs)?;
-    let dump = texts.dump()?;
-    let sets = texts.sets()?;
-    let graph = g::build(&dump, sets.as_deref());
+    let graph = IpvsTexts::read(ipvs)?.graph()?;
     let mut q = match &target.vs {
         Some(v) => parse_vs(v)?,
         None => crate::trace::ipvs::TraceQuery::default(),
@@ -427,8 +496,16 @@ pub fn trace(
     q.service = target.service.clone();
     let traces = crate::trace::ipvs::trace(&graph, expected, &q);
     if traces.is_empty() {
+        let partial = if graph.gaps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the input is partial, so it may be in what is missing: {}",
+                graph.gaps.join("; ")
+            )
+        };
         anyhow::bail!(
-            "trace: no IPVS virtual server matches (the dump has {})",
+            "trace: no IPVS virtual server matches (the dump has {}){partial}",
             graph.virtual_servers.len()
         );
     }

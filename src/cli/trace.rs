@@ -125,6 +125,9 @@ pub struct TraceArgs {
 
 /// Runs `trace`.
 pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
+    }
     // Bad --packet syntax is exit 2 with the expected form, before any I/O.
     if let Some(p) = args.packet.as_deref() {
         p.parse::<PacketSpec>()?;
@@ -152,9 +155,6 @@ fn live_inputs(
 ) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
     if args.dump.iptables_save.is_some() || args.dump.ip6tables_save.is_some() {
         return Ok(None);
-    }
-    if args.live.all_nodes {
-        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
     }
     let inputs = super::live::resolve_inputs(
         global,
@@ -221,11 +221,17 @@ fn run_packet(
 ) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
     let input = dump_text(args, live, packet.dst.is_ipv6())?;
-    let rules = Ruleset::from_dump(parse_iptables(
-        &input,
-        args.dump.table.as_deref(),
-        args.dump.lenient,
-    )?);
+    let mut dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
+    // A paste without built-in chains is walked from kube-proxy's chains, and stdout says so.
+    let assumed = crate::trace::partial::assumptions(&dump);
+    if !assumed.restore_text.is_empty() {
+        let jumps = crate::parsers::iptables::parse_dump(
+            &assumed.restore_text,
+            &crate::parsers::iptables::ParseOptions::strict(),
+        )?;
+        dump.tables.extend(jumps.tables);
+    }
+    let rules = Ruleset::from_dump(dump);
     let format = args.output.unwrap_or(TraceOutput::Text);
     // The structured document, or `None` for text.
     let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
@@ -241,28 +247,66 @@ fn run_packet(
     ) {
         bail!("trace --packet prints text, json or yaml, not {format:?}");
     }
-    let out = match args.model {
+    let (value, text) = match args.model {
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
             let t = sim::kptest::trace(&rules, &packet, &local)?;
-            match document(report::test_trace_json(&t))? {
-                Some(doc) => doc,
-                None => report::test_trace_text(&t),
-            }
+            (report::test_trace_json(&t), report::test_trace_text(&t))
         }
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
             let d = sim::kernel::simulate(&rules, &input)?;
-            match document(report::distribution_json(&d))? {
-                Some(doc) => doc,
-                None => report::distribution_text(&d),
-            }
+            (report::distribution_json(&d), report::distribution_text(&d))
         }
+    };
+    let out = match (
+        document(with_assumptions(value, &assumed))?,
+        assumed.is_empty(),
+    ) {
+        (Some(doc), _) => doc,
+        (None, true) => text,
+        (None, false) => assumptions_text(&assumed) + &text,
     };
     anstream::stdout()
         .write_all(out.as_bytes())
         .context("writing output")?;
     Ok(Outcome::Clean)
+}
+
+/// The document of a walk with what it assumed of a partial input (`partial`: `gaps`,
+/// `entry_jumps`), when it did.
+fn with_assumptions(
+    mut value: serde_json::Value,
+    assumed: &crate::trace::partial::Assumptions,
+) -> serde_json::Value {
+    if !assumed.is_empty()
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert(
+            "partial".to_string(),
+            serde_json::json!({"gaps": assumed.gaps, "entry_jumps": assumed.entry_jumps}),
+        );
+    }
+    value
+}
+
+/// The lines that open a walk's text when its input is partial: its outcomes hold for the
+/// rules the input has, entered as the lines say.
+fn assumptions_text(assumed: &crate::trace::partial::Assumptions) -> String {
+    let mut out = String::from(
+        "partial input: the outcomes below are those of the rules it holds; rules it left out may change them\n",
+    );
+    for gap in &assumed.gaps {
+        out.push_str(&format!("  - {gap}\n"));
+    }
+    if !assumed.entry_jumps.is_empty() {
+        out.push_str(&format!(
+            "  - it has no built-in chains: the walk enters kube-proxy's chains by the jumps kube-proxy installs ({})\n",
+            assumed.entry_jumps.join(", ")
+        ));
+    }
+    out.push('\n');
+    out
 }
 
 /// What the kernel model needs besides the rules: the packet, where it comes from (default:
@@ -360,10 +404,10 @@ fn run_path(
     let input = dump_text(args, live, family_v6)?;
     let opts = GraphOptions {
         source: Some(input.name.clone()),
+        // Without the API state, names the selector stands for find chains by their hash.
         resolver: plan
             .as_ref()
-            .map(|(p, _)| path::resolver_for(p))
-            .unwrap_or_default(),
+            .map_or_else(|| selector.resolver(), |(p, _)| path::resolver_for(p)),
         ..GraphOptions::default()
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;

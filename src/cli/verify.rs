@@ -421,6 +421,8 @@ pub fn format_report(
     })
 }
 
+/// The findings table; `--no-headers` prints only its rows (no group titles, column headers,
+/// blank lines or summary), errors first, as kubectl prints rows.
 fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> String {
     let mut out = String::new();
     for sev in [Severity::Error, Severity::Warning, Severity::Info] {
@@ -442,8 +444,10 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
             Severity::Warning => "WARNINGS",
             Severity::Info => "INFO",
         };
-        out.push_str(&painter.paint(role, &format!("{title} ({})", group.len())));
-        out.push('\n');
+        if !no_headers {
+            out.push_str(&painter.paint(role, &format!("{title} ({})", group.len())));
+            out.push('\n');
+        }
         let mut headers = vec!["id", "service", "chain", "message"];
         if wide {
             headers.extend(["expected", "actual", "hint"]);
@@ -464,7 +468,12 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
             t.row(row);
         }
         out.push_str(&t.render(no_headers));
-        out.push('\n');
+        if !no_headers {
+            out.push('\n');
+        }
+    }
+    if no_headers {
+        return out;
     }
     let summary = report.summary_line();
     let role = if report.summary.errors > 0 {

@@ -189,6 +189,9 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 /// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
 /// stdout.
 fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        bail!("repair works on one node at a time (--all-nodes is for verify): name the node");
+    }
     if ipvs::selected(&args)? {
         return ipvs::run(args);
     }
@@ -220,7 +223,14 @@ fn choose_release(
     let inference = if flag.is_some() {
         Inference::default()
     } else {
-        crate::compare::version::infer([current()?.as_str()]).given_invalid_counter(
+        let current = current()?;
+        // Said before a release is inferred from text that holds no rules.
+        if crate::parsers::paste::is_json_document(&current) {
+            anyhow::bail!(
+                "the node's rules: expected iptables-save text, found a JSON document (API objects go to --state)"
+            );
+        }
+        crate::compare::version::infer([current.as_str()]).given_invalid_counter(
             crate::cli::common::says_counter(
                 &args.facts,
                 crate::state::node::NFACCT_CT_STATE_INVALID,

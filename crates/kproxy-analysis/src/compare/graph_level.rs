@@ -1084,10 +1084,15 @@ fn firewall(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) 
                 v.reason == VerdictReason::SourceRange
                     && parse_addr(v.address.as_deref()) == Some(*l)
                     && v.port == Some(e.port)
-            }) || a
-                .verdicts
-                .iter()
-                .any(|v| v.table == "nat" && v.reason == VerdictReason::SourceRange);
+            }) || a.verdicts.iter().any(|v| {
+                // Old releases close every firewall chain with KUBE-MARK-DROP, with or
+                // without ranges (a fall-through then).
+                v.table == "nat"
+                    && matches!(
+                        v.reason,
+                        VerdictReason::SourceRange | VerdictReason::FallThrough
+                    )
+            });
             if !present {
                 let f = comparison.push(
                     cat::FIREWALL_MISMATCH,

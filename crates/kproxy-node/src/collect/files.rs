@@ -107,6 +107,28 @@ pub fn collect(files: &DumpFiles) -> Result<NodeSnapshot, CollectError> {
     };
     for (kind, path) in &files.files {
         let dump = read_dump(path, files.lenient)?;
+        let iptables = match kind {
+            DumpKind::IptablesSave | DumpKind::IptablesNftSave => Some("iptables-save"),
+            DumpKind::Ip6tablesSave => Some("ip6tables-save"),
+            DumpKind::IptablesLegacySave => Some("iptables-legacy-save"),
+            _ => None,
+        };
+        if let Some(command) = iptables
+            && crate::parsers::paste::is_json_document(&dump.text)
+        {
+            // Said before anything reads the text as rules (a release inferred from no rules).
+            return Err(CollectError::Parse(
+                crate::parsers::ParseError {
+                    source_name: Some(dump.name),
+                    line: 1,
+                    col: 1,
+                    expected: format!("{command} text"),
+                    found: "a JSON document (API objects go to --state)".to_string(),
+                    line_text: dump.text.lines().next().unwrap_or("").to_string(),
+                }
+                .into(),
+            ));
+        }
         snap.warnings.extend(dump.warnings);
         *kind.slot(&mut snap) = Some(dump.text);
     }

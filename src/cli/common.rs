@@ -83,16 +83,13 @@ pub struct NodeFactArgs {
     /// formats masqueradeBit).
     #[arg(hide_short_help = true, long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
-    /// The kube-proxy release whose rules to expect, 1.20 … 1.38, e.g. `1.28`, `v1.36.2` or
-    /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
-    /// through the API, else inferred from the dump (verify, repair), else 1.35); a newer
-    /// release is refused.
+    /// The kube-proxy release whose rules to expect, 1.20 … 1.38 (`1.28`, `v1.36.2`, an image);
+    /// default: the kube-proxy pod's image, else inferred from the dump (verify, repair), else
+    /// 1.35. A newer release is refused.
     #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
     pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
-    /// Feature gates as kube-proxy's --feature-gates spells them (`Name=true,Name=false`); they
-    /// win over the configuration's featureGates. Those that change rules:
-    /// AllowServiceExternalIPs (1.36+), KubeProxyNFTablesLocalhostNodePorts (1.37+; on by
-    /// default from 1.38), and the older gates docs/versions.md lists.
+    /// Feature gates, as kube-proxy's --feature-gates (`Name=true,Name=false`); they win over
+    /// the configuration's featureGates (those that change rules: docs/versions.md).
     #[arg(hide_short_help = true, long = "feature-gates", value_name = "NAME=BOOL,…", value_parser = crate::state::config::parse_feature_gates)]
     pub feature_gates: Option<std::collections::BTreeMap<String, bool>>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,

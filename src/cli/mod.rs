@@ -94,9 +94,10 @@ pub enum Command {
     Resync(resync::ResyncArgs),
     /// Watch this node: re-verify it continuously, report metrics and Events.
     #[command(after_help = "Examples:
-  kubectl-kproxy monitor --node node-1                          # in-cluster: the API's watches
-  kubectl-kproxy monitor --state state.json --config config.yaml --node node-1 --listen 127.0.0.1:9847 --interval 1s --grace 2s
-  kubectl-kproxy monitor --repair when-kube-proxy-down          # repair only while kube-proxy is down")]
+  kubectl-kproxy monitor --node node-1    # in-cluster: the API's watches
+  kubectl-kproxy monitor --state state.json --config config.yaml \\
+    --node node-1 --listen 127.0.0.1:9847 --interval 1s --grace 2s
+  kubectl-kproxy monitor --node node-1 --repair when-kube-proxy-down")]
     Monitor(monitor::MonitorArgs),
     /// Write a node's dumps, the API state and kube-proxy's configuration to one bundle.
     #[command(after_help = "Examples:

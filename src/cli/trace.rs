@@ -227,11 +227,12 @@ fn run_packet(
         args.dump.lenient,
     )?);
     let format = args.output.unwrap_or(TraceOutput::Text);
-    // The structured document, or `None` for text.
-    let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
+    // The structured document, or `None` for text (made only when asked for: a long walk's
+    // JSON value is as large as its text).
+    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
         Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value)?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value)?),
+            TraceOutput::Json => Some(crate::output::to_json(&value())?),
+            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
             _ => None,
         })
     };
@@ -245,7 +246,7 @@ fn run_packet(
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
             let t = sim::kptest::trace(&rules, &packet, &local)?;
-            match document(report::test_trace_json(&t))? {
+            match document(&|| report::test_trace_json(&t))? {
                 Some(doc) => doc,
                 None => report::test_trace_text(&t),
             }
@@ -253,15 +254,13 @@ fn run_packet(
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
             let d = sim::kernel::simulate(&rules, &input)?;
-            match document(report::distribution_json(&d))? {
+            match document(&|| report::distribution_json(&d))? {
                 Some(doc) => doc,
                 None => report::distribution_text(&d),
             }
         }
     };
-    anstream::stdout()
-        .write_all(out.as_bytes())
-        .context("writing output")?;
+    super::common::write_stdout(&out).context("writing output")?;
     Ok(Outcome::Clean)
 }
 

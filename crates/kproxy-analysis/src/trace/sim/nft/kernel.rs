@@ -25,8 +25,8 @@
 
 use super::super::SimError;
 use super::super::kernel::{
-    Distribution, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Origin, Outcome, Phase, Route,
-    Step, StepResult, StepRule, Verdict, enter, masquerade_source,
+    Distribution, Entries, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Notes, Origin, Outcome,
+    Phase, Route, Step, StepResult, StepRule, Verdict, masquerade_source,
 };
 use super::eval::{self, Missing, Packet, Val};
 use crate::parsers::nft::{
@@ -99,7 +99,7 @@ struct Branch<'d> {
     hook_idx: usize,
     route: Option<Route>,
     stack: Vec<Frame>,
-    entered: Vec<(&'d str, &'d str, u32)>,
+    entered: Entries<'d>,
     decided_by: Option<String>,
     path: Vec<Step<'d, 'd>>,
     /// Elements `update @set` added on this walk: (table, set, value).
@@ -123,7 +123,7 @@ struct Walker<'r, 'd> {
     hooks: HashMap<&'static str, Vec<Hooked>>,
     pending: VecDeque<Branch<'d>>,
     outcomes: Vec<Outcome<'d, 'd>>,
-    notes: Vec<String>,
+    notes: Notes,
     steps: usize,
 }
 
@@ -200,7 +200,7 @@ pub fn simulate<'d>(
         hook_idx: 0,
         route: None,
         stack: Vec::new(),
-        entered: Vec::new(),
+        entered: Entries::default(),
         decided_by: None,
         path: Vec::new(),
         added: Vec::new(),
@@ -214,7 +214,7 @@ pub fn simulate<'d>(
         hooks,
         pending: VecDeque::from([start]),
         outcomes: Vec::new(),
-        notes: Vec::new(),
+        notes: Notes::default(),
         steps: 0,
     };
     if input.local.ips().is_empty() {
@@ -242,15 +242,13 @@ pub fn simulate<'d>(
         packet: p,
         origin: input.origin,
         outcomes: w.outcomes,
-        notes: w.notes,
+        notes: w.notes.into_list(),
     })
 }
 
 impl<'d> Walker<'_, 'd> {
     fn note(&mut self, text: String) {
-        if !self.notes.contains(&text) {
-            self.notes.push(text);
-        }
+        self.notes.add(text);
     }
 
     fn table(&self, ti: usize) -> &'d Table<'d> {
@@ -771,7 +769,7 @@ impl<'d> Walker<'_, 'd> {
                     });
                 }
                 let name: &'d str = &table.chains[ci].name;
-                enter(&mut b.entered, &table.name, name)?;
+                b.entered.enter(&table.name, name)?;
                 if matches!(v, NftVerdict::Goto(_)) {
                     if b.stack.len() == 1 {
                         if let Some(f) = b.stack.last_mut() {

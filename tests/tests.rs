@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bounded_input;
 mod cluster_e2e;
 mod completion;
 mod conntrack_e2e;

@@ -29,6 +29,7 @@ mod repair;
 mod repair_ipvs;
 mod repair_remote;
 mod resync;
+mod service_cidrs;
 mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;

@@ -46,3 +46,16 @@ pub fn shared(test: &str, sub: &str) -> Option<PathBuf> {
 pub fn kproxy() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
 }
+
+/// The binary under test pointed at the cluster of `kubeconfig` alone: `--kubeconfig` given,
+/// `KUBECONFIG` and the in-cluster variables removed, `HOME` set to `home`, no colour.
+pub fn kproxy_on_api(kubeconfig: &Path, home: &Path) -> std::process::Command {
+    let mut cmd = kproxy();
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .env("NO_COLOR", "1");
+    cmd
+}

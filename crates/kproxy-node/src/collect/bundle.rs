@@ -7,7 +7,7 @@
 //! | entry | content |
 //! |-------|---------|
 //! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…,"kube_proxy_image":…}` (the last when the collector saw the kube-proxy pod) |
-//! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`) |
+//! | `state.json` | a `v1 List` of the Services, EndpointSlices, Nodes and ServiceCIDRs (readable by `--state`) |
 //! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
 //! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt`, `conntrack.txt` | the dumps that were collected |
 //! | `nft-ip-kube-proxy.json`, `nft-ip6-kube-proxy.json` | `nft -j list table ip\|ip6 kube-proxy` (nftables mode), when `nft` ran (empty: the node has no such table) |
@@ -124,6 +124,9 @@ pub fn state_to_list_json(state: &ClusterState) -> Result<Vec<u8>, serde_json::E
     }
     for n in &state.nodes {
         items.push(serde_json::to_value(n)?);
+    }
+    for c in &state.service_cidrs {
+        items.push(serde_json::to_value(c)?);
     }
     serde_json::to_vec_pretty(&serde_json::json!({
         "apiVersion": "v1",

@@ -602,6 +602,16 @@ impl<'d> Walker<'_, 'd> {
                     b.path.push(step(matched(random)));
                     return self.verdict(b, v, here);
                 }
+                // nft refuses a port above 65535 (`Value … exceeds valid range`): such a rule
+                // was never loaded, and read on it would keep the packet's port.
+                Stmt::Nat(nat) if matches!(nat.port, Some(Expr::Number(p)) if u16::try_from(p).is_err()) =>
+                {
+                    return skip(
+                        self,
+                        b,
+                        Some("its port is above 65535, which nft refuses to load"),
+                    );
+                }
                 Stmt::Nat(nat) => {
                     b.path.push(step(matched(random)));
                     self.nat(b, nat, &here);
@@ -799,7 +809,15 @@ impl<'d> Walker<'_, 'd> {
                     Some(Expr::Map { key, map }) => match self.map_value(b, key, map, &packet) {
                         Some(Val::Ip(a)) => (Some(a), None),
                         Some(Val::Tuple(t)) => match t.as_slice() {
-                            [Val::Ip(a), Val::Num(p)] => (Some(*a), u16::try_from(*p).ok()),
+                            [Val::Ip(a), Val::Num(p)] => match u16::try_from(*p) {
+                                Ok(p) => (Some(*a), Some(p)),
+                                Err(_) => {
+                                    self.note(format!(
+                                        "{here}: the map gives port {p}, above 65535, which nft refuses to load; not applied"
+                                    ));
+                                    return;
+                                }
+                            },
                             _ => (None, None),
                         },
                         _ => (None, None),
@@ -983,6 +1001,27 @@ mod tests {
         };
         let input: &'static KernelInput = Box::leak(Box::new(input));
         simulate(rs, input)
+    }
+
+    #[test]
+    fn a_dnat_to_a_port_nft_refuses_is_not_applied_and_said() {
+        let d = run(
+            "table ip t {\n chain pre {\n  type nat hook prerouting priority dstnat; policy accept;\n  ip daddr 10.96.0.1 tcp dport 80 dnat to 10.244.0.5:70000\n  ip daddr 10.96.0.1 tcp dport 80 dnat to 10.244.0.6:8080\n }\n}\n",
+            "10.1.1.1->10.96.0.1:80/tcp",
+            Origin::External,
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&d),
+            [(1.0, Some("10.244.0.6:8080".into()), Verdict::Accept, false)]
+        );
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("dnat to 10.244.0.5:70000") && n.contains("above 65535")),
+            "{:?}",
+            d.notes
+        );
     }
 
     /// (probability, DNAT, verdict, masquerade) per outcome.

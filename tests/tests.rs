@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bounded_input;
 mod cluster_e2e;
 mod completion;
 mod conntrack_e2e;
@@ -38,6 +39,7 @@ mod repair_nftables;
 mod repair_remote;
 mod repair_rollback;
 mod resync;
+mod service_cidrs;
 mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;

@@ -56,6 +56,56 @@ impl GlobalArgs {
     }
 }
 
+/// Limits on every input a command reads: files, stdin, FIFOs, bundles, and what the
+/// collectors' commands print on the node ([`crate::parsers::input`]).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Input limits")]
+pub struct InputArgs {
+    /// The most one input may hold, e.g. 2Gi, 512Mi: a file, stdin, a bundle (as read and
+    /// unpacked), a command's output on the node.
+    #[arg(
+        hide_short_help = true,
+        long,
+        global = true,
+        value_name = "SIZE",
+        default_value = "1Gi",
+        value_parser = crate::parsers::input::parse_size
+    )]
+    pub max_input_size: u64,
+    /// The longest wait for the next bytes of stdin, a FIFO or a pipe, e.g. 30s, 5m (0 = as
+    /// long as it takes).
+    #[arg(
+        hide_short_help = true,
+        long,
+        global = true,
+        value_name = "DURATION",
+        default_value = "2m",
+        value_parser = parse_read_timeout
+    )]
+    pub read_timeout: ReadTimeout,
+}
+
+/// `--read-timeout`: a wait, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadTimeout(pub Option<std::time::Duration>);
+
+/// `--read-timeout`: read as `--request-timeout` is (`0`, seconds, or `500ms`, `30s`, `1m`).
+fn parse_read_timeout(s: &str) -> Result<ReadTimeout, String> {
+    crate::kube_client::parse_duration(s)
+        .map(ReadTimeout)
+        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 30s, 5m or 0"))
+}
+
+impl InputArgs {
+    /// The limits, as the readers take them.
+    pub fn limits(&self) -> crate::parsers::input::Limits {
+        crate::parsers::input::Limits {
+            max_size: self.max_input_size,
+            idle: self.read_timeout.0,
+        }
+    }
+}
+
 /// The node facts kube-proxy learns at start-up, as flags (shared by render, verify, trace, repair).
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Node facts")]
@@ -331,16 +381,10 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Reads a file, or stdin for `-`, with the path in the error.
+/// Reads a file, or stdin for `-`, within the input limits (`--max-input-size`,
+/// `--read-timeout`), with the path in the error.
 pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
-    use anyhow::Context;
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
+    Ok(crate::parsers::input::read_text(path)?.0)
 }
 
 /// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the

@@ -43,6 +43,9 @@ pub struct Cli {
     /// Flags every command accepts (kubectl conventions).
     #[command(flatten)]
     pub global: GlobalArgs,
+    /// Limits on what every command reads.
+    #[command(flatten)]
+    pub input: common::InputArgs,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
@@ -228,6 +231,7 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     common::init_logging(cli.global.verbosity);
+    crate::parsers::input::set_limits(cli.input.limits());
     match run(cli) {
         Ok(o) => o.into(),
         // The reader went away (`| head`): nothing more to say, as other command-line tools.

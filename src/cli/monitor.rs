@@ -257,8 +257,9 @@ async fn watch_source(
                 .ok_or_else(|| anyhow!("--proxy-configmap: expected NAMESPACE/NAME"))?,
         ),
     };
-    let watch =
-        crate::collect::watch::ClusterWatch::start_with_config(conn.client.clone(), configmap);
+    let watch = crate::collect::watch::ClusterWatch::start_with_config(conn, configmap)
+        .await
+        .context("starting the API watches")?;
     eprintln!("monitor: waiting for the API watches' initial lists");
     tokio::select! {
         () = watch.ready() => {}

@@ -135,7 +135,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             }
         };
         let conn = kube_client::connect(&global.client_options()).await?;
-        run_loop(conn.client, opts, shutdown).await
+        run_loop(conn, opts, shutdown).await
     })?;
     Ok(Outcome::Clean)
 }

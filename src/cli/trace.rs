@@ -233,11 +233,12 @@ fn run_packet(
     }
     let rules = Ruleset::from_dump(dump);
     let format = args.output.unwrap_or(TraceOutput::Text);
-    // The structured document, or `None` for text.
-    let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
+    // The structured document, or `None` for text (made only when asked for: a long walk's
+    // JSON value is as large as its text).
+    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
         Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value)?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value)?),
+            TraceOutput::Json => Some(crate::output::to_json(&value())?),
+            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
             _ => None,
         })
     };
@@ -247,29 +248,34 @@ fn run_packet(
     ) {
         bail!("trace --packet prints text, json or yaml, not {format:?}");
     }
-    let (value, text) = match args.model {
+    // The walk's document or its text (each made only when printed), with what the walk
+    // assumed of a partial input.
+    let print = |json: &dyn Fn() -> serde_json::Value,
+                 text: &dyn Fn() -> String|
+     -> anyhow::Result<String> {
+        Ok(match document(&|| with_assumptions(json(), &assumed))? {
+            Some(doc) => doc,
+            None if assumed.is_empty() => text(),
+            None => assumptions_text(&assumed) + &text(),
+        })
+    };
+    let out = match args.model {
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
             let t = sim::kptest::trace(&rules, &packet, &local)?;
-            (report::test_trace_json(&t), report::test_trace_text(&t))
+            print(&|| report::test_trace_json(&t), &|| {
+                report::test_trace_text(&t)
+            })?
         }
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
             let d = sim::kernel::simulate(&rules, &input)?;
-            (report::distribution_json(&d), report::distribution_text(&d))
+            print(&|| report::distribution_json(&d), &|| {
+                report::distribution_text(&d)
+            })?
         }
     };
-    let out = match (
-        document(with_assumptions(value, &assumed))?,
-        assumed.is_empty(),
-    ) {
-        (Some(doc), _) => doc,
-        (None, true) => text,
-        (None, false) => assumptions_text(&assumed) + &text,
-    };
-    anstream::stdout()
-        .write_all(out.as_bytes())
-        .context("writing output")?;
+    super::common::write_stdout(&out).context("writing output")?;
     Ok(Outcome::Clean)
 }
 

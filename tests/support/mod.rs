@@ -163,3 +163,16 @@ pub fn service_names(doc: &serde_json::Value) -> Vec<String> {
     names.dedup();
     names
 }
+
+/// The binary under test pointed at the cluster of `kubeconfig` alone: `--kubeconfig` given,
+/// `KUBECONFIG` and the in-cluster variables removed, `HOME` set to `home`, no colour.
+pub fn kproxy_on_api(kubeconfig: &Path, home: &Path) -> std::process::Command {
+    let mut cmd = kproxy();
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .env("NO_COLOR", "1");
+    cmd
+}

@@ -7,7 +7,7 @@
 
 use super::catalogue::{self as cat, Check};
 use super::expected::{ExpectedEndpoints, ExpectedPort, Verdict};
-use super::finding::Finding;
+use super::finding::{Finding, listed};
 use crate::graph::{
     AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
 };
@@ -715,11 +715,7 @@ fn endpoints(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort)
                         if picked.is_empty() {
                             "no endpoints".to_string()
                         } else {
-                            picked
-                                .iter()
-                                .map(|p| p.destination.unwrap_or(p.chain))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            listed(picked.iter().map(|p| p.destination.unwrap_or(p.chain)))
                         },
                     );
                     comparison.explained.chains.insert(w.chain.to_string());
@@ -767,14 +763,7 @@ fn endpoints(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort)
                 )
             };
             let f = comparison.push(check, e, ep.chain, msg);
-            set(
-                f,
-                want.iter()
-                    .map(|w| w.endpoint)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                dest,
-            );
+            set(f, listed(want.iter().map(|w| w.endpoint)), dest);
             comparison.explained.chains.insert(chain.clone());
         }
         if all_found && !extra && !want.is_empty() {

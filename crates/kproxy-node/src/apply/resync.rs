@@ -19,13 +19,13 @@ use super::nftables::repair::{Target, sync as nft_sync};
 use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
 use crate::compare::conntrack::{ServiceIndex, check};
+use crate::kube_client::Connection;
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, render};
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::node::NodeFacts;
 use kproxy_parsers::iptables::ParseOptions;
-use kube::Client;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -284,12 +284,12 @@ fn flow_lines(flows: &FlowCleanup, last_failure: &mut Option<String>) -> Vec<Str
 /// progress is finished first, so that the node is never left half-written). Every change the
 /// watch sees (add, update, delete, re-list) triggers a sync.
 pub async fn run(
-    client: Client,
+    conn: Connection,
     opts: ResyncOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let watch = ClusterWatch::start(client);
+    let watch = ClusterWatch::start(&conn).await?;
     let ready_timeout = Duration::from_secs(60);
     tokio::select! {
         _ = &mut shutdown => {

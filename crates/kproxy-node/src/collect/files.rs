@@ -32,25 +32,10 @@ pub struct DumpText {
 
 /// Reads one dump file (`-` = stdin): its bytes decoded (a byte-order mark skipped, bytes that
 /// are not UTF-8 replaced, each with a warning naming the lines), and under `lenient` cleaned of
-/// what a paste wraps around the commands' output. The one reader of node text files.
+/// what a paste wraps around the commands' output. The one reader of node text files (read
+/// within the input limits, [`crate::parsers::input`]).
 pub fn read_dump(path: &std::path::Path, lenient: bool) -> Result<DumpText, CollectError> {
-    use std::io::Read;
-    let (name, bytes) = if path.as_os_str() == "-" {
-        let mut b = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut b)
-            .map_err(|source| CollectError::Io {
-                path: "stdin".into(),
-                source,
-            })?;
-        ("<stdin>".to_string(), b)
-    } else {
-        let b = std::fs::read(path).map_err(|source| CollectError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        (path.display().to_string(), b)
-    };
+    let crate::parsers::input::Input { name, bytes } = crate::parsers::input::read(path)?;
     let decoded = crate::parsers::paste::decode(bytes);
     let mut warnings: Vec<String> = decoded
         .notes

@@ -368,6 +368,10 @@ pub enum CollectError {
     /// An input file is not text a parser can read (a NUL byte).
     #[error(transparent)]
     Parse(Box<crate::parsers::ParseError>),
+    /// An input could not be read, or is larger than the limit or silent longer than the wait
+    /// ([`crate::parsers::input`]).
+    #[error(transparent)]
+    Input(#[from] crate::parsers::input::InputError),
     /// Reading an input file or bundle.
     #[error("reading {path}")]
     Io {
@@ -390,6 +394,26 @@ pub enum CollectError {
 impl From<crate::kube_client::ApiError> for CollectError {
     fn from(e: crate::kube_client::ApiError) -> Self {
         CollectError::Api(Box::new(e))
+    }
+}
+
+/// Reads what a command prints on one of its streams to the end, within the input size limit
+/// ([`crate::parsers::input::limits`]): a command that prints more is an error naming it (`what`,
+/// e.g. `` `iptables-save` on this host ``), whoever prints it, and the caller stops the command.
+pub async fn read_output(
+    mut stream: impl tokio::io::AsyncRead + Unpin,
+    what: &str,
+) -> Result<Vec<u8>, crate::parsers::input::InputError> {
+    use crate::parsers::input::{Gather, InputError, limits};
+    use tokio::io::AsyncReadExt;
+    let mut gather = Gather::new(what, limits().max_size, 0);
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) => return Ok(gather.finish()),
+            Ok(n) => gather.push(&chunk[..n])?,
+            Err(e) => return Err(InputError::from_io(what, e)),
+        }
     }
 }
 

@@ -61,8 +61,7 @@ impl GlobalArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Input limits")]
 pub struct InputArgs {
-    /// The most one input may hold, e.g. 2Gi, 512Mi: a file, stdin, a bundle (as read and
-    /// unpacked), a command's output on the node.
+    /// The most one input may hold (a file, stdin, a bundle unpacked, a command's output).
     #[arg(
         hide_short_help = true,
         long,
@@ -72,8 +71,7 @@ pub struct InputArgs {
         value_parser = crate::parsers::input::parse_size
     )]
     pub max_input_size: u64,
-    /// The longest wait for the next bytes of stdin, a FIFO or a pipe, e.g. 30s, 5m (0 = as
-    /// long as it takes).
+    /// The longest wait for the next bytes of stdin, a FIFO or a pipe (0 = no limit).
     #[arg(
         hide_short_help = true,
         long,
@@ -240,9 +238,8 @@ pub struct DumpArgs {
     pub iptables_legacy_save: Option<PathBuf>,
     /// Read pastes and partial inputs, with a warning for each thing done.
     ///
-    /// Strips shell prompts, markdown fences, log prefixes, diff prefixes, JSON escapes; skips
-    /// lines that are not rules; reads cut inputs, marked as such; reads `iptables -L` listings
-    /// best-effort. docs/testing.md lists what it accepts.
+    /// Strips prompts, fences, log and diff prefixes, JSON escapes; skips lines that are not
+    /// rules; reads cut inputs (marked) and `iptables -L` listings (docs/testing.md).
     #[arg(long)]
     pub lenient: bool,
     /// The table of `iptables -S` input, which names none (default: inferred from its chains,

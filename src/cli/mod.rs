@@ -172,7 +172,11 @@ fn every_text(a: clap::Arg) -> clap::Arg {
     if a.is_hide_set() {
         return a;
     }
-    let text = a.get_long_help().or_else(|| a.get_help()).cloned();
+    // Paragraphs run on: a blank line per paragraph is what made clap's long layout long.
+    let text = a
+        .get_long_help()
+        .or_else(|| a.get_help())
+        .map(|t| t.to_string().replace("\n\n", " "));
     let a = a.hide_short_help(false);
     match text {
         Some(t) => a

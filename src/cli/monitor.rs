@@ -86,9 +86,9 @@ pub struct MonitorArgs {
     /// The iptables backend whose rules are read.
     #[arg(hide_short_help = true, long, value_enum, default_value_t = ReadBackend::Auto)]
     pub backend: ReadBackend,
-    /// Timeout of each command that reads the node (e.g. 30s).
+    /// Timeout of each command that reads the node (e.g. 30s), as `verify`'s --exec-timeout.
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub read_timeout: Duration,
+    pub exec_timeout: Duration,
     /// The ConfigMap holding kube-proxy's configuration in `config.conf` (watched when no
     /// --config is given and the API is used).
     #[arg(hide_short_help = true, long, value_name = "NS/NAME", default_value = super::live::DEFAULT_PROXY_CONFIGMAP)]
@@ -177,7 +177,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         let metrics = crate::monitor::metrics::Metrics::new(grace);
         // A verify older than this no longer speaks for the node: two intervals, the reads'
         // time limit and the grace.
-        let stale_after = args.interval * 2 + args.read_timeout + grace;
+        let stale_after = args.interval * 2 + args.exec_timeout + grace;
         let shared = Arc::new(Shared::new(metrics, stale_after));
         let server = tokio::spawn(crate::monitor::server::serve(
             listener,
@@ -228,7 +228,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                         ReadBackend::Legacy => Some("legacy"),
                     },
                 },
-                timeout: args.read_timeout,
+                timeout: args.exec_timeout,
             }),
             verifier: Arc::new(CliVerifier::new(&args)?),
             publisher,

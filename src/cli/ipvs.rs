@@ -369,7 +369,10 @@ pub fn verify_texts(
         findings.extend(cmp::verify(&expected, &actual));
     }
     let detected = cmp::detect_mode(Some(&dump), v4.or(v6));
-    findings.extend(cmp::mode_finding(&inputs.config.mode, detected));
+    findings.extend(cmp::mode_finding(
+        crate::state::mode::ProxyMode::or_default(inputs.config.mode),
+        detected,
+    ));
     if !dump.connections.is_empty() {
         let index = ServiceIndex::new(&inputs.state, &inputs.config, &inputs.facts);
         let services = (!dump.listings.is_empty()).then(|| dump.merged_services());
@@ -377,7 +380,7 @@ pub fn verify_texts(
     }
     Ok(Report::new(
         inputs.facts.node_name.clone(),
-        "ipvs",
+        crate::state::mode::ProxyMode::Ipvs,
         ports.len(),
         findings,
     ))

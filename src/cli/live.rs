@@ -118,8 +118,8 @@ pub struct ResolvedInputs {
 /// One row of the `--all-nodes` summary, returned by the per-node closure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSummary {
-    /// Proxy mode verified (`iptables`, `ipvs`, …).
-    pub mode: String,
+    /// Proxy mode verified.
+    pub mode: crate::state::mode::ProxyMode,
     /// Service ports checked.
     pub service_ports_checked: usize,
     /// Error findings.
@@ -369,7 +369,7 @@ fn print_summary(rows: &[Row], no_headers: bool) {
     for r in rows {
         let (mode, ports, errors, warnings) = match &r.summary {
             Some(s) => (
-                s.mode.clone(),
+                s.mode.to_string(),
                 s.service_ports_checked.to_string(),
                 s.errors.to_string(),
                 s.warnings.to_string(),

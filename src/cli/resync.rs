@@ -10,6 +10,7 @@ use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
 use crate::collect::local::kube_proxy_pid;
 use crate::exit::Outcome;
 use crate::kube_client;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::Args;
 use std::path::PathBuf;
@@ -73,13 +74,13 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let nft = LocalNft {
         netns: args.netns.clone(),
     };
-    let nftables = match config.mode.as_str() {
-        "nftables" => true,
-        "" => nft.tables().is_ok_and(|t| {
+    let nftables = match config.mode {
+        Some(ProxyMode::Nftables) => true,
+        None => nft.tables().is_ok_and(|t| {
             t.iter()
                 .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
         }),
-        _ => false,
+        Some(ProxyMode::Iptables | ProxyMode::Ipvs) => false,
     };
     let (config, nftables) = if nftables {
         (config.for_nftables(), Some(nft))

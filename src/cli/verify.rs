@@ -131,7 +131,7 @@ fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcom
     super::live::run_all_nodes(global, &args.live, &args.state, move |inputs| {
         let report = report_from_inputs(&per_node, inputs)?;
         Ok(super::live::NodeSummary {
-            mode: report.mode.clone(),
+            mode: report.mode,
             service_ports_checked: report.summary.service_ports,
             errors: report.summary.errors,
             warnings: report.summary.warnings,
@@ -371,7 +371,7 @@ fn report_with_notes(
     conntrack.extend(super::verify_nftables::foreign_tables(
         args,
         snap,
-        &report.mode,
+        report.mode,
     ));
     Ok(super::conntrack::with_findings(report, conntrack))
 }

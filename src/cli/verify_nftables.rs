@@ -11,6 +11,7 @@ use crate::collect::{self, NodeSnapshot};
 use crate::compare::nftables::{NftText, NftVerifyInput};
 use crate::compare::{Finding, Report};
 use crate::state::config::ProxyConfig;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 
 /// The inputs of `verify --nft-ruleset FILE --state FILE [--config FILE]` when no iptables dump
@@ -107,16 +108,21 @@ fn is_nftables_node(
     snap: &NodeSnapshot,
     listings: &[(String, String)],
 ) -> bool {
-    let other_mode = || matches!(collect::detect_mode(snap), Some("iptables" | "ipvs"));
-    match config.mode.as_str() {
-        "nftables" => !listings.is_empty() || !other_mode(),
-        "" => {
+    let other_mode = || {
+        matches!(
+            collect::detect_mode(snap),
+            Some(ProxyMode::Iptables | ProxyMode::Ipvs)
+        )
+    };
+    match config.mode {
+        Some(ProxyMode::Nftables) => !listings.is_empty() || !other_mode(),
+        None => {
             listings
                 .iter()
                 .any(|(_, t)| collect::holds_kube_proxy_table(t))
                 && !other_mode()
         }
-        _ => false,
+        Some(ProxyMode::Iptables | ProxyMode::Ipvs) => false,
     }
 }
 
@@ -215,8 +221,8 @@ pub fn verify_if_nftables(
 
 /// KP004 for the nftables-mode tables a collector found on a node that runs another mode
 /// (`nft -j list table ip kube-proxy` succeeded), when no `--nft-ruleset` was given.
-pub fn foreign_tables(args: &VerifyArgs, snap: &NodeSnapshot, mode: &str) -> Vec<Finding> {
-    if args.nft_ruleset.is_some() || (mode != "iptables" && !mode.is_empty()) {
+pub fn foreign_tables(args: &VerifyArgs, snap: &NodeSnapshot, mode: ProxyMode) -> Vec<Finding> {
+    if args.nft_ruleset.is_some() || mode != ProxyMode::Iptables {
         return Vec::new();
     }
     [("ip", &snap.nft_kube_proxy), ("ip6", &snap.nft_kube_proxy6)]

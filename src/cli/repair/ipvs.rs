@@ -58,7 +58,7 @@ pub(super) fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let (config, _) = load_config(args.state.config.as_deref())?;
-    Ok(config.mode == "ipvs")
+    Ok(config.mode == Some(crate::state::mode::ProxyMode::Ipvs))
 }
 
 /// Runs `repair` for an IPVS-mode node.

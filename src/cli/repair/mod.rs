@@ -211,10 +211,7 @@ fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
 
 /// What the guard knows of the inputs: the configured mode, the age of the `--state` files and
 /// `--max-age` (parsed).
-fn input_facts<'a>(
-    args: &RepairArgs,
-    inputs: &'a ProxyInputs,
-) -> anyhow::Result<InputConditions<'a>> {
+fn input_facts(args: &RepairArgs, inputs: &ProxyInputs) -> anyhow::Result<InputConditions> {
     let max_age = crate::kube_client::parse_duration(&args.max_age).with_context(|| {
         format!(
             "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",

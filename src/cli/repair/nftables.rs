@@ -17,6 +17,7 @@ use crate::cli::common::{GlobalArgs, load_config};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::state::ProxyInputs;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::Args;
 use kproxy_parsers::nft::Family;
@@ -41,9 +42,9 @@ pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let (config, _) = load_config(args.state.config.as_deref())?;
-    Ok(match config.mode.as_str() {
-        "nftables" => true,
-        "" if args.local && args.iptables_save.is_none() => host_has_table(args),
+    Ok(match config.mode {
+        Some(ProxyMode::Nftables) => true,
+        None if args.local && args.iptables_save.is_none() => host_has_table(args),
         _ => false,
     })
 }
@@ -121,8 +122,8 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let inputs = load_nftables_inputs(&args)?;
     let mut guard_facts = input_facts(&args, &inputs)?;
     // Selected from the host's table when the configuration names no mode.
-    if inputs.config.mode.is_empty() {
-        guard_facts.configured_mode = "nftables";
+    if inputs.config.mode.is_none() {
+        guard_facts.configured_mode = Some(ProxyMode::Nftables);
     }
     let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
     for w in targets.iter().flat_map(|t| &t.expected.warnings) {
@@ -211,7 +212,7 @@ fn load_nftables_inputs(args: &RepairArgs) -> anyhow::Result<ProxyInputs> {
     let state = crate::state::load::from_files(&args.state.state).context("reading --state")?;
     let (config, warnings) = load_config(args.state.config.as_deref())?;
     crate::cli::common::print_warnings(&warnings);
-    let mode = config.mode.clone();
+    let mode = config.mode;
     let mut config = config.for_nftables();
     // Keep what the configuration said, for the guard.
     config.mode = mode;

@@ -8,6 +8,7 @@ use super::catalogue::Check;
 use super::finding::{Finding, Severity};
 use crate::proxier::ipvs::{ExpectedIpvs, ExpectedVs, iptables as ipvs_rules, sets};
 use crate::state::ip::IpFamily;
+use crate::state::mode::ProxyMode;
 use kproxy_parsers::ipset::{self, IpSet};
 use kproxy_parsers::ipvsadm::{
     Forward, IpvsDump, Protocol, RealServer, ServiceKey, SocketText, VirtualService,
@@ -831,16 +832,12 @@ pub fn detect_mode(dump: Option<&IpvsDump<'_>>, iptables_save: Option<&str>) -> 
     }
 }
 
-/// A KP523 finding when the configured mode (`""` = iptables) and the detected one disagree.
-pub fn mode_finding(configured: &str, detected: DetectedMode) -> Option<Finding> {
-    let configured = if configured.is_empty() {
-        "iptables"
-    } else {
-        configured
-    };
+/// A KP523 finding when the configured mode (kube-proxy's default when none is configured) and
+/// the detected one disagree.
+pub fn mode_finding(configured: ProxyMode, detected: DetectedMode) -> Option<Finding> {
     let node = match detected {
-        DetectedMode::Ipvs => "ipvs",
-        DetectedMode::Iptables => "iptables",
+        DetectedMode::Ipvs => ProxyMode::Ipvs,
+        DetectedMode::Iptables => ProxyMode::Iptables,
         DetectedMode::Both | DetectedMode::Unknown => return None,
     };
     (configured != node).then(|| {

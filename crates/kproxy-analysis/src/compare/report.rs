@@ -3,6 +3,7 @@
 
 use super::finding::{Finding, Severity};
 use crate::exit::Outcome;
+use crate::state::mode::ProxyMode;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -24,8 +25,8 @@ pub struct Summary {
 pub struct Report {
     /// The node checked.
     pub node: String,
-    /// The proxy mode checked (`iptables`, `ipvs`).
-    pub mode: String,
+    /// The proxy mode checked (`iptables`, `ipvs`, `nftables`).
+    pub mode: ProxyMode,
     /// Counts.
     pub summary: Summary,
     /// Findings, most severe first, then by ID, service and chain.
@@ -40,7 +41,7 @@ impl Report {
     /// Builds a report: sorts the findings, drops exact duplicates and counts them.
     pub fn new(
         node: impl Into<String>,
-        mode: impl Into<String>,
+        mode: ProxyMode,
         service_ports: usize,
         mut findings: Vec<Finding>,
     ) -> Report {
@@ -65,7 +66,7 @@ impl Report {
         };
         Report {
             node: node.into(),
-            mode: mode.into(),
+            mode,
             summary,
             findings,
             findings_truncated: None,
@@ -145,7 +146,7 @@ mod tests {
     fn summary_line_counts_and_pluralises() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             1234,
             vec![
                 cat::CLUSTER_IP_MISSING.finding("a"),
@@ -166,7 +167,7 @@ mod tests {
     fn info_only_is_clean() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             1,
             vec![cat::STALE_CHAIN_LARGE_CLUSTER.finding("x")],
         );
@@ -181,7 +182,7 @@ mod tests {
     fn json_schema_is_stable() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             0,
             vec![cat::CANARY_MISSING.finding("m").chain("c")],
         );

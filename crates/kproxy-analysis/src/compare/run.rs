@@ -15,6 +15,7 @@ use crate::proxier::iptables as ipt;
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
+use crate::state::mode::ProxyMode;
 use crate::state::node::NodeFacts;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
@@ -360,11 +361,7 @@ pub fn verify_release(
     input: &VerifyInput<'_>,
     release: &ReleaseCheck,
 ) -> Result<Report, VerifyError> {
-    let mode = if input.config.mode.is_empty() {
-        "iptables"
-    } else {
-        input.config.mode.as_str()
-    };
+    let mode = ProxyMode::or_default(input.config.mode);
     // Telling another release's rules from drift (KP906) compares every finding of both.
     let mut findings = Folder::new(input.group_alike && release.writer.is_none());
     let mut service_ports = 0usize;
@@ -472,7 +469,7 @@ fn verify_dump(
     input: &VerifyInput<'_>,
     (plans, facts): (&NodePlans, &NodeFacts),
     d: &DumpText<'_>,
-    mode: &str,
+    mode: ProxyMode,
     found: &mut Folder,
 ) -> Result<DumpChecked, VerifyError> {
     let t0 = std::time::Instant::now();

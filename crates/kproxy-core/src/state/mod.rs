@@ -47,6 +47,7 @@ impl ClusterState {
 pub mod config;
 pub mod ip;
 pub mod load;
+pub mod mode;
 pub mod node;
 pub mod version;
 

@@ -23,6 +23,7 @@ pub mod files;
 pub mod local;
 pub mod watch;
 
+use crate::state::mode::ProxyMode;
 use std::time::Duration;
 
 /// Everything read from one node.
@@ -564,7 +565,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 /// `iptables` when `KUBE-SERVICES` has `KUBE-SVC-`/`KUBE-SVL-` jumps or `KUBE-SEP-` chains
 /// exist, `nftables` when an nft listing holds kube-proxy's table, None otherwise (nothing
 /// installed).
-pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
+pub fn detect_mode(s: &NodeSnapshot) -> Option<ProxyMode> {
     let ipvs_services = s.ipvsadm.as_deref().is_some_and(|t| {
         t.lines()
             .any(|l| l.starts_with("TCP ") || l.starts_with("UDP ") || l.starts_with("SCTP "))
@@ -574,7 +575,7 @@ pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
         .as_deref()
         .is_some_and(|t| t.contains("create KUBE-CLUSTER-IP ") || t.contains("KUBE-IPVS"));
     if ipvs_services || ipvs_sets {
-        return Some("ipvs");
+        return Some(ProxyMode::Ipvs);
     }
     let iptables = [
         &s.iptables_save,
@@ -585,13 +586,13 @@ pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
     .flatten()
     .any(|t| t.contains(":KUBE-SVC-") || t.contains(":KUBE-SEP-") || t.contains(":KUBE-SVL-"));
     if iptables {
-        return Some("iptables");
+        return Some(ProxyMode::Iptables);
     }
     [&s.nft_kube_proxy, &s.nft_kube_proxy6]
         .into_iter()
         .flatten()
         .any(|t| holds_kube_proxy_table(t))
-        .then_some("nftables")
+        .then_some(ProxyMode::Nftables)
 }
 
 /// Whether an nft listing (`nft list`, `nft -j list` or `nft -f` text) holds a `kube-proxy`
@@ -687,14 +688,14 @@ mod tests {
         let mut s = NodeSnapshot::default();
         assert_eq!(detect_mode(&s), None);
         s.iptables_save = Some("*nat\n:KUBE-SVC-ABC - [0:0]\nCOMMIT\n".into());
-        assert_eq!(detect_mode(&s), Some("iptables"));
+        assert_eq!(detect_mode(&s), Some(ProxyMode::Iptables));
         s.ipset_save = Some("create KUBE-CLUSTER-IP hash:ip,port family inet\n".into());
-        assert_eq!(detect_mode(&s), Some("ipvs"));
+        assert_eq!(detect_mode(&s), Some(ProxyMode::Ipvs));
         let nft = NodeSnapshot {
             nft_kube_proxy: Some("{\"nftables\": [{\"table\": {\"family\": \"ip\", \"name\": \"kube-proxy\", \"handle\": 1}}]}".into()),
             ..NodeSnapshot::default()
         };
-        assert_eq!(detect_mode(&nft), Some("nftables"));
+        assert_eq!(detect_mode(&nft), Some(ProxyMode::Nftables));
         assert!(holds_kube_proxy_table("table ip kube-proxy {\n}\n"));
         assert!(holds_kube_proxy_table(
             "add table ip6 kube-proxy { comment \"x\" ; }\n"

@@ -321,5 +321,10 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     if input.iptables.is_empty() {
         out.extend(leftovers::iptables_nft_tables(&rulesets));
     }
-    Ok(Report::new(input.node, "nftables", service_ports, out))
+    Ok(Report::new(
+        input.node,
+        crate::state::mode::ProxyMode::Nftables,
+        service_ports,
+        out,
+    ))
 }

@@ -204,7 +204,7 @@ impl NodeCounts {
 /// has plenty (a truncated state file would wipe the node's services), another configured
 /// mode, a state older than `--max-age`.
 pub fn refusals(
-    facts: &crate::apply::guard::InputConditions<'_>,
+    facts: &crate::apply::guard::InputConditions,
     expected_service_ports: usize,
     expected_endpoints: usize,
     node: &NodeCounts,
@@ -222,7 +222,10 @@ pub fn refusals(
             node.endpoint_chains
         ));
     }
-    out.extend(facts.mode_refusal("nftables", "nftables-mode tables"));
+    out.extend(facts.mode_refusal(
+        crate::state::mode::ProxyMode::Nftables,
+        "nftables-mode tables",
+    ));
     out.extend(facts.age_refusal());
     out
 }

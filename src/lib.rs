@@ -14,7 +14,7 @@
 //! * `kproxy-parsers` ([`parsers`]): the text grammars;
 //! * `kproxy-core`: [`model`], [`state`], [`proxier`], [`graph`];
 //! * `kproxy-analysis`: [`compare`], [`trace`], [`exit`];
-//! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`];
+//! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`], [`pipeline`];
 //! * this library: [`output`] (presentation), which the layers above never use, and the
 //!   allocator tuning of the binary.
 //!
@@ -27,5 +27,5 @@ pub mod output;
 
 pub use kproxy_analysis::{compare, exit, trace};
 pub use kproxy_core::{graph, model, proxier, state};
-pub use kproxy_node::{apply, collect, kube_client};
+pub use kproxy_node::{apply, collect, kube_client, pipeline};
 pub use kproxy_parsers as parsers;

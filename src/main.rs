@@ -11,8 +11,8 @@ mod cli;
 
 // The library's layers, under the names cli/ uses for them (`crate::model::…`).
 use kproxy::{
-    allocator, apply, collect, compare, exit, graph, kube_client, model, output, parsers, proxier,
-    state, trace,
+    allocator, apply, collect, compare, exit, graph, kube_client, model, output, parsers, pipeline,
+    proxier, state, trace,
 };
 
 fn main() -> std::process::ExitCode {

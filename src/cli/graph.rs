@@ -238,7 +238,9 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
         }
     }
     let ipvs = match ipvsadm {
-        Some(ipvsadm) => Some(super::ipvs::IpvsTexts::from_texts(ipvsadm, ipset, true)),
+        Some(ipvsadm) => Some(super::common::with_warnings(|w| {
+            crate::collect::ipvs_dumps::IpvsTexts::from_texts(ipvsadm, ipset, true, w)
+        })),
         None => {
             if ipset.is_some() {
                 super::common::warn(format!(

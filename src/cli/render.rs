@@ -63,9 +63,7 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let state = load::from_files(&args.state.state).context("loading --state")?;
     let (mut cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
-    if let Some(configured) = cfg.mode
-        && configured != args.mode
-    {
+    if let (_, Some(configured)) = crate::pipeline::mode::asked(args.mode, cfg.mode) {
         warnings.push(crate::state::Warning::new(
             "--config",
             format!(

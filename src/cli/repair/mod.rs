@@ -19,10 +19,12 @@ use crate::apply::backup::DEFAULT_BACKUP_DIR;
 use crate::apply::guard::InputConditions;
 use crate::apply::host::IptablesHost;
 use crate::apply::repair::RepairOptions;
-use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
-use crate::compare::version::{Inference, ReleaseChoice};
+use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs, load_config};
+use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
+use crate::pipeline::mode::{Given, ModeDecision, for_writing};
 use crate::state::ProxyInputs;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -156,11 +158,10 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 /// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
 /// stdout.
 fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    if ipvs::selected(&args)? {
-        return ipvs::run(args);
-    }
-    if nftables::selected(&args)? {
-        return nftables::run(args, global);
+    match mode(&args)?.mode {
+        ProxyMode::Ipvs => return ipvs::run(args),
+        ProxyMode::Nftables => return nftables::run(args, global),
+        ProxyMode::Iptables => {}
     }
     if !args.local && args.iptables_save.is_none() {
         if args.node_name.is_some() {
@@ -174,6 +175,38 @@ fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     local::run(args)
 }
 
+/// The mode whose rules `repair` writes ([`for_writing`]): the offline dumps of one mode given
+/// (`--ipvsadm-save`, `--nft-ruleset`), else the configured mode; when the configuration names
+/// none, nftables if this host (`--local`, no `--iptables-save`) has kube-proxy's table.
+fn mode(args: &RepairArgs) -> anyhow::Result<ModeDecision> {
+    let (config, _) = load_config(args.state.config.as_deref())?;
+    let given = [
+        (
+            args.ipvs.ipvsadm_save.is_some(),
+            ProxyMode::Ipvs,
+            "--ipvsadm-save",
+        ),
+        (
+            args.nftables.nft_ruleset.is_some(),
+            ProxyMode::Nftables,
+            "--nft-ruleset",
+        ),
+    ]
+    .into_iter()
+    .find(|(given, _, _)| *given)
+    .map(|(_, mode, input)| Given { mode, input });
+    let decision = for_writing(config.mode, given, || {
+        let host = crate::apply::nftables::host::LocalNft {
+            netns: args.netns.clone(),
+        };
+        (args.local && args.iptables_save.is_none())
+            .then(|| host.tables().ok())
+            .flatten()
+    });
+    tracing::info!("{}", decision.note());
+    Ok(decision)
+}
+
 /// The kube-proxy release whose rules `repair` writes: `--kube-proxy-version`, else the
 /// kube-proxy pod's `image`, else the release that wrote the node's rules (`current` reads
 /// them): a repair never rewrites a node's rules into another release's behind its kube-proxy's
@@ -183,18 +216,13 @@ fn choose_release(
     image: Option<&str>,
     current: impl FnOnce() -> anyhow::Result<String>,
 ) -> anyhow::Result<ReleaseChoice> {
-    let flag = args.facts.kube_proxy_version;
-    let inference = if flag.is_some() {
-        Inference::default()
-    } else {
-        crate::compare::version::infer([current()?.as_str()]).given_invalid_counter(
-            crate::cli::common::says_counter(
-                &args.facts,
-                crate::state::node::NFACCT_CT_STATE_INVALID,
-            ),
-        )
+    let given = args.facts.inputs();
+    let current = match given.kube_proxy_version {
+        Some(_) => None,
+        None => Some(current()?),
     };
-    let release = crate::compare::version::choose_release(flag, image, inference, "repairing");
+    let rules = current.as_deref().map(std::iter::once);
+    let release = crate::pipeline::release::choose(&given, image, rules, "repairing");
     crate::cli::common::print_notes(&release.notes);
     Ok(release)
 }

@@ -34,33 +34,6 @@ pub struct NftRepairArgs {
     pub nft_ruleset: Option<PathBuf>,
 }
 
-/// Whether `repair` should take the nftables path: `--nft-ruleset` given, the configuration
-/// says `mode: nftables`, or it names no mode and this host (`--local`) has kube-proxy's
-/// nftables table.
-pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
-    if args.nftables.nft_ruleset.is_some() {
-        return Ok(true);
-    }
-    let (config, _) = load_config(args.state.config.as_deref())?;
-    Ok(match config.mode {
-        Some(ProxyMode::Nftables) => true,
-        None if args.local && args.iptables_save.is_none() => host_has_table(args),
-        _ => false,
-    })
-}
-
-/// Whether this host has `table ip kube-proxy` or `table ip6 kube-proxy`.
-fn host_has_table(args: &RepairArgs) -> bool {
-    LocalNft {
-        netns: args.netns.clone(),
-    }
-    .tables()
-    .is_ok_and(|t| {
-        t.iter()
-            .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
-    })
-}
-
 /// The node's tables from a saved listing: what an offline plan is made against.
 struct SavedListing {
     text: String,

@@ -438,9 +438,7 @@ pub fn verify_release(
     }
     // The node's rules are kube-proxy's iptables mode (an IPVS node takes the IPVS path): a
     // configuration that says otherwise is drift, whatever the rules hold.
-    if main_has_rules
-        && let Some(f) =
-            crate::compare::ipvs::mode_finding(mode, crate::compare::ipvs::DetectedMode::Iptables)
+    if main_has_rules && let Some(f) = crate::compare::ipvs::mode_finding(mode, ProxyMode::Iptables)
     {
         findings.push(f);
     }

@@ -460,3 +460,147 @@ fn foreign_tables(snap: &NodeSnapshot, mode: ProxyMode) -> Vec<Finding> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxier::iptables::{RenderOptions, render};
+    use crate::proxier::nftables;
+
+    /// The repository's example cluster: its API state and kube-proxy's configuration.
+    fn cluster(mode: Option<ProxyMode>) -> (Arc<ClusterState>, ProxyConfig) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cluster");
+        let state = crate::state::load::from_files(&[dir.join("state.json")]).expect("state");
+        let text = std::fs::read_to_string(dir.join("config.yaml")).expect("config");
+        let (mut config, _) = crate::state::config::parse(&text, "config.yaml").expect("parses");
+        config.mode = mode;
+        (Arc::new(state), config)
+    }
+
+    fn node_1() -> NodeInputs {
+        NodeInputs {
+            node: Some("node-1".into()),
+            ..NodeInputs::default()
+        }
+    }
+
+    fn inputs(state: &Arc<ClusterState>, config: &ProxyConfig) -> VerifyInputs {
+        VerifyInputs {
+            state: Arc::clone(state),
+            config: config.clone(),
+            facts: node_1(),
+            node: "node-1".into(),
+        }
+    }
+
+    fn dumps(snapshot: NodeSnapshot) -> NodeDumps {
+        NodeDumps {
+            snapshot: NodeSnapshot {
+                collector: "test".into(),
+                ..snapshot
+            },
+            ..NodeDumps::default()
+        }
+    }
+
+    const OPTIONS: VerifyOptions = VerifyOptions {
+        lenient: false,
+        group_alike: true,
+        given: None,
+    };
+
+    fn decided(notes: &[Note]) -> Option<ProxyMode> {
+        notes.iter().find_map(|n| match n {
+            Note::Mode(d) => Some(d.mode),
+            _ => None,
+        })
+    }
+
+    /// One call verifies a node; the same call again gives the same report (nothing is kept
+    /// between calls), and a rule deleted from the node is found.
+    #[test]
+    fn an_iptables_node_is_verified_by_one_call_again_and_again() {
+        fn sendable<T: Send>(_: &T) {}
+        let (state, config) = cluster(Some(ProxyMode::Iptables));
+        let (facts, _) = node::build(&node_1(), &state, &config).expect("facts");
+        let rules = render(
+            &state,
+            &config,
+            &facts,
+            RenderOptions {
+                with_base_jumps: true,
+            },
+        )
+        .to_restore_text();
+        let clean = dumps(NodeSnapshot {
+            iptables_save: Some(rules.clone()),
+            ..NodeSnapshot::default()
+        });
+        sendable(&clean);
+        sendable(&inputs(&state, &config));
+        let mut notes = Vec::new();
+        let first =
+            verify_node(&clean, inputs(&state, &config), &OPTIONS, &mut notes).expect("verifies");
+        assert_eq!((first.mode, first.summary.errors), (ProxyMode::Iptables, 0));
+        assert_eq!(decided(&notes), Some(ProxyMode::Iptables));
+        let again = verify_node(&clean, inputs(&state, &config), &OPTIONS, &mut Vec::new())
+            .expect("verifies");
+        assert_eq!(first, again);
+
+        let sep = rules
+            .lines()
+            .find(|l| l.starts_with("-A KUBE-SEP-") && l.contains("DNAT"))
+            .expect("an endpoint's DNAT rule");
+        let drifted = dumps(NodeSnapshot {
+            iptables_save: Some(rules.replace(&format!("{sep}\n"), "")),
+            ..NodeSnapshot::default()
+        });
+        let report = verify_node(&drifted, inputs(&state, &config), &OPTIONS, &mut Vec::new())
+            .expect("verifies");
+        assert!(report.summary.errors > 0, "{:#?}", report.findings);
+    }
+
+    /// A configuration that says nftables, and the node's `kube-proxy` table collected: the
+    /// table is verified, and a collector's warning comes out as a note.
+    #[test]
+    fn an_nftables_node_is_verified_from_its_collected_table() {
+        let (state, config) = cluster(Some(ProxyMode::Nftables));
+        let nft_config = config.for_nftables();
+        let (facts, _) = node::build(&node_1(), &state, &nft_config).expect("facts");
+        let mut sink =
+            nftables::objects::TextSink::new(nftables::table_family(facts.family), Vec::new());
+        nftables::render_into(&state, &nft_config, &facts, &mut sink);
+        let table = String::from_utf8(sink.finish().expect("rendered")).expect("utf-8");
+        let node = dumps(NodeSnapshot {
+            nft_kube_proxy: Some(table),
+            warnings: vec!["no ipvsadm in the image".into()],
+            ..NodeSnapshot::default()
+        });
+        let mut notes = Vec::new();
+        let report =
+            verify_node(&node, inputs(&state, &config), &OPTIONS, &mut notes).expect("verifies");
+        assert_eq!(
+            (report.mode, report.summary.errors),
+            (ProxyMode::Nftables, 0)
+        );
+        assert!(notes.contains(&Note::Warning("no ipvsadm in the image".into())));
+    }
+
+    /// What the inputs lack is an error, and what came before it is still in the notes.
+    #[test]
+    fn a_node_without_rules_is_an_error_with_its_notes() {
+        let (state, config) = cluster(None);
+        let empty = dumps(NodeSnapshot {
+            iptables_save: Some("\n".into()),
+            warnings: vec!["ip6tables-save is missing".into()],
+            ..NodeSnapshot::default()
+        });
+        let mut notes = Vec::new();
+        let e = verify_node(&empty, inputs(&state, &config), &OPTIONS, &mut notes);
+        assert!(matches!(e, Err(VerifyError::EmptyRules)), "{e:?}");
+        assert!(notes.contains(&Note::Warning("ip6tables-save is missing".into())));
+        let none = dumps(NodeSnapshot::default());
+        let e = verify_node(&none, inputs(&state, &config), &OPTIONS, &mut Vec::new());
+        assert!(matches!(e, Err(VerifyError::NoRules)), "{e:?}");
+    }
+}

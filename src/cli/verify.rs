@@ -77,7 +77,7 @@ pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if args.live.all_nodes {
         return run_all_nodes(args, global);
     }
-    let (dumps, inputs) = if args.ipvs.given() {
+    let (dumps, inputs) = if ipvs_given(&args) {
         ipvs_files(&args)?
     } else {
         let resolved = match offline_nftables(&args)? {
@@ -118,12 +118,17 @@ pub fn run(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     Ok(report.outcome())
 }
 
+/// Whether `--ipvsadm` was given: it selects IPVS mode and the files as the node's dumps.
+fn ipvs_given(args: &VerifyArgs) -> bool {
+    !args.ipvs.ipvsadm.is_empty()
+}
+
 /// How the flags ask to verify.
 fn options(args: &VerifyArgs) -> VerifyOptions {
     VerifyOptions {
         lenient: args.dumps.lenient,
         group_alike: !args.all_findings,
-        given: args.ipvs.given().then_some(Given {
+        given: ipvs_given(args).then_some(Given {
             mode: ProxyMode::Ipvs,
             input: "--ipvsadm",
         }),

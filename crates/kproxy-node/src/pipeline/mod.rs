@@ -2,8 +2,9 @@
 //! mode ([`mode`]), the kube-proxy release ([`release`]) and the node facts, runs the comparison
 //! of that mode, checks the conntrack table ([`conntrack`]) and returns the report; `repair`
 //! and `resync` take the mode they write from [`mode::for_writing`] and the release from
-//! [`release::choose`]. The command line, the watch mode and fleet verification call the same
-//! functions with the inputs they read.
+//! [`release::choose`]; `trace`'s path view shows a node's rules against [`trace::plan`]. The
+//! command line, the watch mode and fleet verification call the same functions with the inputs
+//! they read.
 //!
 //! Nothing here reads a file, runs a program or calls the API: the API state and the node's
 //! dumps come in (read by [`crate::collect`] or by the caller), and what the user should be told
@@ -18,6 +19,7 @@ pub mod conntrack;
 mod ipvs;
 pub mod mode;
 pub mod release;
+pub mod trace;
 pub mod verify;
 
 use mode::ModeDecision;

@@ -372,12 +372,8 @@ fn iptables_node(
             family: *family,
         })
         .collect();
-    let VerifyInputs {
-        state,
-        config,
-        node: dumps_node,
-        ..
-    } = inputs;
+    let node = node_name(&facts, &inputs).to_string();
+    let VerifyInputs { state, config, .. } = inputs;
     let writer = release.writer.map(|w| {
         let mut facts = facts.clone();
         facts.kube_proxy_version = w;
@@ -387,13 +383,8 @@ fn iptables_node(
         }
     });
     let plans = NodePlans::start(state, &config, &facts, &dump_texts);
-    let node = if facts.node_name.is_empty() {
-        dumps_node.as_str()
-    } else {
-        facts.node_name.as_str()
-    };
     let input = VerifyInput {
-        node,
+        node: &node,
         plans,
         config: &config,
         facts: &facts,

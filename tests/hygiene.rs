@@ -322,10 +322,11 @@ fn no_module_uses_a_layer_above_it() {
         (
             "crates/kproxy-node/src",
             "kube_client",
-            &["collect", "apply"],
+            &["collect", "apply", "pipeline"],
         ),
-        ("crates/kproxy-node/src", "collect", &["apply"]),
-        ("crates/kproxy-node/src", "publish", &["apply"]),
+        ("crates/kproxy-node/src", "collect", &["apply", "pipeline"]),
+        ("crates/kproxy-node/src", "apply", &["pipeline"]),
+        ("crates/kproxy-node/src", "publish", &["apply", "pipeline"]),
         // The monitor's state machine and metrics know nothing of how a report is made or
         // where its inputs come from.
         (

@@ -384,6 +384,23 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(crate::parsers::input::read_text(path)?.0)
 }
 
+/// Runs a library call that collects warnings, prints them (also when the call failed, they
+/// came before) and returns its result.
+pub fn with_warnings<T>(call: impl FnOnce(&mut Vec<String>) -> T) -> T {
+    let mut warnings = Vec::new();
+    let result = call(&mut warnings);
+    warnings.iter().for_each(warn);
+    result
+}
+
+/// Reads a file, or stdin for `-`, as a text named by its path.
+pub fn read_named(path: &std::path::Path) -> anyhow::Result<crate::pipeline::NamedText> {
+    Ok(crate::pipeline::NamedText {
+        text: read_input(path)?,
+        label: path.display().to_string(),
+    })
+}
+
 /// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the
 /// warnings (skipped objects, unknown config fields) on stderr. The one loader every command uses.
 pub fn load_proxy_inputs(
@@ -431,20 +448,30 @@ pub fn load_config(
     crate::state::config::parse(&text, &name).context("loading --config")
 }
 
-/// Whether `--nfacct` says the node has the nfacct counter `name`.
-pub fn says_counter(facts: &NodeFactArgs, name: &str) -> bool {
-    facts
-        .nfacct
-        .as_deref()
-        .is_some_and(|list| list.split(',').any(|c| c.trim() == name))
-}
-
 /// Prints notes on stderr as `note: …`, one per line.
 pub fn print_notes(notes: &[String]) {
     use std::io::Write;
     let mut err = anstream::stderr();
     for n in notes {
         let _ = writeln!(err, "note: {n}");
+    }
+}
+
+/// Prints what a library job said along the way, in order: warnings and notes on stderr, the
+/// lines skipped under `--lenient` and the mode decided in the log (`-v` shows the mode).
+/// `choices`: print how the kube-proxy release was chosen (off for a fan-out over nodes, whose
+/// rows say what came of it).
+pub fn print_job_notes(notes: &[crate::pipeline::Note], choices: bool) {
+    use crate::pipeline::Note;
+    for note in notes {
+        match note {
+            Note::Warning(w) => warn(w),
+            Note::Choice(c) if choices => print_notes(std::slice::from_ref(c)),
+            Note::Choice(_) => {}
+            Note::Skipped(line) => tracing::warn!("{line}"),
+            Note::Mode(decision) => tracing::info!("{}", decision.note()),
+            Note::Release(_) => {}
+        }
     }
 }
 

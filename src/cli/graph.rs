@@ -282,7 +282,9 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
     }
     let ipvs = match ipvsadm {
         Some(ipvsadm) => {
-            let mut texts = super::ipvs::IpvsTexts::from_texts(ipvsadm, ipset, true);
+            let mut texts = super::common::with_warnings(|w| {
+                crate::collect::ipvs_dumps::IpvsTexts::from_texts(ipvsadm, ipset, true, w)
+            });
             texts.add_gaps(ipvs_cuts);
             Some(texts)
         }

@@ -16,7 +16,6 @@ pub mod repair;
 pub mod resync;
 pub mod trace;
 pub mod verify;
-pub mod verify_nftables;
 
 use crate::exit::Outcome;
 use clap::{CommandFactory, Parser, Subcommand};

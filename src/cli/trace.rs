@@ -12,8 +12,8 @@ use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
 use crate::output::trace_path::{self, PathFormat};
-use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};
-use crate::state::{config, load, node};
+use crate::proxier::iptables::ServiceDecisions;
+use crate::state::{config, load};
 use crate::trace::path::{self, ServiceSelector};
 use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
 use anyhow::{Context, bail};
@@ -342,53 +342,41 @@ pub(super) fn kernel_input(args: &TraceArgs, packet: PacketSpec) -> KernelInput 
     }
 }
 
-/// kube-proxy's plan for the API state, when `--state` is given.
+/// kube-proxy's plan for the API state ([`crate::pipeline::trace::plan`]), when `--state` is
+/// given or the inputs were read live. Live, the node's kube-proxy image says which release's
+/// decisions to explain.
 pub(super) fn decisions_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
 ) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
-    let (state, (cfg, mut warnings)) = match live {
+    let loaded;
+    let (state, (cfg, warnings)) = match live {
         Some(inputs) => {
             let cfg = match &inputs.config_text {
                 Some((text, source)) => config::parse(text, source)
                     .with_context(|| format!("loading the kube-proxy configuration ({source})"))?,
                 None => (config::ProxyConfig::default(), Vec::new()),
             };
-            (inputs.state.clone(), cfg)
+            (&inputs.state, cfg)
         }
         None if args.state.state.is_empty() => return Ok(None),
         None => {
-            let state = load::from_files(&args.state.state).context("loading --state")?;
+            loaded = load::from_files(&args.state.state).context("loading --state")?;
             let cfg = super::common::load_config(args.state.config.as_deref())?;
-            (state, cfg)
+            (&loaded, cfg)
         }
     };
-    let mut fact_args = args.node.clone();
-    if let Some(inputs) = live.filter(|i| fact_args.node.is_none() && !i.node.is_empty()) {
-        fact_args.node = Some(inputs.node.clone());
-    }
-    // Live, the node's kube-proxy image says which release's decisions to explain.
-    let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
-    if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
-        match crate::state::version::KubeProxyVersion::from_image(image) {
-            Ok(v) => fact_args.kube_proxy_version = Some(v),
-            // Never explained as the newest known release: its rules may be laid out otherwise.
-            Err(e @ crate::state::version::VersionError::TooNew(_)) => {
-                anyhow::bail!("the kube-proxy pod runs {image}: {e}")
-            }
-            Err(e) => warnings.push(crate::state::Warning::new(
-                "kube-proxy version",
-                e.to_string(),
-            )),
-        }
-    }
-    let (facts, mut node_warnings) = node::build(&fact_args.inputs(), &state, &cfg)?;
-    warnings.append(&mut node_warnings);
     super::common::print_warnings(&warnings);
-    Ok(Some((
-        expected_service_ports(&state, &cfg, &facts),
-        facts.node_name,
-    )))
+    let mut given = args.node.inputs();
+    if let Some(inputs) = live.filter(|i| given.node.is_none() && !i.node.is_empty()) {
+        given.node = Some(inputs.node.clone());
+    }
+    let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
+    let mut notes = Vec::new();
+    let plan = crate::pipeline::trace::plan(state, &cfg, &given, image, &mut notes);
+    super::common::print_job_notes(&notes, true);
+    let plan = plan?;
+    Ok(Some((plan.decisions, plan.node)))
 }
 
 fn run_path(

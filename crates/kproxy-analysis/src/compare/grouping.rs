@@ -701,7 +701,8 @@ mod tests {
         assert_eq!((g.count, g.chains, left_out), (400, 400, 399));
         let chains: Vec<_> = g.examples.iter().map(|e| e.chain.clone()).collect();
         assert_eq!(chains, [0, 1, 2].map(|n| Some(sep_rule(n).0)));
-        let report = super::super::Report::new("node", "iptables", 1, out);
+        let report =
+            super::super::Report::new("node", crate::state::mode::ProxyMode::Iptables, 1, out);
         // The canary finding and the 400 of the group.
         assert_eq!(
             report.summary.warnings, 401,

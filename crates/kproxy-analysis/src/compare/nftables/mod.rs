@@ -339,5 +339,11 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     if input.iptables.is_empty() {
         out.extend(leftovers::iptables_nft_tables(&rulesets));
     }
-    Ok(Report::new(input.node, "nftables", service_ports, out).with_unchecked(unchecked))
+    Ok(Report::new(
+        input.node,
+        crate::state::mode::ProxyMode::Nftables,
+        service_ports,
+        out,
+    )
+    .with_unchecked(unchecked))
 }

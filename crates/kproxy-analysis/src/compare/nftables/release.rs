@@ -65,7 +65,7 @@ pub fn verify_release(
     }
     Ok(Report::new(
         input.node,
-        "nftables",
+        crate::state::mode::ProxyMode::Nftables,
         report.summary.service_ports,
         findings,
     )

@@ -221,7 +221,7 @@ impl NodeCounts {
 /// that hold what this build does not know (a kube-proxy newer than this build: a repair planned
 /// from an older release's rules would rewrite its layout).
 pub fn refusals(
-    facts: &crate::apply::guard::InputConditions<'_>,
+    facts: &crate::apply::guard::InputConditions,
     expected_service_ports: usize,
     expected_endpoints: usize,
     node: &NodeCounts,
@@ -239,7 +239,10 @@ pub fn refusals(
             node.endpoint_chains
         ));
     }
-    out.extend(facts.mode_refusal("nftables", "nftables-mode tables"));
+    out.extend(facts.mode_refusal(
+        crate::state::mode::ProxyMode::Nftables,
+        "nftables-mode tables",
+    ));
     out.extend(facts.age_refusal());
     out.extend(facts.writer_refusal());
     if !node.unknown.is_empty() {

@@ -75,6 +75,13 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if args.mode == ProxyMode::Nftables {
         // Read the configuration as kube-proxy does in nftables mode, whatever its `mode` says.
         cfg = cfg.for_nftables();
+        // The releases' nftables layouts differ: a release nobody named is said, not assumed.
+        if args.node.kube_proxy_version.is_none() {
+            super::common::print_notes(&[format!(
+                "rendering the nftables rules of kube-proxy {} (no --kube-proxy-version given; 1.36 and later lay them out otherwise)",
+                crate::state::version::KubeProxyVersion::DEFAULT
+            )]);
+        }
     }
     let (facts, mut node_warnings) = node::build(&args.node.inputs(), &state, &cfg)?;
     warnings.append(&mut node_warnings);

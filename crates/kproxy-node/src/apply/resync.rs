@@ -303,6 +303,8 @@ pub async fn run(
     let mut last_full = Instant::now();
     let mut full = true;
     let mut conntrack_failure = None;
+    // A failure that repeats on every retry (a table this build does not know) is said once.
+    let mut last_failure: Option<String> = None;
     loop {
         let state = watch.state();
         let started = Instant::now();
@@ -325,10 +327,15 @@ pub async fn run(
                     last_full = Instant::now();
                 }
                 full = false;
+                last_failure = None;
             }
             Err(e) => {
                 // As kube-proxy: a failed sync makes the next one full.
-                (opts.log)(&format!("sync failed: {e:#}"));
+                let message = format!("sync failed: {e:#}");
+                if last_failure.as_deref() != Some(message.as_str()) {
+                    (opts.log)(&message);
+                    last_failure = Some(message);
+                }
                 full = true;
             }
         }

@@ -32,8 +32,8 @@ use std::time::Duration;
 /// What one node's verify came to: all that is kept of its report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSummary {
-    /// Proxy mode verified (`iptables`, `ipvs`, …).
-    pub mode: String,
+    /// Proxy mode verified.
+    pub mode: crate::state::mode::ProxyMode,
     /// Service ports checked.
     pub service_ports_checked: usize,
     /// Error findings.
@@ -46,6 +46,8 @@ pub struct NodeSummary {
     pub differences: Vec<FindingKey>,
     /// The report's summary line, said for a node whose report could not tell everything.
     pub summary_line: String,
+    /// Warnings of the verify, said once for all nodes at the end.
+    pub notes: Vec<String>,
 }
 
 /// How the run is printed.
@@ -356,7 +358,7 @@ where
     let pod = pod_of(&snapshot.collector);
     let mut inputs = shared.inputs_for(node, snapshot);
     // Said once for all nodes at the end, not once per node.
-    let notes = std::mem::take(&mut inputs.snapshot.warnings);
+    let mut notes = std::mem::take(&mut inputs.snapshot.warnings);
     let verify = move || per_node(inputs);
     let (row, differences) = match tokio::task::spawn_blocking(verify).await {
         Ok(Ok(summary)) => {
@@ -368,7 +370,8 @@ where
             if summary.outcome == Outcome::Error {
                 row.error = Some(summary.summary_line);
             }
-            row.mode = Some(summary.mode);
+            row.mode = Some(summary.mode.to_string());
+            notes.extend(summary.notes);
             row.service_ports = Some(summary.service_ports_checked);
             row.errors = Some(summary.errors);
             row.warnings = Some(summary.warnings);

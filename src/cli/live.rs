@@ -120,13 +120,27 @@ pub struct ResolvedInputs {
     pub state: Arc<ClusterState>,
     /// KubeProxyConfiguration text (YAML, or a ConfigMap holding it in `config.conf`) and its
     /// source for messages (`configmap kube-system/kube-proxy`, a path, a bundle). None: not
-    /// available; use defaults and [`collect::detect_mode`].
+    /// available; kube-proxy's defaults apply, and the mode is the one the dumps show.
     pub config_text: Option<(String, String)>,
     /// The node's dumps; `snapshot.collector` says how they were read, `snapshot.warnings`
     /// lists problems worth showing (also non-fatal problems finding the configuration).
     pub snapshot: NodeSnapshot,
     /// The node name ("" when offline files were given without a node name).
     pub node: String,
+}
+
+impl ResolvedInputs {
+    /// kube-proxy's configuration the inputs carry (its defaults when they carry none), its
+    /// warnings printed.
+    pub fn config(&self) -> anyhow::Result<crate::state::config::ProxyConfig> {
+        let Some((text, source)) = &self.config_text else {
+            return Ok(crate::state::config::ProxyConfig::default());
+        };
+        let (config, warnings) = crate::state::config::parse(text, source)
+            .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
+        super::common::print_warnings(&warnings);
+        Ok(config)
+    }
 }
 
 /// A tokio runtime for one command (2 worker threads, timers and I/O enabled).

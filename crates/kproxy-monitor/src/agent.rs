@@ -229,7 +229,7 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
     };
     mem.failure = None;
     let at = SystemTime::now();
-    let mode = verified.report.mode.clone();
+    let mode = verified.report.mode.to_string();
     let a = mem.tracker.assess(verified.report, started);
     shared.metrics.verified(&a, took, at);
     shared.verified(&a, at, opts.grace);

@@ -46,7 +46,7 @@ fn main() {
     report("parse + model", p);
     let (_, p) = counting::peak_of(|| {
         black_box(
-            graph::from_text(dump, "scale", &strict, &GraphOptions::default())
+            graph::iptables::from_text(dump, "scale", &strict, &GraphOptions::default())
                 .map(|g| g.service_ports.len()),
         )
     });
@@ -54,10 +54,11 @@ fn main() {
     // The parts: what the model keeps, and what building the graph adds on top of it.
     let base = counting::live();
     let dump_ast = parse_dump(dump, &strict).expect("parses");
-    let facts = graph::DumpSummary::of(&dump_ast);
+    let facts = graph::iptables::DumpSummary::of(&dump_ast);
     let rs = Ruleset::from_dump(dump_ast);
     report("  model kept", counting::live() - base);
-    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &GraphOptions::default()));
+    let (g, p) =
+        counting::peak_of(|| graph::iptables::build_ruleset(&rs, &facts, &GraphOptions::default()));
     report("  graph build (over the model)", p);
     drop(rs);
     report("  graph kept", counting::live() - base);
@@ -70,7 +71,7 @@ fn main() {
         comparison_only: true,
         ..GraphOptions::default()
     };
-    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &lean));
+    let (g, p) = counting::peak_of(|| graph::iptables::build_ruleset(&rs, &facts, &lean));
     report("  verify's graph build", p);
     drop(rs);
     report("  verify's graph kept", counting::live() - base);

@@ -71,7 +71,7 @@ pub fn graph_of<'a>(input: &'a DumpText, dump: &DumpArgs) -> anyhow::Result<Serv
         source: Some(input.name.clone()),
         ..GraphOptions::default()
     };
-    Ok(graph::from_dump(parsed, &opts))
+    Ok(graph::iptables::from_dump(parsed, &opts))
 }
 
 /// Runs `graph`.
@@ -263,7 +263,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                 source: Some(name.clone()),
                 ..GraphOptions::default()
             };
-            graphs.push(graph::from_dump(dump, &opts));
+            graphs.push(graph::iptables::from_dump(dump, &opts));
         }
     }
     let opts = GraphOptions {

@@ -405,7 +405,7 @@ fn run_path(
         ..GraphOptions::default()
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
-    let graph = graph::from_dump(dump, &opts);
+    let graph = graph::iptables::from_dump(dump, &opts);
     let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
     print_path_view(args, global, view)

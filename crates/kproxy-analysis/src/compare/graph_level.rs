@@ -1248,9 +1248,9 @@ mod tests {
         let rules =
             crate::model::Ruleset::parse(&dump, &kproxy_parsers::iptables::ParseOptions::strict())
                 .expect("dump");
-        let graph = crate::graph::build_ruleset(
+        let graph = crate::graph::iptables::build_ruleset(
             &rules,
-            &crate::graph::DumpSummary::default(),
+            &crate::graph::iptables::DumpSummary::default(),
             &crate::graph::GraphOptions::default(),
         );
         let context = GraphContext::default();

@@ -555,14 +555,14 @@ fn verify_dump(
     let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
     let legacy_tables_present = dump.legacy_tables_present;
     let unreadable = nodewide::is_unreadable(&dump);
-    let dump_summary = graph::DumpSummary::of(&dump);
+    let dump_summary = graph::iptables::DumpSummary::of(&dump);
     // One ruleset serves the graph and the rule level.
     let actual_rules = Ruleset::from_dump(dump);
     stage("dump indexed");
     let (screen, (graph_findings, explained, service_ports)) = rayon::join(
         || rule_level::screen(expected_rules, &actual_rules),
         || {
-            let graph = graph::build_ruleset(
+            let graph = graph::iptables::build_ruleset(
                 &actual_rules,
                 &dump_summary,
                 &GraphOptions {

@@ -12,7 +12,7 @@ mod scale;
 #[global_allocator]
 static ALLOC: counting::Counting = counting::Counting;
 
-use kproxy::compare::verify;
+use kproxy::compare::iptables::verify;
 use kproxy::graph::{self, GraphOptions};
 use kproxy::model::Ruleset;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
@@ -96,7 +96,7 @@ fn main() {
     );
     report("  plan kept", counting::live() - base);
     let base = counting::live();
-    let expected = kproxy::compare::expected::expected_ports(&plan);
+    let expected = kproxy::compare::iptables::expected::expected_ports(&plan);
     report("  expected ports kept", counting::live() - base);
     drop(expected);
     let (rendered, p) = counting::peak_of(|| {
@@ -109,7 +109,7 @@ fn main() {
     };
     let base = counting::live();
     let (keys, p) = counting::peak_of(|| {
-        kproxy::compare::rule_level::ExpectedRules::build(
+        kproxy::compare::iptables::rule_level::ExpectedRules::build(
             &render,
             Family::V4,
             plan.nat_chains_estimate(),

@@ -1,6 +1,6 @@
 //! Flag groups shared by several commands, defined once.
 
-use crate::apply::host::Backend;
+use crate::apply::iptables::host::Backend;
 use clap::Args;
 use std::path::PathBuf;
 

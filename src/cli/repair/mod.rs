@@ -17,9 +17,9 @@ mod report;
 
 use crate::apply::backup::{DEFAULT_BACKUP_DIR, DEFAULT_KEEP_BACKUPS};
 use crate::apply::guard::InputConditions;
-use crate::apply::host::IptablesHost;
-use crate::apply::repair::RepairOptions;
-use crate::apply::rollback::RollbackPolicy;
+use crate::apply::iptables::host::IptablesHost;
+use crate::apply::iptables::repair::RepairOptions;
+use crate::apply::iptables::rollback::RollbackPolicy;
 use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs, load_config};
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;

@@ -3,8 +3,8 @@
 
 use super::RepairArgs;
 use crate::apply::allow::NOT_KUBE_PROXYS;
-use crate::apply::plan::{ChainAction, Plan};
-use crate::apply::repair::{RepairError, RollbackOutcome, Rotation};
+use crate::apply::iptables::plan::{ChainAction, Plan};
+use crate::apply::iptables::repair::{RepairError, RollbackOutcome, Rotation};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -317,7 +317,7 @@ mod tests {
             }),
             backup: PathBuf::from("/b/node-ipv4-1.rules"),
             rollback: match rollback {
-                None => Ok(crate::apply::rollback::RolledBack {
+                None => Ok(crate::apply::iptables::rollback::RolledBack {
                     attempts: 1,
                     notes: Vec::new(),
                 }),

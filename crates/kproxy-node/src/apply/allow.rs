@@ -15,9 +15,9 @@
 //! A plan that asks for anything else is a bug in the render: it is refused, never applied,
 //! also with `--force`. Each refusal starts with [`NOT_KUBE_PROXYS`] and names the object.
 
+use super::iptables::plan::Plan;
 use super::ipvs::plan::{Disposal, IpvsPlan, Ownership};
 use super::ipvs::state::IpvsState;
-use super::plan::Plan;
 use crate::graph::ownership::is_kube_proxy_chain;
 use crate::model::Ruleset;
 use crate::proxier::iptables::BASE_JUMPS;
@@ -373,7 +373,7 @@ pub fn check_ipvs_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::plan::plan;
+    use crate::apply::iptables::plan::plan;
 
     fn rs(text: &str) -> Ruleset<'_> {
         Ruleset::parse(text, &ParseOptions::default()).expect("test input parses")

@@ -17,7 +17,7 @@
 
 pub use super::changes::{Ipvs0Change, IpvsChange, SetChange, vs_label};
 use super::state::{Ipvs0, IpvsState, RsState, SetState, VsKey, VsState};
-use crate::apply::plan::Plan;
+use crate::apply::iptables::plan::Plan;
 use crate::proxier::ipvs::sets::SetDef;
 use crate::state::ip::{Cidr, IpFamily};
 use kproxy_parsers::ipvsadm::SocketText;
@@ -150,7 +150,9 @@ impl IpvsPlan {
             .map(|t| {
                 t.changes
                     .iter()
-                    .filter(|c| c.action != crate::apply::plan::ChainAction::KeepReferenced)
+                    .filter(|c| {
+                        c.action != crate::apply::iptables::plan::ChainAction::KeepReferenced
+                    })
                     .count()
             })
             .sum();

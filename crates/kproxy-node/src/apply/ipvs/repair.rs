@@ -3,7 +3,7 @@
 //! back up (and rotate old backups), apply step by step, read back and re-plan; on any failure
 //! put back what was changed: a rollback plan from the node's state then to the backed-up one
 //! for the virtual servers, sets and `kube-ipvs0` addresses the repair touched, and the
-//! iptables chains it changed ([`crate::apply::rollback`]).
+//! iptables chains it changed ([`crate::apply::iptables::rollback`]).
 
 use super::changes::Ipvs0Change;
 use super::host::IpvsTools;
@@ -11,10 +11,11 @@ use super::plan::{IpvsPlan, Ownership, plan, referenced_sets, rollback_plan};
 use super::state::{Ipvs0, Ipvs0Text, IpvsState};
 use crate::apply::allow::check_ipvs_plan;
 use crate::apply::backup::{new_backup_dir, rollback_file, write_backup, write_private};
-use crate::apply::host::{HostError, IptablesHost, RulesHost};
-use crate::apply::plan::TablePlan;
-use crate::apply::repair::Rotation;
-use crate::apply::rollback::{RollbackPolicy, roll_back as roll_back_chains};
+use crate::apply::host::HostError;
+use crate::apply::iptables::host::{IptablesHost, RulesHost};
+use crate::apply::iptables::plan::TablePlan;
+use crate::apply::iptables::repair::Rotation;
+use crate::apply::iptables::rollback::{RollbackPolicy, roll_back as roll_back_chains};
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;
@@ -138,7 +139,7 @@ impl IpvsTarget {
         current_iptables: &str,
     ) -> Result<IpvsPlan, ParseError> {
         let expected_rules = Ruleset::parse(&self.iptables_text, &ParseOptions::default())?;
-        let ipt = crate::apply::plan::plan(&expected_rules, current_rules, false);
+        let ipt = crate::apply::iptables::plan::plan(&expected_rules, current_rules, false);
         let mut referenced = referenced_sets(&self.iptables_text);
         referenced.extend(referenced_sets(&foreign_rule_lines(
             current_iptables,

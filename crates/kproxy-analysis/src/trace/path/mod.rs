@@ -14,7 +14,7 @@
 //! proxier::expected_service_ports ▶ ServiceDecisions ┘
 //! ```
 //!
-//! Callers: `cli/trace.rs` parses the dump with [`crate::graph::iptables::build`] (passing
+//! Callers: `cli/trace/mod.rs` parses the dump with [`crate::graph::iptables::build`] (passing
 //! [`resolver_for`]`(plan)` so comment-less dumps get names), computes the plan, then calls
 //! [`build`], then renders the view with `crate::output::trace_path` (presentation lives there,
 //! above this layer).

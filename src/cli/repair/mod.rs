@@ -194,9 +194,10 @@ fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if args.live.all_nodes {
         bail!("repair works on one node at a time (--all-nodes is for verify): name the node");
     }
-    match mode(&args)?.mode {
+    let decision = mode(&args)?;
+    match decision.mode {
         ProxyMode::Ipvs => return ipvs::run(args),
-        ProxyMode::Nftables => return nftables::run(args, global),
+        ProxyMode::Nftables => return nftables::run(args, global, &decision),
         ProxyMode::Iptables => {}
     }
     if !args.local && args.iptables_save.is_none() {

@@ -107,7 +107,7 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
             )
         })?;
         let plan = target
-            .plan(&current, &rules, &ipt_text)
+            .plan(&current, &rules)
             .context("parsing the rendered IPVS-mode iptables rules")?;
         let mut refused = refusals(&guard, &current, &target.ownership(&current), &rules);
         refused.extend(crate::apply::allow::check_ipvs_plan(

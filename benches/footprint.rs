@@ -12,7 +12,7 @@ mod scale;
 #[global_allocator]
 static ALLOC: counting::Counting = counting::Counting;
 
-use kproxy::compare::verify;
+use kproxy::compare::iptables::verify;
 use kproxy::graph::{self, GraphOptions};
 use kproxy::model::Ruleset;
 use kproxy_parsers::iptables::{Family, ParseOptions, parse_dump};
@@ -46,7 +46,7 @@ fn main() {
     report("parse + model", p);
     let (_, p) = counting::peak_of(|| {
         black_box(
-            graph::from_text(dump, "scale", &strict, &GraphOptions::default())
+            graph::iptables::from_text(dump, "scale", &strict, &GraphOptions::default())
                 .map(|g| g.service_ports.len()),
         )
     });
@@ -54,10 +54,11 @@ fn main() {
     // The parts: what the model keeps, and what building the graph adds on top of it.
     let base = counting::live();
     let dump_ast = parse_dump(dump, &strict).expect("parses");
-    let facts = graph::DumpSummary::of(&dump_ast);
+    let facts = graph::iptables::DumpSummary::of(&dump_ast);
     let rs = Ruleset::from_dump(dump_ast);
     report("  model kept", counting::live() - base);
-    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &GraphOptions::default()));
+    let (g, p) =
+        counting::peak_of(|| graph::iptables::build_ruleset(&rs, &facts, &GraphOptions::default()));
     report("  graph build (over the model)", p);
     drop(rs);
     report("  graph kept", counting::live() - base);
@@ -70,7 +71,7 @@ fn main() {
         comparison_only: true,
         ..GraphOptions::default()
     };
-    let (g, p) = counting::peak_of(|| graph::build_ruleset(&rs, &facts, &lean));
+    let (g, p) = counting::peak_of(|| graph::iptables::build_ruleset(&rs, &facts, &lean));
     report("  verify's graph build", p);
     drop(rs);
     report("  verify's graph kept", counting::live() - base);
@@ -95,7 +96,7 @@ fn main() {
     );
     report("  plan kept", counting::live() - base);
     let base = counting::live();
-    let expected = kproxy::compare::expected::expected_ports(&plan);
+    let expected = kproxy::compare::iptables::expected::expected_ports(&plan);
     report("  expected ports kept", counting::live() - base);
     drop(expected);
     let (rendered, p) = counting::peak_of(|| {
@@ -108,7 +109,7 @@ fn main() {
     };
     let base = counting::live();
     let (keys, p) = counting::peak_of(|| {
-        kproxy::compare::rule_level::ExpectedRules::build(
+        kproxy::compare::iptables::rule_level::ExpectedRules::build(
             &render,
             Family::V4,
             plan.nat_chains_estimate(),

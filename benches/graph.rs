@@ -10,7 +10,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kproxy::graph::{self, DumpSummary, GraphOptions};
+use kproxy::graph::{self, GraphOptions, iptables::DumpSummary};
 use kproxy::model::Ruleset;
 use kproxy_parsers::iptables::{ParseOptions, parse_dump};
 use std::hint::black_box;
@@ -32,7 +32,7 @@ fn benches(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("parse_and_build/10k_services_x10", |b| {
         b.iter(|| {
-            graph::from_text(black_box(&text), "scale", &parse, &opts)
+            graph::iptables::from_text(black_box(&text), "scale", &parse, &opts)
                 .map(|g| g.service_ports.len())
         })
     });
@@ -41,12 +41,12 @@ fn benches(c: &mut Criterion) {
     let rs = Ruleset::from_dump(dump);
     g.bench_function("build_ruleset/10k_services_x10", |b| {
         b.iter(|| {
-            graph::build_ruleset(black_box(&rs), &facts, &opts)
+            graph::iptables::build_ruleset(black_box(&rs), &facts, &opts)
                 .service_ports
                 .len()
         })
     });
-    let built = graph::build_ruleset(&rs, &facts, &opts);
+    let built = graph::iptables::build_ruleset(&rs, &facts, &opts);
     g.bench_function("table/10k_services_x10", |b| {
         b.iter(|| kproxy::output::graph::table_text(black_box(&built), false, false).len())
     });

@@ -11,7 +11,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kproxy::apply::plan::plan;
+use kproxy::apply::iptables::plan::plan;
 use kproxy::model::Ruleset;
 use kproxy_parsers::iptables::ParseOptions;
 use std::hint::black_box;

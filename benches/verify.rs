@@ -15,7 +15,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 #[path = "support/scale.rs"]
 mod scale;
 
-use kproxy::compare::verify;
+use kproxy::compare::iptables::verify;
 use std::hint::black_box;
 
 fn benches(c: &mut Criterion) {

@@ -52,7 +52,7 @@ fn graph_of(prefix: &str) -> Option<ServiceGraph<'static>> {
     let lenient = SAMPLES.iter().find(|s| s.0 == prefix).is_some_and(|s| s.1);
     let mut opts = ParseOptions::default().with_table("nat");
     opts.lenient = lenient;
-    Some(graph::from_text(text, &name, &opts, &GraphOptions::default()).expect("parses"))
+    Some(graph::iptables::from_text(text, &name, &opts, &GraphOptions::default()).expect("parses"))
 }
 
 fn port<'g, 'a>(g: &'g ServiceGraph<'a>, name: &str) -> &'g ServicePort<'a> {
@@ -279,7 +279,7 @@ fn eks_localhost_nodeport_and_no_detector() {
 
 fn build(text: &str, resolver: NameResolver) -> ServiceGraph<'_> {
     let dump = parse_dump(text, &ParseOptions::default()).expect("parses");
-    graph::build(
+    graph::iptables::build(
         &dump,
         &GraphOptions {
             resolver,
@@ -723,8 +723,8 @@ fn comparison_only_graph_is_the_full_graph_without_edges_and_hairpin_rules() {
         let Ok(dump) = parse_dump(&text, &opts) else {
             continue;
         };
-        let full = graph::build(&dump, &GraphOptions::default());
-        let lean = graph::build(
+        let full = graph::iptables::build(&dump, &GraphOptions::default());
+        let lean = graph::iptables::build(
             &dump,
             &GraphOptions {
                 comparison_only: true,

@@ -196,7 +196,7 @@ fn graph_of_each_nat_listing_equals_the_graph_of_its_save() {
             continue;
         }
         let save = read(&format!("{set}.save"));
-        let want = graph::from_text(
+        let want = graph::iptables::from_text(
             &save,
             "save",
             &ParseOptions::strict(),
@@ -207,7 +207,7 @@ fn graph_of_each_nat_listing_equals_the_graph_of_its_save() {
         let listing = read_listing(&text, Some("nat"));
         assert_eq!(listing.table_source, TableSource::Given);
         let opts = ParseOptions::lenient().with_table(listing.table);
-        let got = graph::from_text(&listing.text, &file, &opts, &GraphOptions::default())
+        let got = graph::iptables::from_text(&listing.text, &file, &opts, &GraphOptions::default())
             .expect("listing graph");
         let (want_v, got_v) = (view(&want, "nat"), view(&got, "nat"));
         assert_eq!(got_v, want_v, "{file}");

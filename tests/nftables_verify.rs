@@ -394,7 +394,7 @@ pub(crate) fn tables(ns: &Netns) -> String {
 }
 
 #[test]
-fn a_failed_apply_is_rolled_back_and_an_empty_node_is_installed() {
+fn a_failed_apply_changes_nothing_and_an_empty_node_is_installed() {
     if !require_root_and_tools(&["nft"]) {
         return;
     }
@@ -428,9 +428,17 @@ fn a_failed_apply_is_rolled_back_and_an_empty_node_is_installed() {
     );
     expect_exit(&failed, 2, "injected fault");
     let doc = json_doc(&failed);
-    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
+    // nft applies a transaction whole or not at all: the failed one changed nothing, and the
+    // outcome says so (the text: "nothing had been changed").
+    assert_eq!(outcome(&doc), "failed", "{doc:#}");
+    assert!(
+        doc["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing had been changed")),
+        "{doc:#}"
+    );
     assert!(doc["backup"].is_string(), "{doc}");
-    assert_eq!(tables(&ns), before, "the rollback restores the tables");
+    assert_eq!(tables(&ns), before, "the tables are as they were");
     assert!(
         ns.nft(&["list", "set", "ip", "kube-proxy", &affinity])
             .expect("list set")

@@ -733,7 +733,7 @@ mod properties {
         /// dump rule by its text (`rule_level::text_key`).
         #[test]
         fn canonical_key_text_is_a_fixed_point(r in rule()) {
-            let omit = kproxy::compare::rule_level::KEY_OMIT;
+            let omit = kproxy::compare::iptables::rule_level::KEY_OMIT;
             let written = format!("-A X {r}");
             let first = parse_rule_line(&written).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let mut canonical = String::new();

@@ -222,8 +222,8 @@ seed() {
   ip addr del 10.96.60.6/32 dev kube-ipvs0
   iptables -t nat -D KUBE-MARK-MASQ 1
   iptables -t filter -D INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
-  ipset create KUBE-OLD-STALE hash:ip
-  ipset add KUBE-OLD-STALE 10.1.2.3
+  ipset create KUBE-SRC-OLDSTALE hash:ip
+  ipset add KUBE-SRC-OLDSTALE 10.1.2.3
   ipvsadm -A -t 192.0.2.10:80 -s wrr
   ipvsadm -a -t 192.0.2.10:80 -r 192.0.2.20:80 -g -w 3
   ipvsadm -A -t 203.0.113.7:8443 -s sh -p 60
@@ -305,8 +305,8 @@ fn finding_ids(verify_json: &str) -> Vec<(String, String)> {
 /// End to end on a real IPVS kernel (one VM boot): `repair --local --apply` installs kube-proxy's
 /// IPVS state from nothing; seeded drifts are planned in a dry run that changes nothing; a failing
 /// apply is rolled back exactly; the apply fixes every drift (verify finds only the foreign
-/// virtual servers), leaves foreign virtual servers, ipsets and chains untouched, destroys the stale
-/// KUBE-* set, and a second apply has nothing to do.
+/// virtual servers), leaves foreign virtual servers, ipsets (also one named `KUBE-…`, as
+/// kube-router names its sets) and chains untouched, and a second apply has nothing to do.
 #[test]
 fn repair_ipvs_live_vm() {
     let Some(shared) = shared_ipvs() else { return };
@@ -384,7 +384,6 @@ fn repair_ipvs_live_vm() {
         "add KUBE-CLUSTER-IP 10.96.0.10,tcp:9153",
         "ip addr add 10.96.60.6/32 dev kube-ipvs0",
         "ip addr del 10.96.99.99/32 dev kube-ipvs0",
-        "destroy KUBE-OLD-STALE",
         "rewrite KUBE-MARK-MASQ",
         "insert  INPUT",
         "keep: virtual server TCP 192.0.2.10:80: inside ipvs.excludeCIDRs",
@@ -396,6 +395,7 @@ fn repair_ipvs_live_vm() {
         "-t 203.0.113.7",
         "-t 192.0.2.10",
         "my-foreign",
+        "KUBE-SRC-OLDSTALE",
         "FOREIGN-CHAIN",
     ] {
         assert!(
@@ -445,8 +445,8 @@ fn repair_ipvs_live_vm() {
     assert_eq!((rc, body.trim()), (0, ""), "foreign state changed");
     let (body, _) = get("stale-set");
     assert!(
-        !body.contains("KUBE-OLD-STALE") && body.contains("my-foreign"),
-        "{body}"
+        body.contains("KUBE-SRC-OLDSTALE") && body.contains("my-foreign"),
+        "a set of another program's (kube-router names its sets KUBE-SRC-/KUBE-DST-) is never destroyed: {body}"
     );
     let (body, rc) = get("again");
     assert_eq!(rc, 0, "{body}");

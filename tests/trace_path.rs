@@ -46,7 +46,7 @@ fn graph_with(plan: Option<&ServiceDecisions>) -> graph::ServiceGraph<'static> {
         std::fs::read_to_string(root().join("testdata/trace/node-1.iptables")).expect("dump");
     let text: &'static str = Box::leak(text.into_boxed_str());
     let resolver = plan.map(path::resolver_for).unwrap_or_default();
-    graph::from_text(
+    graph::iptables::from_text(
         text,
         "node-1.iptables",
         &ParseOptions::default(),
@@ -161,7 +161,7 @@ impl Golden {
         let (decisions, node) = self.decisions();
         let decisions = compare.then_some(decisions);
         let text: &'static str = Box::leak(dump.to_string().into_boxed_str());
-        let graph = graph::from_text(
+        let graph = graph::iptables::from_text(
             text,
             "expected.iptables",
             &ParseOptions::default(),
@@ -422,7 +422,7 @@ fn selector_errors() {
     ));
     let Some(g) = golden() else { return };
     let text: &'static str = Box::leak(g.dump.clone().into_boxed_str());
-    let graph = graph::from_text(
+    let graph = graph::iptables::from_text(
         text,
         "expected.iptables",
         &ParseOptions::default(),

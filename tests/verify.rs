@@ -5,7 +5,8 @@
 
 use crate::support::netns::{Backend, Family, Netns, require_root_and_tools};
 use assert_cmd::Command;
-use kproxy::compare::{DumpText, NodePlans, Report, VerifyInput};
+use kproxy::compare::Report;
+use kproxy::compare::iptables::{DumpText, NodePlans, VerifyInput};
 use kproxy::proxier::iptables::{RenderOptions, render};
 use kproxy::state::ClusterState;
 use kproxy::state::config::ProxyConfig;
@@ -93,7 +94,7 @@ fn verify(c: &Cluster, v4: &str, v6: Option<&str>, legacy: Option<&str>) -> Repo
         parse: ParseOptions::strict(),
         group_alike: false,
     };
-    kproxy::compare::verify(&input).expect("verify runs")
+    kproxy::compare::iptables::verify(&input).expect("verify runs")
 }
 
 /// Planning on a thread of its own while the dump is parsed ([`NodePlans::start`], what the
@@ -120,7 +121,7 @@ fn planning_on_its_own_thread_reports_the_same() {
             parse: ParseOptions::strict(),
             group_alike: false,
         };
-        kproxy::compare::verify(&input).expect("verify runs")
+        kproxy::compare::iptables::verify(&input).expect("verify runs")
     };
     let first = report(&|d| NodePlans::new(&c.state, &c.config, &c.facts, d));
     let state = std::sync::Arc::new(c.state.clone());

@@ -1,7 +1,7 @@
 //! The large-node inputs of the benches: `target/scale/` made by `testdata/make-scale-dump.sh`
 //! (root; a real `iptables-save` of the rendered 10,000 services × 10 endpoints).
 
-use kproxy::compare::{DumpText, NodePlans, VerifyInput};
+use kproxy::compare::iptables::{DumpText, NodePlans, VerifyInput};
 use kproxy::state::ClusterState;
 use kproxy::state::config::ProxyConfig;
 use kproxy::state::ip::IpFamily;

@@ -1,6 +1,7 @@
 //! Flag groups shared by several commands, defined once.
 
-use crate::apply::host::Backend;
+use crate::apply::iptables::host::Backend;
+use crate::collect::ipvs_dumps::IpvsTexts;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -508,5 +509,45 @@ impl From<BackendArg> for Backend {
             BackendArg::Nft => Backend::Nft,
             BackendArg::Legacy => Backend::Legacy,
         }
+    }
+}
+
+/// IPVS-mode dump flags.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "IPVS dumps (offline)")]
+pub struct IpvsArgs {
+    /// `ipvsadm -Ln` / `-Sn` / `-Ln --stats` / `-Lnc` output (repeatable; files may concatenate several).
+    #[arg(long = "ipvsadm", value_name = "FILE")]
+    pub ipvsadm: Vec<PathBuf>,
+    /// `ipset save` or `ipset list` output.
+    #[arg(hide_short_help = true, long = "ipset", value_name = "FILE")]
+    pub ipset: Option<PathBuf>,
+    /// `ip addr` / `ip -o addr` output covering `kube-ipvs0` (its addresses are compared).
+    #[arg(hide_short_help = true, long = "ip-addr", value_name = "FILE")]
+    pub ip_addr: Option<PathBuf>,
+    /// Read pastes (the command's `--lenient`, set by the command).
+    #[arg(skip)]
+    pub lenient: bool,
+}
+
+impl IpvsArgs {
+    /// True when any IPVS dump was given (selects the IPVS code path).
+    pub fn given(&self) -> bool {
+        !self.ipvsadm.is_empty()
+    }
+}
+
+impl IpvsArgs {
+    /// Reads the dumps the flags name ([`IpvsTexts::read`]), printing what reading them did.
+    pub fn read(&self) -> anyhow::Result<IpvsTexts> {
+        Ok(with_warnings(|w| {
+            IpvsTexts::read(
+                &self.ipvsadm,
+                self.ipset.as_deref(),
+                self.ip_addr.as_deref(),
+                self.lenient,
+                w,
+            )
+        })?)
     }
 }

@@ -4,7 +4,7 @@
 
 use super::common::{BackendArg, GlobalArgs, NodeFactArgs};
 use crate::apply::conntrack::LocalConntrack;
-use crate::apply::host::IptablesHost;
+use crate::apply::iptables::host::IptablesHost;
 use crate::apply::nftables::host::LocalNft;
 use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
 use crate::collect::local::kube_proxy_pid;

@@ -65,7 +65,7 @@ pub struct VerifyArgs {
     pub live: super::live::LiveArgs,
     /// IPVS dumps (`--ipvsadm` selects IPVS-mode verification).
     #[command(flatten)]
-    pub ipvs: super::ipvs::IpvsArgs,
+    pub ipvs: super::common::IpvsArgs,
     /// The node's conntrack table (findings KP6xx).
     #[command(flatten)]
     pub conntrack: super::conntrack::ConntrackArgs,

@@ -430,7 +430,7 @@ fn write_ports<W: std::io::Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{GraphOptions, from_dump};
+    use crate::graph::{GraphOptions, iptables::from_dump};
     use crate::parsers::iptables::{ParseOptions, parse_dump};
 
     #[test]

@@ -66,39 +66,9 @@ impl ParseOptions {
     }
 }
 
-/// A fast, non-cryptographic hasher for chain-name maps (FxHash: rotate, xor, multiply per word).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NameHasher(u64);
-
-impl std::hash::Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write(&[i]);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write(&i.to_le_bytes());
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// `BuildHasher` of [`NameHasher`], for `HashMap<&str, _>` keyed by chain names.
-pub type NameHash = std::hash::BuildHasherDefault<NameHasher>;
+/// The hasher of chain-name maps (`HashMap<&str, _>` keyed by chain names): FxHash, fast and
+/// not cryptographic — the names come from the node's own dump, and a large node has 110k.
+pub type NameHash = rustc_hash::FxBuildHasher;
 
 /// The table names netfilter knows, as `'static` strings.
 const TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];

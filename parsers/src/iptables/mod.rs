@@ -15,6 +15,5 @@ mod values;
 
 pub use ast::*;
 pub use dump::{
-    NameHash, NameHasher, ParseOptions, for_each_rule, infer_spec_table, parse_dump,
-    parse_rule_line,
+    NameHash, ParseOptions, for_each_rule, infer_spec_table, parse_dump, parse_rule_line,
 };

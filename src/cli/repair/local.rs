@@ -7,9 +7,9 @@ use super::report::{
 use super::{RepairArgs, RepairFormat, choose_release, conntrack, input_facts, local_iptables};
 use crate::apply::allow::{Proxier, check_plan};
 use crate::apply::guard::refusals;
-use crate::apply::host::RulesHost;
-use crate::apply::plan::{ChainAction, Plan, plan};
-use crate::apply::repair::{RepairReport, Rotation, expected_and_guard, guarded_repair};
+use crate::apply::iptables::host::RulesHost;
+use crate::apply::iptables::plan::{ChainAction, Plan, plan};
+use crate::apply::iptables::repair::{RepairReport, Rotation, expected_and_guard, guarded_repair};
 use crate::cli::common::{load_proxy_inputs, read_input};
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;

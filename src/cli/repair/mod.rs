@@ -17,9 +17,9 @@ mod report;
 
 use crate::apply::backup::{DEFAULT_BACKUP_DIR, DEFAULT_KEEP_BACKUPS};
 use crate::apply::guard::InputConditions;
-use crate::apply::host::IptablesHost;
-use crate::apply::repair::RepairOptions;
-use crate::apply::rollback::RollbackPolicy;
+use crate::apply::iptables::host::IptablesHost;
+use crate::apply::iptables::repair::RepairOptions;
+use crate::apply::iptables::rollback::RollbackPolicy;
 use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs, load_config};
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
@@ -194,9 +194,10 @@ fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if args.live.all_nodes {
         bail!("repair works on one node at a time (--all-nodes is for verify): name the node");
     }
-    match mode(&args)?.mode {
+    let decision = mode(&args)?;
+    match decision.mode {
         ProxyMode::Ipvs => return ipvs::run(args),
-        ProxyMode::Nftables => return nftables::run(args, global),
+        ProxyMode::Nftables => return nftables::run(args, global, &decision),
         ProxyMode::Iptables => {}
     }
     if !args.local && args.iptables_save.is_none() {

@@ -14,8 +14,8 @@ use crate::apply::nftables::repair::{NftRepairOptions, NftRepairReport, Target, 
 use crate::cli::common::{GlobalArgs, load_config};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
+use crate::pipeline::mode::ModeDecision;
 use crate::state::ProxyInputs;
-use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::Args;
 use kproxy_parsers::nft::Family;
@@ -81,7 +81,11 @@ fn offline_error() -> crate::apply::host::HostError {
 }
 
 /// Runs `repair` for an nftables-mode node.
-pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
+pub fn run(
+    args: RepairArgs,
+    _global: &GlobalArgs,
+    decision: &ModeDecision,
+) -> anyhow::Result<Outcome> {
     let offline = args.nftables.nft_ruleset.clone();
     if !args.local && offline.is_none() {
         bail!(
@@ -96,11 +100,7 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let release = nftables_release(&args)?;
     let inputs = load_nftables_inputs(&args, release)?;
-    let mut guard_facts = input_facts(&args, &inputs)?;
-    // Selected from the host's table when the configuration names no mode.
-    if inputs.config.mode.is_none() {
-        guard_facts.configured_mode = Some(ProxyMode::Nftables);
-    }
+    let guard_facts = input_facts(&args, &inputs)?.decided(decision.mode);
     let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
     crate::cli::common::print_warnings_once(targets.iter().flat_map(|t| &t.expected.warnings));
     let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();

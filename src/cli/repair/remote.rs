@@ -6,9 +6,9 @@
 
 use super::local::report_outcome;
 use super::{RepairArgs, choose_release, conntrack, input_facts};
-use crate::apply::host::{Backend, tool_name};
-use crate::apply::remote::{RemoteHost, detect_backend, nfacct_from_rules};
-use crate::apply::repair::{expected_and_guard, guarded_repair};
+use crate::apply::iptables::host::{Backend, tool_name};
+use crate::apply::iptables::remote::{RemoteHost, detect_backend, nfacct_from_rules};
+use crate::apply::iptables::repair::{expected_and_guard, guarded_repair};
 use crate::cli::common::{GlobalArgs, print_warnings};
 use crate::cli::live::{CollectorChoice, LiveState};
 use crate::collect::{self, CommandRunner, NodeSnapshot};

@@ -3,8 +3,8 @@
 
 use super::RepairArgs;
 use crate::apply::allow::NOT_KUBE_PROXYS;
-use crate::apply::plan::{ChainAction, Plan};
-use crate::apply::repair::{RepairError, RollbackOutcome, Rotation};
+use crate::apply::iptables::plan::{ChainAction, Plan};
+use crate::apply::iptables::repair::{RepairError, RollbackOutcome, Rotation};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -178,12 +178,13 @@ pub(super) fn finish(
 /// The JSON document of a repair that failed: `outcome` is `rolled_back` (a change failed or
 /// did not verify, and what the repair changed was put back), `rollback_failed` (putting it
 /// back failed too: `rollback_error` says why and how to finish it by hand) or `failed`
-/// (nothing was changed); `backup` is the backup when one was taken, `rollback_notes` what
-/// the rollback left as it was (and why), `error` the whole error message.
+/// (nothing was changed, also when the first change failed as a whole); `backup` is the
+/// backup when one was taken, `rollback_notes` what the rollback left as it was (and why),
+/// `error` the whole error message.
 pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
     use crate::apply::ipvs::repair::IpvsRepairError;
     use crate::apply::nftables::repair::NftRepairError;
-    let changed: Option<(&Path, Result<Vec<String>, String>)> =
+    let changed: Option<(&Path, Result<Undone, String>)> =
         if let Some(err) = e.downcast_ref::<RepairError>() {
             err.rolled_back().map(|(b, r)| (b, rollback_notes(r)))
         } else if let Some(err) = e.downcast_ref::<NftRepairError>() {
@@ -199,13 +200,20 @@ pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
                     },
                 ) => Some((
                     backup.as_path(),
-                    rollback.clone().map_or(Ok(Vec::new()), Err),
+                    rollback.clone().map_or(
+                        Ok(Undone {
+                            anything: true,
+                            notes: Vec::new(),
+                        }),
+                        Err,
+                    ),
                 )),
                 _ => None,
             }
         };
     let outcome = match &changed {
         None => "failed",
+        Some((_, Ok(u))) if !u.anything => "failed",
         Some((_, Ok(_))) => "rolled_back",
         Some((_, Err(_))) => "rollback_failed",
     };
@@ -214,15 +222,26 @@ pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
         "applied": false,
         "backup": changed.as_ref().map(|(b, _)| b.display().to_string()),
         "rollback_error": changed.as_ref().and_then(|(_, r)| r.as_ref().err()),
-        "rollback_notes": changed.as_ref().and_then(|(_, r)| r.as_ref().ok()).cloned().unwrap_or_default(),
+        "rollback_notes": changed.as_ref().and_then(|(_, r)| r.as_ref().ok()).map(|u| u.notes.clone()).unwrap_or_default(),
         "error": format!("{e:#}"),
     })
 }
 
-/// The notes of a rollback that was done, or why it failed.
-fn rollback_notes(r: &RollbackOutcome) -> Result<Vec<String>, String> {
+/// What a rollback that ran put back.
+struct Undone {
+    /// Whether it had anything to put back (the failed change had changed something).
+    anything: bool,
+    /// What it left as it was, and why.
+    notes: Vec<String>,
+}
+
+/// What a rollback put back, or why it failed.
+fn rollback_notes(r: &RollbackOutcome) -> Result<Undone, String> {
     r.as_ref()
-        .map(|done| done.notes.clone())
+        .map(|done| Undone {
+            anything: done.attempts > 0,
+            notes: done.notes.clone(),
+        })
         .map_err(Clone::clone)
 }
 
@@ -308,6 +327,10 @@ mod tests {
     use std::path::PathBuf;
 
     fn apply_error(rollback: Option<&str>) -> anyhow::Error {
+        apply_error_after(rollback, 1)
+    }
+
+    fn apply_error_after(rollback: Option<&str>, attempts: u32) -> anyhow::Error {
         anyhow::Error::from(RepairError::Apply {
             table: "nat".into(),
             source: Box::new(HostError::Failed {
@@ -317,8 +340,8 @@ mod tests {
             }),
             backup: PathBuf::from("/b/node-ipv4-1.rules"),
             rollback: match rollback {
-                None => Ok(crate::apply::rollback::RolledBack {
-                    attempts: 1,
+                None => Ok(crate::apply::iptables::rollback::RolledBack {
+                    attempts,
                     notes: Vec::new(),
                 }),
                 Some(e) => Err(e.to_string()),
@@ -339,6 +362,10 @@ mod tests {
                 && error.ends_with("bad rule"),
             "{error}"
         );
+        // The first table's restore failed as a whole: nothing to put back.
+        let doc = failure_doc(&apply_error_after(None, 0));
+        assert_eq!(doc["outcome"], "failed");
+        assert_eq!(doc["backup"], "/b/node-ipv4-1.rules");
         let doc = failure_doc(&apply_error(Some("lock busy")));
         assert_eq!(doc["outcome"], "rollback_failed");
         assert_eq!(doc["rollback_error"], "lock busy");

@@ -40,17 +40,26 @@ impl Check {
     }
 }
 
-macro_rules! catalogue {
-    ($( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
-        $( $(#[$doc])* pub const $name: Check = Check {
-            id: $id, severity: Severity::$sev, title: $title, incidents: $inc, hint: $hint,
+/// Declares checks: one `Check` constant per entry (`NAME = "KPnnn", Severity, "title",
+/// "incidents", "hint";`) and, first, the name of the slice of them all, in the order given.
+macro_rules! checks {
+    ($(#[$all_doc:meta])* $all:ident; $( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
+        $( $(#[$doc])* pub const $name: $crate::compare::catalogue::Check = $crate::compare::catalogue::Check {
+            id: $id,
+            severity: $crate::compare::finding::Severity::$sev,
+            title: $title,
+            incidents: $inc,
+            hint: $hint,
         }; )*
-        /// Every check, in ID order.
-        pub const ALL: &[Check] = &[$($name),*];
+        $(#[$all_doc])*
+        pub const $all: &[$crate::compare::catalogue::Check] = &[$($name),*];
     };
 }
+pub(crate) use checks;
 
-catalogue! {
+checks! {
+    /// Every check, in ID order.
+    ALL;
     // ---- KP0xx: node-wide and backend ----
     /// The dump holds rules the iptables userspace could not decode (version skew).
     USERSPACE_SKEW = "KP001", Error,

@@ -46,17 +46,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 
-macro_rules! checks {
-    ($( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
-        $( $(#[$doc])* pub const $name: Check = Check {
-            id: $id, severity: Severity::$sev, title: $title, incidents: $inc, hint: $hint,
-        }; )*
-        /// Every conntrack check, in ID order.
-        pub const CHECKS: &[Check] = &[$($name),*];
-    };
-}
-
-checks! {
+crate::compare::catalogue::checks! {
+    /// Every conntrack check, in ID order.
+    CHECKS;
     /// UDP/SCTP flows whose reply source is no serving endpoint of the service port.
     STALE_ENDPOINT = "KP601", Error,
         "UDP/SCTP flows still DNAT to an endpoint the service port no longer has", "F13",

@@ -4,8 +4,7 @@
 //! Comparison rules (docs/ipvs.md, "What is compared"): keyed sets, never line order; weight-0
 //! draining tolerated.
 
-use super::catalogue::Check;
-use super::finding::{Finding, Severity};
+use super::finding::Finding;
 use crate::proxier::ipvs::{ExpectedIpvs, ExpectedVs, iptables as ipvs_rules, sets};
 use crate::state::ip::IpFamily;
 use crate::state::mode::ProxyMode;
@@ -16,17 +15,9 @@ use kproxy_parsers::ipvsadm::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-macro_rules! checks {
-    ($( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
-        $( $(#[$doc])* pub const $name: Check = Check {
-            id: $id, severity: Severity::$sev, title: $title, incidents: $inc, hint: $hint,
-        }; )*
-        /// Every IPVS check, in ID order.
-        pub const CHECKS: &[Check] = &[$($name),*];
-    };
-}
-
-checks! {
+crate::compare::catalogue::checks! {
+    /// Every IPVS check, in ID order.
+    CHECKS;
     /// A virtual server kube-proxy should have programmed is absent.
     VS_MISSING = "KP501", Error, "IPVS virtual server missing", "F17",
         "kube-proxy re-creates it on its next sync; if it does not, read kube-proxy's log (ipvs sync errors) and restart it";
@@ -813,6 +804,7 @@ pub fn mode_finding(configured: ProxyMode, node: ProxyMode) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::Severity;
 
     #[test]
     fn ids_unique_sorted_documented() {

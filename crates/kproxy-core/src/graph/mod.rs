@@ -11,14 +11,12 @@
 //!
 //! The JSON form (`graph -o json`) is a stable interface documented in `docs/graph-json.md`.
 
-mod anomalies;
-mod build;
+pub mod iptables;
 pub mod ipvs;
 pub mod names;
 pub mod nftables;
 pub mod ownership;
 
-pub use build::{DumpSummary, GraphOptions, build, build_ruleset, from_dump};
 pub use names::NameResolver;
 pub use ownership::{ChainKind, is_kube_proxy_chain};
 
@@ -46,6 +44,25 @@ impl<'g, 'a> GraphDocument<'g, 'a> {
             graphs,
         }
     }
+}
+
+/// How to build a graph.
+#[derive(Debug, Clone, Default)]
+pub struct GraphOptions {
+    /// Known service ports, to name chains of dumps without comments.
+    pub resolver: NameResolver,
+    /// Name of the input (file path or `<stdin>`), copied into [`ServiceGraph::source`].
+    pub source: Option<String>,
+    /// Keep only what `verify`'s graph-level comparison reads: no [`ServicePort::edges`]
+    /// (drawing and tracing read them) and no hairpin rules of endpoint chains in
+    /// [`ServicePort::masquerade`] (each endpoint's [`Endpoint::hairpin_masquerade`] still says
+    /// whether it has one): on a large node, megabytes and hundreds of thousands of allocations
+    /// less (BENCHMARKS.md).
+    ///
+    /// [`ServicePort::edges`]: ServicePort::edges
+    /// [`ServicePort::masquerade`]: ServicePort::masquerade
+    /// [`Endpoint::hairpin_masquerade`]: Endpoint::hairpin_masquerade
+    pub comparison_only: bool,
 }
 
 /// The service graph of one dump. Per-endpoint strings borrow the dump text (`'a`).
@@ -560,20 +577,4 @@ pub struct Anomaly {
     pub service: Option<String>,
     /// One-line description.
     pub message: String,
-}
-
-/// Parses `text` (named `source` in errors and in the graph) and builds its graph.
-pub fn from_text<'a>(
-    text: &'a str,
-    source: &str,
-    parse: &crate::parsers::iptables::ParseOptions,
-    opts: &GraphOptions,
-) -> Result<ServiceGraph<'a>, crate::parsers::ParseError> {
-    let dump =
-        crate::parsers::iptables::parse_dump(text, parse).map_err(|e| e.in_source(source))?;
-    let opts = GraphOptions {
-        source: Some(source.to_string()),
-        ..opts.clone()
-    };
-    Ok(from_dump(dump, &opts))
 }

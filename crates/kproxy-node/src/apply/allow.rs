@@ -15,9 +15,9 @@
 //! A plan that asks for anything else is a bug in the render: it is refused, never applied,
 //! also with `--force`. Each refusal starts with [`NOT_KUBE_PROXYS`] and names the object.
 
+use super::iptables::plan::Plan;
 use super::ipvs::plan::{Disposal, IpvsPlan, Ownership};
 use super::ipvs::state::IpvsState;
-use super::plan::Plan;
 use crate::graph::ownership::is_kube_proxy_chain;
 use crate::model::Ruleset;
 use crate::proxier::iptables::BASE_JUMPS;
@@ -348,12 +348,10 @@ pub fn check_ipvs_plan(
         }
     }
     for c in &plan.destroy_sets {
-        if ownership.set(c.set(), false) != Disposal::Remove {
-            out.push(format!(
-                "{NOT_KUBE_PROXYS}: the plan would destroy ipset {}, which is not a stale kube-proxy set",
-                c.set()
-            ));
-        }
+        out.push(format!(
+            "{NOT_KUBE_PROXYS}: the plan would destroy ipset {}; a repair never destroys a set",
+            c.set()
+        ));
     }
     for c in &plan.ipvs {
         let vs = c.vs();
@@ -373,7 +371,7 @@ pub fn check_ipvs_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::plan::plan;
+    use crate::apply::iptables::plan::plan;
 
     fn rs(text: &str) -> Ruleset<'_> {
         Ruleset::parse(text, &ParseOptions::default()).expect("test input parses")
@@ -549,9 +547,7 @@ mod tests {
                 set: "KUBE-CLUSTER-IP".into(),
                 member: "10.96.0.1,tcp:443".into(),
             }],
-            vec![SetChange::Destroy {
-                set: "KUBE-OLD-SET".into(),
-            }],
+            Vec::new(),
             vec![IpvsChange::DeleteVs {
                 vs: (Protocol::Tcp, ip("10.96.0.1"), 443),
             }],
@@ -565,17 +561,23 @@ mod tests {
                 set: "cali40all-hosts".into(),
                 member: "10.0.0.1".into(),
             }],
-            vec![SetChange::Destroy {
-                set: "KUBE-CLUSTER-IP".into(),
-            }],
+            vec![
+                SetChange::Destroy {
+                    set: "KUBE-CLUSTER-IP".into(),
+                },
+                SetChange::Destroy {
+                    set: "KUBE-SRC-OLDSTALE".into(),
+                },
+            ],
             vec![IpvsChange::DeleteVs {
                 vs: (Protocol::Tcp, ip("192.0.2.10"), 80),
             }],
         );
         let r = check_ipvs_plan(&foreign, &expected, &ownership);
-        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(r.len(), 4, "{r:?}");
         assert!(r[0].contains("ipset cali40all-hosts"), "{r:?}");
         assert!(r[1].contains("destroy ipset KUBE-CLUSTER-IP"), "{r:?}");
-        assert!(r[2].contains("TCP 192.0.2.10:80"), "{r:?}");
+        assert!(r[2].contains("destroy ipset KUBE-SRC-OLDSTALE"), "{r:?}");
+        assert!(r[3].contains("TCP 192.0.2.10:80"), "{r:?}");
     }
 }

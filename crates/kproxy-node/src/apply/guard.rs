@@ -56,6 +56,14 @@ impl InputConditions {
         }
     }
 
+    /// These conditions with the mode a command decided (`pipeline::mode::for_writing`)
+    /// standing for the configured one when the configuration names none (the host's tables
+    /// selected it).
+    pub fn decided(mut self, mode: ProxyMode) -> Self {
+        self.configured_mode = self.configured_mode.or(Some(mode));
+        self
+    }
+
     /// The refusal when a live kube-proxy writes the same rules: two writers undo each other's
     /// work, and a rollback after the read-back check failed would undo kube-proxy's.
     pub fn writer_refusal(&self) -> Option<String> {

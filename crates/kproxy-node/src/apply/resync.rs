@@ -13,10 +13,10 @@
 
 use super::allow::{Proxier, check_plan};
 use super::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
-use super::host::{IptablesHost, RulesHost};
+use super::iptables::host::{IptablesHost, RulesHost};
+use super::iptables::plan::{ChainAction, plan};
 use super::nftables::host::LocalNft;
 use super::nftables::repair::{Target, sync as nft_sync};
-use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
 use crate::compare::conntrack::{ServiceIndex, check};
 use crate::kube_client::Connection;

@@ -7,11 +7,10 @@ use super::mode::{self, Evidence, Given};
 use super::{NamedText, Note, ipvs, release};
 use crate::collect::{self, DumpKind, NodeSnapshot};
 use crate::compare::catalogue::FOREIGN_MODE;
+use crate::compare::iptables::{DumpText, NodePlans, ReleaseCheck, VerifyInput, WriterRelease};
 use crate::compare::nftables::{NftText, NftVerifyError, NftVerifyInput};
 use crate::compare::version::{ReleaseChoice, ReleaseSource};
-use crate::compare::{
-    DumpText, Finding, NodePlans, ReleaseCheck, Report, VerifyInput, WriterRelease,
-};
+use crate::compare::{Finding, Report};
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
@@ -137,7 +136,7 @@ pub enum VerifyError {
     Facts(#[source] NodeError),
     /// An iptables dump did not parse, or is partial.
     #[error(transparent)]
-    Iptables(#[from] crate::compare::VerifyError),
+    Iptables(#[from] crate::compare::iptables::VerifyError),
     /// An nft listing did not parse.
     #[error(transparent)]
     Nftables(#[from] NftVerifyError),
@@ -334,7 +333,7 @@ fn ipvs_node(
 }
 
 /// An iptables-mode node: the release to compare with, then its dumps (each family's, the other
-/// backend's) against kube-proxy's plan ([`crate::compare::verify_release`]), made on a thread
+/// backend's) against kube-proxy's plan ([`crate::compare::iptables::verify_release`]), made on a thread
 /// of its own while the dumps are parsed — the API state goes with it and is freed once the
 /// plan is made (also the plan of the release that wrote the rules, when that is another).
 fn iptables_node(
@@ -425,7 +424,7 @@ fn iptables_node(
         inference: Some(release.inference),
         writer,
     };
-    let report = crate::compare::verify_release(&input, &check)?;
+    let report = crate::compare::iptables::verify_release(&input, &check)?;
     let mut flows = flows;
     if dumps.nft_listing.is_none() {
         flows.extend(foreign_tables(s, report.mode));

@@ -3,9 +3,8 @@
 //! them), and an index of what each service port owns in it (its addresses and node port, by
 //! which map elements are told apart).
 
-use crate::proxier::endpoints::EndpointDetail;
-use crate::proxier::nftables::objects::{Sink, StringSink, TableFamily};
-use crate::proxier::nftables::{decisions, sync, table_family};
+use crate::proxier::nftables::objects::{StringSink, TableFamily};
+use crate::proxier::nftables::{decisions, render_each, table_family};
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
 use crate::state::node::NodeFacts;
@@ -153,36 +152,16 @@ impl ExpectedTable {
         };
         let mut index = PortIndex::default();
         let mut endpoint_chains = 0usize;
-        let warnings = {
-            let mut emitter = sync::Emitter::new(family, &mut sink as &mut dyn Sink);
-            let mut set_up = false;
-            let (node, mut warnings) = decisions::decide_each(
-                state,
-                config,
-                facts,
-                EndpointDetail::Lean,
-                &mut |node, port| {
-                    if !set_up {
-                        emitter.setup(node);
-                        set_up = true;
-                    }
-                    emitter.service_port(node, &port);
-                    endpoint_chains += port.categorized.reachable.len();
-                    index.add(&port);
-                },
-            );
-            if !set_up {
-                emitter.setup(&node);
-            }
-            warnings.extend(emitter.finish());
-            warnings
-        };
+        let summary = render_each(state, config, facts, &mut sink, &mut |port| {
+            endpoint_chains += port.categorized.reachable.len();
+            index.add(port);
+        });
         ExpectedTable {
             family: facts.family,
             text: sink.text,
             index,
             endpoint_chains,
-            warnings,
+            warnings: summary.warnings,
         }
     }
 

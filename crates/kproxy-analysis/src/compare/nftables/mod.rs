@@ -19,8 +19,7 @@ pub mod release;
 #[cfg(test)]
 mod tests;
 
-use super::catalogue::Check;
-use super::finding::{Finding, Severity};
+use super::finding::Finding;
 use super::report::Report;
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
@@ -31,17 +30,9 @@ use kproxy_parsers::ParseError;
 use kproxy_parsers::nft::{self, Family, ParseOptions, Ruleset, Table};
 use std::sync::OnceLock;
 
-macro_rules! checks {
-    ($( $(#[$doc:meta])* $name:ident = $id:literal, $sev:ident, $title:literal, $inc:literal, $hint:literal; )*) => {
-        $( $(#[$doc])* pub const $name: Check = Check {
-            id: $id, severity: Severity::$sev, title: $title, incidents: $inc, hint: $hint,
-        }; )*
-        /// Every nftables check, in ID order.
-        pub const CHECKS: &[Check] = &[$($name),*];
-    };
-}
-
-checks! {
+crate::compare::catalogue::checks! {
+    /// Every nftables check, in ID order.
+    CHECKS;
     // ---- node-wide ----
     /// The node has no `kube-proxy` table of a family kube-proxy writes.
     TABLE_MISSING = "KP701", Error, "kube-proxy's nftables table missing", "F04",

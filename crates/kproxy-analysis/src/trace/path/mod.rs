@@ -9,12 +9,12 @@
 //! endpoints, wrong shares, missing entry points — are marked inline.
 //!
 //! ```text
-//! graph::build ──▶ ServiceGraph ─┐
+//! graph::iptables::build ──▶ ServiceGraph ─┐
 //!                                 ├─ path::build(graph, selector, Some(plan)) ─▶ PathView ─▶ tree|table|json|dot
 //! proxier::expected_service_ports ▶ ServiceDecisions ┘
 //! ```
 //!
-//! Callers: `cli/trace.rs` parses the dump with [`crate::graph::build`] (passing
+//! Callers: `cli/trace/mod.rs` parses the dump with [`crate::graph::iptables::build`] (passing
 //! [`resolver_for`]`(plan)` so comment-less dumps get names), computes the plan, then calls
 //! [`build`], then renders the view with `crate::output::trace_path` (presentation lives there,
 //! above this layer).

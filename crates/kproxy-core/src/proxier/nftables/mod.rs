@@ -64,6 +64,18 @@ pub fn render_into(
     facts: &NodeFacts,
     sink: &mut dyn Sink,
 ) -> RenderSummary {
+    render_each(state, config, facts, sink, &mut |_| {})
+}
+
+/// [`render_into`], showing `each` every service port's decisions after its objects were
+/// written (what a comparison indexes the table by).
+pub fn render_each(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    facts: &NodeFacts,
+    sink: &mut dyn Sink,
+    each: &mut dyn FnMut(&decisions::PortDecisions),
+) -> RenderSummary {
     let mut emitter = sync::Emitter::new(table_family(facts.family), sink);
     let mut ports = 0usize;
     let mut set_up = false;
@@ -78,6 +90,7 @@ pub fn render_into(
                 set_up = true;
             }
             emitter.service_port(node, &port);
+            each(&port);
             ports += 1;
         },
     );

@@ -1,6 +1,6 @@
 //! The IPVS repair plan: the `ipvsadm` commands (virtual and real servers to add, edit and
-//! delete), the `ipset restore -exist` input (sets to create, members to add and delete, stale
-//! sets to destroy), the `kube-ipvs0` address changes, and the iptables chain plan of IPVS mode.
+//! delete), the `ipset restore -exist` input (sets to create, members to add and delete), the
+//! `kube-ipvs0` address changes, and the iptables chain plan of IPVS mode.
 //!
 //! Rules the plan keeps:
 //! - `ipvsadm -E`/`-e` reset every attribute they are not given, so an edit always carries the
@@ -9,16 +9,18 @@
 //!   are never used.
 //! - Only what kube-proxy owns is touched ([`Ownership`]): virtual servers of its family on its
 //!   service addresses (or node addresses in the NodePort range) outside `ipvs.excludeCIDRs`;
-//!   ipsets named `KUBE-*`; `kube-ipvs0`. Everything else is listed as kept, with the reason.
+//!   ipsets by the names kube-proxy gives them ([`SetDef`]); `kube-ipvs0`. Everything else is
+//!   listed as kept, with the reason.
+//! - A repair never destroys an ipset: kube-proxy destroys its sets only on `--cleanup`, by
+//!   name, and a `KUBE-` prefix proves nothing (kube-router's `KUBE-SRC-`/`KUBE-DST-` sets). Only
+//!   a rollback destroys a set, one its own repair created.
 //! - Order: sets are created and filled before the iptables rules that match them are written;
-//!   stale sets are destroyed only after the iptables rules referring to them are gone (and only
-//!   when no rule refers to them any more); weight-0 real servers still holding connections are
-//!   left to kube-proxy's graceful termination.
+//!   weight-0 real servers still holding connections are left to kube-proxy's graceful
+//!   termination.
 
 pub use super::changes::{Ipvs0Change, IpvsChange, SetChange, vs_label};
 use super::state::{Ipvs0, IpvsState, RsState, SetState, VsKey, VsState};
-use crate::apply::plan::Plan;
-use crate::proxier::ipvs::sets::SetDef;
+use crate::apply::iptables::plan::Plan;
 use crate::state::ip::{Cidr, IpFamily};
 use kproxy_parsers::ipvsadm::SocketText;
 use serde::Serialize;
@@ -78,23 +80,11 @@ impl Ownership {
                 .into(),
         )
     }
-
-    /// What to do with an ipset no longer expected: `KUBE-*` sets that are not one of the
-    /// current sets of either family's proxier are stale unless an iptables rule still matches them.
-    pub fn set(&self, name: &str, referenced: bool) -> Disposal {
-        if !name.starts_with("KUBE-") || SetDef::by_name(name).is_some() {
-            return Disposal::Ignore;
-        }
-        if referenced {
-            return Disposal::Keep("stale, but an iptables rule still matches it".into());
-        }
-        Disposal::Remove
-    }
 }
 
 /// The whole IPVS-mode repair plan, in apply order: `sets` (one `ipset restore -exist`),
 /// `ipvs0_add`, `ipvs` (one `ipvsadm` call each), `iptables` (one `iptables-restore --noflush` per
-/// table), `destroy_sets`, `ipvs0_del`.
+/// table), `destroy_sets` (a rollback's only), `ipvs0_del`.
 #[derive(Debug, Clone, Serialize)]
 pub struct IpvsPlan {
     /// Sets to create, members to add and delete.
@@ -105,7 +95,7 @@ pub struct IpvsPlan {
     pub ipvs: Vec<IpvsChange>,
     /// IPVS-mode iptables chains.
     pub iptables: Plan,
-    /// Stale `KUBE-*` sets to destroy (after the iptables rules matching them are gone).
+    /// Sets to destroy: only in a rollback, the sets its repair created.
     pub destroy_sets: Vec<SetChange>,
     /// `kube-ipvs0` addresses (or the device) to delete.
     pub ipvs0_del: Vec<Ipvs0Change>,
@@ -129,7 +119,7 @@ impl IpvsPlan {
         lines(&self.sets)
     }
 
-    /// The `ipset restore -exist` input that destroys stale sets.
+    /// The `ipset restore -exist` input that destroys the sets of `destroy_sets`.
     pub fn destroy_input(&self) -> String {
         lines(&self.destroy_sets)
     }
@@ -150,7 +140,9 @@ impl IpvsPlan {
             .map(|t| {
                 t.changes
                     .iter()
-                    .filter(|c| c.action != crate::apply::plan::ChainAction::KeepReferenced)
+                    .filter(|c| {
+                        c.action != crate::apply::iptables::plan::ChainAction::KeepReferenced
+                    })
                     .count()
             })
             .sum();
@@ -198,19 +190,18 @@ struct Scope<'a> {
     keep_draining: bool,
 }
 
-/// The plan from the node's `current` state to kube-proxy's `desired` one. `set_referenced` says
-/// whether an iptables rule will still match a set after the iptables plan is applied.
+/// The plan from the node's `current` state to kube-proxy's `desired` one. Sets the node has
+/// beyond the desired ones are left alone (see the module docs).
 pub fn plan(
     desired: &IpvsState,
     current: &IpvsState,
     ownership: &Ownership,
-    set_referenced: &dyn Fn(&str) -> bool,
     iptables: Plan,
 ) -> IpvsPlan {
     let scope = Scope {
         family: ownership.family,
         vs: &|k| ownership.virtual_server(k),
-        set: &|n| ownership.set(n, set_referenced(n)),
+        set: &|_| Disposal::Ignore,
         keep_draining: true,
     };
     diff(desired, current, &scope, iptables)
@@ -462,22 +453,6 @@ fn diff_ipvs0(want: &Ipvs0, have: &Ipvs0, family: IpFamily, p: &mut IpvsPlan) {
                 .extend(h.difference(&w).copied().map(Ipvs0Change::DelAddr));
         }
     }
-}
-
-/// Names of the sets an iptables-save/restore text matches with `--match-set`.
-pub fn referenced_sets(iptables_text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for line in iptables_text.lines() {
-        let mut words = line.split_whitespace();
-        while let Some(w) = words.next() {
-            if w == "--match-set"
-                && let Some(n) = words.next()
-            {
-                out.insert(n.to_string());
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -3,18 +3,19 @@
 //! back up (and rotate old backups), apply step by step, read back and re-plan; on any failure
 //! put back what was changed: a rollback plan from the node's state then to the backed-up one
 //! for the virtual servers, sets and `kube-ipvs0` addresses the repair touched, and the
-//! iptables chains it changed ([`crate::apply::rollback`]).
+//! iptables chains it changed ([`crate::apply::iptables::rollback`]).
 
 use super::changes::Ipvs0Change;
 use super::host::IpvsTools;
-use super::plan::{IpvsPlan, Ownership, plan, referenced_sets, rollback_plan};
+use super::plan::{IpvsPlan, Ownership, plan, rollback_plan};
 use super::state::{Ipvs0, Ipvs0Text, IpvsState};
 use crate::apply::allow::check_ipvs_plan;
 use crate::apply::backup::{new_backup_dir, rollback_file, write_backup, write_private};
-use crate::apply::host::{HostError, IptablesHost, RulesHost};
-use crate::apply::plan::TablePlan;
-use crate::apply::repair::Rotation;
-use crate::apply::rollback::{RollbackPolicy, roll_back as roll_back_chains};
+use crate::apply::host::HostError;
+use crate::apply::iptables::host::{IptablesHost, RulesHost};
+use crate::apply::iptables::plan::TablePlan;
+use crate::apply::iptables::repair::Rotation;
+use crate::apply::iptables::rollback::{RollbackPolicy, roll_back as roll_back_chains};
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;
@@ -135,22 +136,10 @@ impl IpvsTarget {
         &self,
         current: &IpvsState,
         current_rules: &Ruleset<'_>,
-        current_iptables: &str,
     ) -> Result<IpvsPlan, ParseError> {
         let expected_rules = Ruleset::parse(&self.iptables_text, &ParseOptions::default())?;
-        let ipt = crate::apply::plan::plan(&expected_rules, current_rules, false);
-        let mut referenced = referenced_sets(&self.iptables_text);
-        referenced.extend(referenced_sets(&foreign_rule_lines(
-            current_iptables,
-            &self.iptables_text,
-        )));
-        Ok(plan(
-            &self.state,
-            current,
-            &self.ownership(current),
-            &|n| referenced.contains(n),
-            ipt,
-        ))
+        let ipt = crate::apply::iptables::plan::plan(&expected_rules, current_rules, false);
+        Ok(plan(&self.state, current, &self.ownership(current), ipt))
     }
 }
 
@@ -230,40 +219,6 @@ fn ipvs_match_as_saved(line: &str) -> String {
     }
     out.extend(words[end..].iter().map(|w| w.to_string()));
     out.join(" ")
-}
-
-/// The `-A` lines of `current` in chains the expected text does not define (rules that stay).
-fn foreign_rule_lines(current: &str, expected: &str) -> String {
-    let chains = |text: &str| -> HashSet<(String, String)> {
-        let mut table = String::new();
-        let mut s = HashSet::new();
-        for l in text.lines() {
-            if let Some(t) = l.strip_prefix('*') {
-                table = t.to_string();
-            } else if let Some(c) = l.strip_prefix(':') {
-                s.insert((
-                    table.clone(),
-                    c.split_whitespace().next().unwrap_or("").to_string(),
-                ));
-            }
-        }
-        s
-    };
-    let ours = chains(expected);
-    let mut table = String::new();
-    let mut out = String::new();
-    for l in current.lines() {
-        if let Some(t) = l.strip_prefix('*') {
-            table = t.to_string();
-        } else if let Some(rest) = l.strip_prefix("-A ") {
-            let chain = rest.split_whitespace().next().unwrap_or("");
-            if !ours.contains(&(table.clone(), chain.to_string())) {
-                out.push_str(l);
-                out.push('\n');
-            }
-        }
-    }
-    out
 }
 
 /// Everything read from the node before a change (and written to the backup).
@@ -373,7 +328,7 @@ pub fn repair(
     let current = snap.state()?;
     let rules = snap.rules()?;
     let the_plan = target
-        .plan(&current, &rules, &snap.iptables_save)
+        .plan(&current, &rules)
         .map_err(|error| IpvsRepairError::Parse {
             what: "expected iptables rules",
             error,
@@ -437,7 +392,7 @@ pub fn repair(
     let verify_started = Instant::now();
     let after = IpvsSnapshot::read(tools, ipt, false)?;
     let again = target
-        .plan(&after.state()?, &after.rules()?, &after.iptables_save)
+        .plan(&after.state()?, &after.rules()?)
         .map_err(|error| IpvsRepairError::Parse {
             what: "expected iptables rules",
             error,
@@ -499,22 +454,12 @@ impl Exec<'_> {
     }
 
     fn second_half(&mut self, p: &IpvsPlan, forward: bool) -> Result<(), StepError> {
-        if !p.destroy_sets.is_empty() {
-            let mut destroy = p.destroy_sets.clone();
-            if forward {
-                let now = self
-                    .ipt
-                    .save(false)
-                    .map_err(|e| ("iptables-save".to_string(), e))?;
-                let refs = referenced_sets(&now);
-                destroy.retain(|c| !refs.contains(c.set()));
-            }
-            let input: String = destroy.iter().map(|c| c.line() + "\n").collect();
-            if !input.is_empty() {
-                self.step("ipset restore -exist (destroy stale sets)".into(), |s| {
-                    s.tools.ipset_restore(&input)
-                })?;
-            }
+        let input = p.destroy_input();
+        if !input.is_empty() {
+            self.step(
+                "ipset restore -exist (destroy the sets the repair created)".into(),
+                |s| s.tools.ipset_restore(&input),
+            )?;
         }
         self.ip_steps(&p.ipvs0_del)?;
         if forward && self.inject_fault {

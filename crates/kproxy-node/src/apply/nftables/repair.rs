@@ -12,8 +12,10 @@ use super::rollback::rollback_script;
 use crate::apply::allow::check_nft_script;
 use crate::apply::backup::{new_backup_dir, rollback_file, write_private};
 use crate::apply::host::HostError;
-use crate::apply::repair::{RollbackOutcome, Rotation, pause_before_rollback, rollback_text};
-use crate::apply::rollback::{RollbackPolicy, RolledBack};
+use crate::apply::iptables::repair::{
+    RollbackOutcome, Rotation, pause_before_rollback, rollback_text,
+};
+use crate::apply::iptables::rollback::{RollbackPolicy, RolledBack};
 use crate::compare::nftables::diff::diff;
 use crate::compare::nftables::expected::ExpectedTable;
 use crate::compare::nftables::{

@@ -81,14 +81,8 @@ fn no_iptables() -> Plan {
     }
 }
 
-fn run_plan(desired: &IpvsState, current: &IpvsState, referenced: &[&str]) -> IpvsPlan {
-    plan(
-        desired,
-        current,
-        &ownership(current),
-        &|n| referenced.contains(&n),
-        no_iptables(),
-    )
+fn run_plan(desired: &IpvsState, current: &IpvsState) -> IpvsPlan {
+    plan(desired, current, &ownership(current), no_iptables())
 }
 
 /// Applies a plan's typed changes to a state, as the kernel would.
@@ -222,7 +216,7 @@ fn edits_carry_every_attribute() {
     if let Some(r) = v.real_servers.get_mut(&(ip("10.244.1.5"), 6443)) {
         r.attrs.weight = 3;
     }
-    let p = run_plan(&desired, &current, &[]);
+    let p = run_plan(&desired, &current);
     let argv: Vec<String> = p.ipvs.iter().map(|c| c.argv().join(" ")).collect();
     assert_eq!(
         argv,
@@ -237,7 +231,7 @@ fn edits_carry_every_attribute() {
         v.attrs.persistent = None;
         v.attrs.netmask = None;
     }
-    let p = run_plan(&plain, &desired, &[]);
+    let p = run_plan(&plain, &desired);
     assert_eq!(
         p.ipvs[0].argv().join(" "),
         "-E -t 10.96.0.1:443 -s mh -b mh-port"
@@ -277,7 +271,7 @@ fn only_kube_proxy_virtual_servers_are_deleted() {
             .insert(*k, vs("wrr", None, &[], &[("10.1.1.1", 80, 3)]));
     }
     current.kube_ipvs0 = Ipvs0::Present([ip("10.96.0.1"), ip("10.96.77.7")].into());
-    let p = run_plan(&desired, &current, &[]);
+    let p = run_plan(&desired, &current);
     let deleted: Vec<VsKey> = p
         .ipvs
         .iter()
@@ -353,7 +347,7 @@ fn order_sets_before_rules_servers_before_deletes() {
         ],
         &["10.96.0.1", "10.96.0.2"],
     );
-    let p = run_plan(&desired, &current, &["KUBE-OLD-USED"]);
+    let p = run_plan(&desired, &current);
     let lines: Vec<String> = p.sets.iter().map(SetChange::line).collect();
     assert_eq!(
         lines,
@@ -366,8 +360,8 @@ fn order_sets_before_rules_servers_before_deletes() {
             "add KUBE-IPVS-IPS 10.96.0.10",
         ]
     );
-    assert_eq!(p.destroy_input(), "destroy KUBE-OLD-SET\n");
-    assert!(p.kept.iter().any(|k| k.contains("KUBE-OLD-USED")));
+    // Sets the node has beyond kube-proxy's are never destroyed, `KUBE-` prefix or not.
+    assert_eq!(p.destroy_input(), "");
     let argv: Vec<String> = p.ipvs.iter().map(|c| c.argv().join(" ")).collect();
     assert_eq!(
         argv,
@@ -411,7 +405,7 @@ fn draining_real_servers_are_left_to_kube_proxy() {
     {
         r.connections = Some(4);
     }
-    let p = run_plan(&desired, &current, &[]);
+    let p = run_plan(&desired, &current);
     assert_eq!(
         p.ipvs,
         [IpvsChange::DeleteRs {
@@ -470,10 +464,10 @@ fn apply_converges_and_rollback_restores() {
         ],
         &["10.96.0.1", "10.96.0.99"],
     );
-    let forward = run_plan(&desired, &current, &[]);
+    let forward = run_plan(&desired, &current);
     assert!(!forward.is_empty());
     let after = simulate(&current, &forward);
-    let again = run_plan(&desired, &after, &[]);
+    let again = run_plan(&desired, &after);
     assert!(again.is_empty(), "{again:#?}");
     assert_eq!(
         after.virtual_servers.get(&key("203.0.113.7", 8443)),
@@ -483,11 +477,4 @@ fn apply_converges_and_rollback_restores() {
     let back = rollback_plan(&current, &after, &forward, IpFamily::V4);
     let restored = simulate(&after, &back);
     assert_eq!(restored, current);
-}
-
-#[test]
-fn referenced_set_names() {
-    let t = "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n-A X -m set ! --match-set KUBE-LOOP-BACK dst,dst,src -j RETURN\n";
-    let r = referenced_sets(t);
-    assert!(r.contains("KUBE-CLUSTER-IP") && r.contains("KUBE-LOOP-BACK") && r.len() == 2);
 }

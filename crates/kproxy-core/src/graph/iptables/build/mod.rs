@@ -12,11 +12,11 @@
 mod port;
 mod rule_summary;
 
-use super::names::{CommentRole, NameResolver, parse_comment, port_proto_hash};
-use super::ownership::{ChainKind, service_chain};
-use super::{
-    Counters, Edge, Entry, EntryKind, Firewall, MasqueradeReason, MasqueradeRule, NameSource,
-    ServiceGraph, Share, SkippedLine, Verdict, VerdictReason,
+use crate::graph::names::{CommentRole, NameResolver, parse_comment, port_proto_hash};
+use crate::graph::ownership::{ChainKind, service_chain};
+use crate::graph::{
+    Counters, Edge, Entry, EntryKind, Firewall, GraphOptions, MasqueradeReason, MasqueradeRule,
+    NameSource, ServiceGraph, Share, SkippedLine, Verdict, VerdictReason,
 };
 use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::{Backend, Dump, DumpForm, Family, MarkOp, NameHash, RecentAction};
@@ -28,25 +28,6 @@ use std::collections::HashMap;
 
 /// The fixed masquerade mark of kube-proxy v1.1–v1.2 (`"MASQ"` in ASCII).
 pub(crate) const OLD_MASQ_MARK: u32 = 0x4d41_5351;
-
-/// How to build a graph.
-#[derive(Debug, Clone, Default)]
-pub struct GraphOptions {
-    /// Known service ports, to name chains of dumps without comments.
-    pub resolver: NameResolver,
-    /// Name of the input (file path or `<stdin>`), copied into [`ServiceGraph::source`].
-    pub source: Option<String>,
-    /// Keep only what `verify`'s graph-level comparison reads: no [`ServicePort::edges`]
-    /// (drawing and tracing read them) and no hairpin rules of endpoint chains in
-    /// [`ServicePort::masquerade`] (each endpoint's [`Endpoint::hairpin_masquerade`] still says
-    /// whether it has one): on a large node, megabytes and hundreds of thousands of allocations
-    /// less (BENCHMARKS.md).
-    ///
-    /// [`ServicePort::edges`]: super::ServicePort::edges
-    /// [`ServicePort::masquerade`]: super::ServicePort::masquerade
-    /// [`Endpoint::hairpin_masquerade`]: super::Endpoint::hairpin_masquerade
-    pub comparison_only: bool,
-}
 
 /// What a graph needs to know about the dump beyond its rules (the [`Ruleset`] keeps only rules).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -147,7 +128,7 @@ pub fn build_ruleset<'a>(
                     .as_deref()
                     .and_then(|c| owner.get(c))
                     .and_then(|&i| service_ports.get(i))
-                    .map(super::ServicePort::display_name);
+                    .map(crate::graph::ServicePort::display_name);
             }
         }
     }
@@ -193,7 +174,7 @@ struct Builder<'a> {
     sep_owner: Vec<Option<(usize, usize)>>,
     masq_mark: Option<u32>,
     masq_mark_text: Option<String>,
-    anomalies: Vec<super::Anomaly>,
+    anomalies: Vec<crate::graph::Anomaly>,
     /// [`GraphOptions::comparison_only`].
     comparison_only: bool,
 }
@@ -542,15 +523,15 @@ impl<'a> Builder<'a> {
             }
         }
         if saw_probability && remaining > 1e-6 {
-            self.anomalies.push(super::Anomaly {
-                kind: super::AnomalyKind::ProbabilityLeak,
+            self.anomalies.push(crate::graph::Anomaly {
+                kind: crate::graph::AnomalyKind::ProbabilityLeak,
                 table: "nat".into(),
                 chain: Some(chain.to_string()),
                 line: None,
                 service: None,
                 message: format!(
                     "{} of new connections match no endpoint rule in {chain} and fall through",
-                    super::percent(remaining)
+                    crate::graph::percent(remaining)
                 ),
             });
         }
@@ -560,23 +541,23 @@ impl<'a> Builder<'a> {
     /// write: the port is of unknown layout (nothing is concluded of its endpoints), an
     /// `unknown-layout` anomaly says so.
     fn unknown_rule(&mut self, port: usize, chain: &'a str, r: &Rule<'a>) {
-        let u = super::UnknownObject {
-            kind: super::UnknownKind::Rule,
+        let u = crate::graph::UnknownObject {
+            kind: crate::graph::UnknownKind::Rule,
             name: chain.to_string(),
             line: Some(r.line),
             text: Some(r.raw.to_string()),
         };
         let p = self.ports.at(port);
         let service = p.name.as_deref().map(str::to_string);
-        self.anomalies.push(super::Anomaly {
-            kind: super::AnomalyKind::UnknownLayout,
+        self.anomalies.push(crate::graph::Anomaly {
+            kind: crate::graph::AnomalyKind::UnknownLayout,
             table: "nat".into(),
             chain: Some(chain.to_string()),
             line: Some(r.line),
             service,
             message: format!(
                 "on this service port's path: {}",
-                super::unknown_layout_message(std::slice::from_ref(&u))
+                crate::graph::unknown_layout_message(std::slice::from_ref(&u))
             ),
         });
         push_tight(&mut self.ports.at(port).unknown_layout, u);
@@ -949,7 +930,8 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::probability_label;
-    use crate::graph::{AnomalyKind, GraphOptions, UnknownKind, from_text};
+    use crate::graph::iptables::from_text;
+    use crate::graph::{AnomalyKind, GraphOptions, UnknownKind};
     use crate::parsers::iptables::ParseOptions;
 
     /// A KUBE-SVC rule whose target kube-proxy never writes there makes its port one of unknown

@@ -5,9 +5,9 @@
 //! Each chain's rules are read once into [`Step`]s (target and whether the rule is unconditional);
 //! the checks then work on those.
 
-use super::names::parse_comment;
-use super::ownership::{ChainKind, classify, service_chain};
-use super::{Anomaly, AnomalyKind};
+use crate::graph::names::parse_comment;
+use crate::graph::ownership::{ChainKind, classify, service_chain};
+use crate::graph::{Anomaly, AnomalyKind};
 use crate::model::{BUILTIN_CHAINS, Chain, Fingerprint, JumpTo, RuleEntry, Ruleset, TableRules};
 use crate::parsers::iptables::NameHash;
 use crate::parsers::iptables::{Family, Rule, Target, TargetKind};

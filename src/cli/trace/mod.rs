@@ -4,6 +4,11 @@
 //!   ([`crate::trace::sim`]): `--model kernel` (default) or `--model kube-proxy-test`.
 //! * `trace svc/NAME` shows a service's path view ([`crate::trace::path`]), compared with what the
 //!   API implies when `--state` is given.
+//!
+//! Nodes in the other modes: [`ipvs`] (`--ipvsadm`) and [`nftables`] (`--nft-ruleset`).
+
+pub mod ipvs;
+pub mod nftables;
 
 use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, parse_iptables, read_iptables};
 use crate::collect::files::DumpText;
@@ -117,7 +122,7 @@ pub struct TraceArgs {
     pub live: super::live::LiveArgs,
     /// IPVS nodes: with `--ipvsadm FILE`, trace the IPVS virtual server (`--vs`, or --packet's destination).
     #[command(flatten)]
-    pub ipvs: super::ipvs::IpvsTraceArgs,
+    pub ipvs: ipvs::IpvsTraceArgs,
     /// Path view: the node's conntrack table, for the live flows per endpoint.
     #[command(flatten)]
     pub conntrack: super::conntrack::ConntrackArgs,
@@ -136,10 +141,10 @@ pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         let mut ipvs = args.ipvs.clone();
         ipvs.dumps.lenient = args.dump.lenient;
         let json = args.output == Some(TraceOutput::Json);
-        return super::ipvs::run_trace(&ipvs, args.packet.as_deref(), json);
+        return ipvs::run_trace(&ipvs, args.packet.as_deref(), json);
     }
     if let Some(path) = &args.nft_ruleset {
-        return super::nft_trace::run(&args, path, global);
+        return nftables::run(&args, path, global);
     }
     let live = live_inputs(&args, global)?;
     match args.packet.as_deref() {
@@ -405,7 +410,7 @@ fn run_path(
         ..GraphOptions::default()
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
-    let graph = graph::from_dump(dump, &opts);
+    let graph = graph::iptables::from_dump(dump, &opts);
     let view = path::build(&graph, &selector, plan.as_ref().map(|(p, _)| p))?
         .with_node(plan.as_ref().map(|(_, n)| n.clone()));
     print_path_view(args, global, view)

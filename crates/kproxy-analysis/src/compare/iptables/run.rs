@@ -1,14 +1,14 @@
 //! `verify` end to end for one node, offline: parse the dumps, compute what kube-proxy would write,
 //! and run the node-wide, graph-level and rule-level comparisons into one [`Report`].
 
-use super::catalogue as cat;
 use super::expected::{self, ExpectedPort};
-use super::finding::Finding;
 use super::graph_level::{self, GraphContext};
-use super::grouping::Folder;
 use super::nodewide::{self, NodeContext, ServiceAddresses};
-use super::report::Report;
 use super::rule_level;
+use crate::compare::catalogue as cat;
+use crate::compare::finding::Finding;
+use crate::compare::grouping::Folder;
+use crate::compare::report::Report;
 use crate::graph::{self, GraphOptions, NameResolver};
 use crate::model::Ruleset;
 use crate::proxier::iptables as ipt;
@@ -53,7 +53,7 @@ pub struct VerifyInput<'a> {
     pub nft_ruleset: Option<&'a str>,
     /// Parser options (lenient or strict).
     pub parse: ParseOptions,
-    /// Mass drift folded as it is found ([`super::grouping::Folder`]), as
+    /// Mass drift folded as it is found ([`crate::compare::grouping::Folder`]), as
     /// [`Report::group_alike`] folds it after: the findings a group stands for are never all
     /// held. Off: every finding is reported (`--all-findings`).
     pub group_alike: bool,
@@ -338,9 +338,9 @@ pub fn check_family(
 /// release that wrote it.
 #[derive(Debug, Default)]
 pub struct ReleaseCheck {
-    /// What the dumps' own rules say of their release ([`super::version::infer`]); `None`:
+    /// What the dumps' own rules say of their release ([`crate::compare::version::infer`]); `None`:
     /// not looked at.
-    pub inference: Option<super::version::Inference>,
+    pub inference: Option<crate::compare::version::Inference>,
     /// The release was chosen from `inference` (no flag, no image): say so (KP907).
     pub inferred: bool,
     /// When the rules look written by another release than the facts' (`--kube-proxy-version`,
@@ -383,7 +383,7 @@ pub fn verify_release(
                 let checked = verify_dump(input, (&input.plans, input.facts), d, mode, &mut ours)?;
                 let mut theirs = Folder::new(false);
                 verify_dump(input, (&w.plans, &w.facts), d, mode, &mut theirs)?;
-                findings.extend(super::version::group_release_differences(
+                findings.extend(crate::compare::version::group_release_differences(
                     ours.finish().0,
                     &theirs.finish().0,
                     input.facts.kube_proxy_version,
@@ -400,12 +400,12 @@ pub fn verify_release(
     }
     if let Some(inference) = &release.inference {
         if release.inferred {
-            findings.push(super::version::inferred_finding(
+            findings.push(crate::compare::version::inferred_finding(
                 inference,
                 input.facts.kube_proxy_version,
             ));
         }
-        findings.extend(super::version::mixed_finding(inference));
+        findings.extend(crate::compare::version::mixed_finding(inference));
     }
     // Families whose dump was not given.
     for &(fam, n) in input.plans.not_collected() {
@@ -427,7 +427,7 @@ pub fn verify_release(
             );
         }
     }
-    findings.extend(super::left_out::findings(input.plans.invalid()));
+    findings.extend(crate::compare::left_out::findings(input.plans.invalid()));
     match &input.legacy {
         Some(l) => {
             let legacy = parse(l, &input.parse)?;
@@ -555,14 +555,14 @@ fn verify_dump(
     let has_kube_proxy_rules = nodewide::has_kube_proxy_rules(&dump);
     let legacy_tables_present = dump.legacy_tables_present;
     let unreadable = nodewide::is_unreadable(&dump);
-    let dump_summary = graph::DumpSummary::of(&dump);
+    let dump_summary = graph::iptables::DumpSummary::of(&dump);
     // One ruleset serves the graph and the rule level.
     let actual_rules = Ruleset::from_dump(dump);
     stage("dump indexed");
     let (screen, (graph_findings, explained, service_ports)) = rayon::join(
         || rule_level::screen(expected_rules, &actual_rules),
         || {
-            let graph = graph::build_ruleset(
+            let graph = graph::iptables::build_ruleset(
                 &actual_rules,
                 &dump_summary,
                 &GraphOptions {

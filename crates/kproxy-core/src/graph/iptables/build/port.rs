@@ -1,7 +1,7 @@
 //! Service ports while the graph is built, and their final form.
 
-use super::super::ownership::{ChainKind, is_chain_hash};
-use super::super::{
+use crate::graph::ownership::{ChainKind, is_chain_hash};
+use crate::graph::{
     Affinity, ChainRef, Edge, Endpoint, Entry, Firewall, MasqueradeRule, NameSource, ServicePort,
     UnknownObject, Verdict,
 };

@@ -1,15 +1,16 @@
 //! The repair transaction: read the node's rules, plan, check the plan against kube-proxy's
-//! allow-list ([`super::allow`]) and with `iptables-restore --test`, back up (and rotate old
+//! allow-list ([`crate::apply::allow`]) and with `iptables-restore --test`, back up (and rotate old
 //! backups), apply table by table with `iptables-restore --noflush`, read back and re-plan; on
 //! any failure put back only the chains the repair changed ([`super::rollback`]). One
 //! implementation for every [`RulesHost`]: this host, or a node reached through the API.
 
-use super::allow::{Proxier, check_plan};
-use super::backup::{rollback_file, rotate, write_backup};
-use super::guard::{GuardInput, InputConditions, refusals, unless_forced};
-use super::host::{HostError, RulesHost};
+use super::host::RulesHost;
 use super::plan::{Plan, TablePlan, plan};
 use super::rollback::{RollbackPolicy, RolledBack, roll_back};
+use crate::apply::allow::{Proxier, check_plan};
+use crate::apply::backup::{rollback_file, rotate, write_backup};
+use crate::apply::guard::{GuardInput, InputConditions, refusals, unless_forced};
+use crate::apply::host::HostError;
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, expected_service_ports, render};
 use crate::state::ProxyInputs;

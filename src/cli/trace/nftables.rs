@@ -1,9 +1,9 @@
 //! `trace --nft-ruleset FILE`: the packet simulator and the path view on a node in kube-proxy's
 //! nftables mode.
 
-use super::common::{GlobalArgs, warn};
-use super::nft_graph::{parse_ruleset, read_ruleset, warn_without_kube_proxy_table};
-use super::trace::{ModelArg, TraceArgs, TraceOutput, decisions_of, kernel_input, print_path_view};
+use super::{ModelArg, TraceArgs, TraceOutput, decisions_of, kernel_input, print_path_view};
+use crate::cli::common::{GlobalArgs, warn};
+use crate::cli::graph::nftables::{parse_ruleset, read_ruleset, warn_without_kube_proxy_table};
 use crate::exit::Outcome;
 use crate::graph::GraphOptions;
 use crate::graph::nftables::NftGraphs;
@@ -81,7 +81,7 @@ fn run_packet(
             }
         }
     };
-    super::common::write_stdout(&out)?;
+    crate::cli::common::write_stdout(&out)?;
     // An outcome past a statement this build does not know is not one.
     Ok(if unknown {
         Outcome::Error

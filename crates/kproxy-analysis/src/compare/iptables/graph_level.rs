@@ -5,9 +5,9 @@
 //! Every finding records what it explains ([`Explained`]) so the rule level does not report the
 //! same drift again as missing or extra rules.
 
-use super::catalogue::{self as cat, Check};
 use super::expected::{ExpectedEndpoints, ExpectedPort, Verdict};
-use super::finding::{Finding, listed};
+use crate::compare::catalogue::{self as cat, Check};
+use crate::compare::finding::{Finding, listed};
 use crate::graph::{
     AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
 };
@@ -1242,15 +1242,15 @@ mod tests {
     /// pass finds, in the same order (a drifted dump of the testdata cluster).
     #[test]
     fn split_compare_finds_what_one_pass_finds() {
-        let (plan, _) = super::super::fixture::cluster_decisions();
+        let (plan, _) = crate::compare::fixture::cluster_decisions();
         let expected = super::super::expected::expected_ports(&plan);
-        let dump = super::super::fixture::drifted_dump();
+        let dump = crate::compare::fixture::drifted_dump();
         let rules =
             crate::model::Ruleset::parse(&dump, &kproxy_parsers::iptables::ParseOptions::strict())
                 .expect("dump");
-        let graph = crate::graph::build_ruleset(
+        let graph = crate::graph::iptables::build_ruleset(
             &rules,
-            &crate::graph::DumpSummary::default(),
+            &crate::graph::iptables::DumpSummary::default(),
             &crate::graph::GraphOptions::default(),
         );
         let context = GraphContext::default();

@@ -1,4 +1,8 @@
-//! `graph` command: rebuild the service graph from a node's iptables dump(s).
+//! `graph` command: rebuild the service graph from a node's iptables dump(s); the other modes' inputs
+//! in [`ipvs`] and [`nftables`].
+
+pub mod ipvs;
+pub mod nftables;
 
 use super::common::{DumpArgs, GlobalArgs, parse_iptables, read_iptables};
 use crate::collect::files::DumpText;
@@ -47,7 +51,7 @@ pub struct GraphArgs {
     pub dump: DumpArgs,
     /// IPVS dumps (`--ipvsadm` selects the IPVS graph: virtual servers → real servers).
     #[command(flatten)]
-    pub ipvs: super::ipvs::IpvsArgs,
+    pub ipvs: super::common::IpvsArgs,
 }
 
 impl GraphArgs {
@@ -71,14 +75,14 @@ pub fn graph_of<'a>(input: &'a DumpText, dump: &DumpArgs) -> anyhow::Result<Serv
         source: Some(input.name.clone()),
         ..GraphOptions::default()
     };
-    Ok(graph::from_dump(parsed, &opts))
+    Ok(graph::iptables::from_dump(parsed, &opts))
 }
 
 /// Runs `graph`.
 pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     args.ipvs.lenient = args.dump.lenient;
     if let Some(path) = &args.nft_ruleset {
-        return super::nft_graph::run(path, args.output, args.dump.lenient, global);
+        return nftables::run(path, args.output, args.dump.lenient, global);
     }
     if let Some(path) = args.paste.clone() {
         args.dump.lenient = true;
@@ -93,7 +97,7 @@ pub fn run(mut args: GraphArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> 
             GraphFormat::Dot => "dot",
             GraphFormat::Table | GraphFormat::Wide => "table",
         };
-        let text = super::ipvs::graph(&args.ipvs, format, global.no_headers)?;
+        let text = ipvs::graph(&args.ipvs, format, global.no_headers)?;
         anstream::stdout().write_all(text.as_bytes())?;
         return Ok(Outcome::Clean);
     }
@@ -237,7 +241,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
     }
     let nft = nft
         .iter()
-        .map(|t| Ok((t, super::nft_graph::ruleset_graphs(t, true)?)))
+        .map(|t| Ok((t, nftables::ruleset_graphs(t, true)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // Each part parsed on its own (a `-S` part in its command's table), the tables of one family
     // then make one dump: parts keep the paste's line numbers.
@@ -263,7 +267,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                 source: Some(name.clone()),
                 ..GraphOptions::default()
             };
-            graphs.push(graph::from_dump(dump, &opts));
+            graphs.push(graph::iptables::from_dump(dump, &opts));
         }
     }
     let opts = GraphOptions {
@@ -273,10 +277,8 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
     for (text, ruleset) in &nft {
         let found = ruleset.graphs(&opts);
         if found.is_empty() {
-            super::nft_graph::warn_without_kube_proxy_table(&text.name, ruleset.ruleset());
-            notes.push(super::nft_graph::without_kube_proxy_table(
-                ruleset.ruleset(),
-            ));
+            nftables::warn_without_kube_proxy_table(&text.name, ruleset.ruleset());
+            notes.push(nftables::without_kube_proxy_table(ruleset.ruleset()));
         }
         graphs.extend(found);
     }
@@ -301,7 +303,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
         // One JSON/YAML document for the whole paste.
         (GraphFormat::Json | GraphFormat::Yaml, Some(texts)) => {
             let ipvs_doc: serde_json::Value =
-                serde_json::from_str(&super::ipvs::graph_of_texts(texts, "json", false)?)?;
+                serde_json::from_str(&ipvs::graph_of_texts(texts, "json", false)?)?;
             let doc = serde_json::json!({
                 "schema": "kproxy.paste/v1",
                 "iptables": GraphDocument::new(&graphs),
@@ -332,7 +334,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                 if !out.is_empty() {
                     out.push('\n');
                 }
-                out.push_str(&super::ipvs::graph_of_texts(
+                out.push_str(&ipvs::graph_of_texts(
                     texts,
                     ipvs_format,
                     global.no_headers,

@@ -1,8 +1,8 @@
 //! `graph --nft-ruleset FILE`: the service graph of a node in kube-proxy's nftables mode, and the
 //! reading of `--nft-ruleset` files that `graph` and `trace` share.
 
-use super::common::{GlobalArgs, warn};
-use super::graph::{GraphFormat, render};
+use super::{GraphFormat, render};
+use crate::cli::common::{GlobalArgs, warn};
 use crate::collect::files::DumpText;
 use crate::exit::Outcome;
 use crate::graph::nftables::NftGraphs;
@@ -119,7 +119,7 @@ pub fn run(
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         output::write_json(out, &GraphDocument::new(&graphs))?;
     } else {
-        super::common::write_stdout(&render(&graphs, format, global.no_headers)?)?;
+        crate::cli::common::write_stdout(&render(&graphs, format, global.no_headers)?)?;
     }
     // The process ends after this: freeing a large table's rules and graph allocation by
     // allocation is work nobody waits for.

@@ -7,7 +7,8 @@
 //! changed with the backend that holds kube-proxy's rules, which is not always the default
 //! `iptables-save` of the pod's image.
 
-use super::host::{Backend, HostError, RulesHost, command_line, shell_word, tool_name};
+use super::host::{Backend, RulesHost, tool_name};
+use crate::apply::host::{HostError, command_line, shell_word};
 use crate::collect::{CommandOutput, CommandRunner, NodeSnapshot, RunError};
 use std::path::Path;
 use std::time::Duration;
@@ -62,25 +63,15 @@ impl<R: CommandRunner> RulesHost for RemoteHost<'_, R> {
                 None => self.runner.run(&argv, self.timeout).await,
             }
         });
-        let remote = |detail: String| HostError::Remote {
-            program: program.clone(),
-            location: self.runner.location(),
-            detail,
-        };
-        match result {
-            Ok(out) if out.exit_code == 0 => Ok(out.stdout),
-            Ok(out) if out.exit_code == 127 => Err(remote(not_installed())),
-            Ok(out) => Err(HostError::Failed {
+        let out = self.ran(&program, result)?;
+        if out.exit_code != 0 {
+            return Err(HostError::Failed {
                 program: format!("{program} on {}", self.runner.location()),
                 code: out.exit_code,
                 stderr: out.stderr.trim().to_string(),
-            }),
-            Err(RunError::Missing { .. }) => Err(remote(not_installed())),
-            Err(RunError::Timeout(t)) => Err(remote(format!(
-                "did not finish within {t:?} (raise --exec-timeout)"
-            ))),
-            Err(RunError::Fatal(e)) => Err(remote(e.to_string())),
+            });
         }
+        Ok(out.stdout)
     }
 
     /// `kubectl exec -i -n NAMESPACE POD -- PROGRAM ARGS… < FILE` (FILE on this machine, where
@@ -116,8 +107,20 @@ impl<R: CommandRunner> crate::apply::conntrack::ConntrackHost for RemoteHost<'_,
         let result = self
             .runtime
             .block_on(async { self.runner.run(&argv, self.timeout).await });
+        self.ran("conntrack", result)
+    }
+}
+
+impl<R: CommandRunner> RemoteHost<'_, R> {
+    /// A remote run's outputs whatever its exit status, except a program the pod's image lacks
+    /// (exit 127), a timeout or a transport failure: those are [`HostError::Remote`].
+    fn ran(
+        &self,
+        program: &str,
+        result: Result<CommandOutput, RunError>,
+    ) -> Result<CommandOutput, HostError> {
         let remote = |detail: String| HostError::Remote {
-            program: "conntrack".into(),
+            program: program.to_string(),
             location: self.runner.location(),
             detail,
         };

@@ -15,9 +15,9 @@
 //! fails can be finished by hand with the exact command of the backend and network namespace
 //! used ([`super::host::RulesHost::by_hand`]).
 
-use super::backup::write_private;
 use super::host::{RulesHost, restore_args, restore_argv};
 use super::plan::{ChainAction, TablePlan};
+use crate::apply::backup::write_private;
 use crate::model::{RuleEntry, Ruleset, TableRules};
 use kproxy_parsers::iptables::ParseOptions;
 use std::collections::HashSet;
@@ -286,7 +286,7 @@ pub fn roll_back(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::plan::plan;
+    use crate::apply::iptables::plan::plan;
 
     fn rs(text: &str) -> Ruleset<'_> {
         Ruleset::parse(text, &ParseOptions::default()).expect("test input parses")

@@ -6,8 +6,8 @@
 //! These checks read the parser's AST directly: they concern chains and rules that `render` never
 //! writes (built-in chains, canaries, other agents' rules), so they do not go through the service graph.
 
-use super::catalogue as cat;
-use super::finding::Finding;
+use crate::compare::catalogue as cat;
+use crate::compare::finding::Finding;
 use crate::state::mode::ProxyMode;
 use kproxy_parsers::iptables::{
     Dump, MarkOp, MarkValue, Match, Module, Neg, Rule, Table, Target, TargetKind,

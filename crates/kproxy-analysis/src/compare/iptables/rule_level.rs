@@ -13,10 +13,10 @@
 //! keys differ are looked at rule by rule; for those the render runs again and keeps the texts of
 //! just those chains (a drifted node has a few; a clean one none).
 
-use super::catalogue as cat;
-use super::finding::Finding;
 use super::graph_level::Explained;
-use super::grouping::Folder;
+use crate::compare::catalogue as cat;
+use crate::compare::finding::Finding;
+use crate::compare::grouping::Folder;
 use crate::graph::names::{NameResolver, parse_comment};
 use crate::graph::ownership::service_chain;
 use crate::model::canonical::{Omit, write_rule, write_rule_omitting};
@@ -869,11 +869,11 @@ mod tests {
     /// says, in the same order (the testdata cluster's render against a drifted dump of it).
     #[test]
     fn split_screen_says_what_one_pass_says() {
-        let (plan, facts) = super::super::fixture::cluster_decisions();
+        let (plan, facts) = crate::compare::fixture::cluster_decisions();
         let render = |sink: &mut dyn FnMut(RenderChunk<'_>)| {
             let _ = render_decisions_chunks(&plan, &facts, sink);
         };
-        let dump = super::super::fixture::drifted_dump();
+        let dump = crate::compare::fixture::drifted_dump();
         let actual = crate::model::Ruleset::parse(&dump, &ParseOptions::strict()).expect("dump");
         let keys = || {
             ExpectedRules::build(&render, Family::V4, plan.nat_chains_estimate())

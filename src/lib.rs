@@ -13,7 +13,7 @@
 //!
 //! * `kproxy-parsers` ([`parsers`]): the text grammars;
 //! * `kproxy-core`: [`model`], [`state`], [`proxier`], [`graph`];
-//! * `kproxy-analysis`: [`compare`], [`trace`], [`exit`];
+//! * `kproxy-analysis`: [`compare`], [`trace`], [`exit`], [`fleet`];
 //! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`], [`pipeline`], [`publish`];
 //! * `kproxy-monitor` ([`monitor`]): the node agent of `monitor`;
 //! * this library: [`output`] (presentation), which the layers above never use, and the
@@ -26,7 +26,7 @@
 pub mod allocator;
 pub mod output;
 
-pub use kproxy_analysis::{compare, exit, trace};
+pub use kproxy_analysis::{compare, exit, fleet, trace};
 pub use kproxy_core::{graph, model, proxier, state};
 pub use kproxy_monitor as monitor;
 pub use kproxy_node::{apply, collect, kube_client, pipeline, publish};

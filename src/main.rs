@@ -11,8 +11,8 @@ mod cli;
 
 // The library's layers, under the names cli/ uses for them (`crate::model::…`).
 use kproxy::{
-    allocator, apply, collect, compare, exit, graph, kube_client, model, monitor, output, parsers,
-    pipeline, proxier, publish, state, trace,
+    allocator, apply, collect, compare, exit, fleet, graph, kube_client, model, monitor, output,
+    parsers, pipeline, proxier, publish, state, trace,
 };
 
 fn main() -> std::process::ExitCode {

@@ -1,7 +1,7 @@
 //! Live cluster access (issue 7) against the in-process fake apiserver: collectors, bundles,
 //! failure messages, completion, `--all-nodes` fan-out, and the real `kubectl` binary.
 
-use crate::support::fake_apiserver::{ExecReply, ExecRequest, FakeApiServer};
+use crate::support::fake_apiserver::{self, ExecReply, ExecRequest, FakeApiServer, ProxyReply};
 use assert_cmd::Command;
 use kproxy::kube_client::ClientOptions;
 use std::path::{Path, PathBuf};
@@ -516,7 +516,7 @@ fn failure_garbage_output() {
 }
 
 /// `verify --all-nodes --parallel N` reads every node, never more than N at a time (exactly one
-/// with `--parallel 1`), prints one row per node and exits with the worst row's outcome.
+/// with `--parallel 1`), has one row per node (`-o json`) and exits with the worst row's outcome.
 #[test]
 fn all_nodes_fan_out_honours_parallel() {
     if !have_shared() {
@@ -539,28 +539,24 @@ fn all_nodes_fan_out_honours_parallel() {
             .env("HOME", dir.path())
             .env("NO_COLOR", "1")
             .timeout(Duration::from_secs(120))
-            .args(["verify", "--all-nodes", "--no-headers", "--parallel"])
+            .args(["verify", "--all-nodes", "-o", "json", "--parallel"])
             .arg(parallel.to_string())
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .output()
             .expect("verify --all-nodes");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let rows: Vec<&str> = stdout.lines().collect();
-        assert_eq!(rows.len(), 50, "one row per node\n{stdout}");
+        let doc = json_of(&out);
+        let rows = doc["nodes"].as_array().expect("nodes");
+        assert_eq!(rows.len(), 50, "one row per node\n{doc:#}");
         let worst = rows
             .iter()
-            .map(|r| {
-                if r.ends_with(" ok") {
-                    0
-                } else if r.ends_with(" drift") {
-                    1
-                } else {
-                    2
-                }
+            .map(|r| match r["state"].as_str() {
+                Some("in_sync") => 0,
+                Some("drift") => 1,
+                _ => 2,
             })
             .max();
-        assert_eq!(out.status.code(), worst, "worst row wins\n{stdout}");
+        assert_eq!(out.status.code(), worst, "worst row wins\n{doc:#}");
         let max = api.max_concurrent_execs();
         assert!(
             max <= usize::from(parallel),
@@ -675,7 +671,7 @@ fn plugin_dir(c: &Cluster) -> Option<PathBuf> {
     Some(dir)
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|p| p.join(name))
         .find(|p| p.exists())
@@ -875,26 +871,36 @@ fn kubectl_verify_all_nodes_over_fifty_nodes() {
         Some(2),
         "worst exit code wins\n{stdout}\n{stderr}"
     );
+    // Drifted nodes first, one row each (49 fake nodes + test-node), then the one that could
+    // not be read, the findings they share once, and the counts.
     let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "DRIFT (50)", "{stdout}");
     assert!(
-        lines[0].starts_with("NODE") && lines[0].contains("COLLECTOR"),
+        lines[1].starts_with("NODE") && lines[1].contains("COLLECTOR"),
         "{stdout}"
     );
-    assert_eq!(
-        lines.len(),
-        1 + 51,
-        "header + 50 fake nodes + test-node\n{stdout}"
-    );
+    let drift_rows = lines
+        .iter()
+        .filter(|l| l.starts_with("node-") && l.contains(" iptables "))
+        .count()
+        + lines.iter().filter(|l| l.starts_with("test-node ")).count();
+    assert_eq!(drift_rows, 50, "{stdout}");
+    assert!(stdout.contains("\nFAILED (1)\n"), "{stdout}");
     let broken = lines
         .iter()
         .find(|l| l.starts_with("node-broken"))
         .expect("row");
     assert!(broken.contains("no kube-proxy pod"), "{broken}");
-    let ok_rows = lines
-        .iter()
-        .filter(|l| l.contains("iptables") && l.ends_with("drift"))
-        .count();
-    assert_eq!(ok_rows, 50, "{stdout}");
+    assert!(stdout.contains("\nFINDINGS ("), "{stdout}");
+    assert_eq!(
+        lines.last().copied(),
+        Some("51 nodes: 50 drift, 1 failed"),
+        "{stdout}"
+    );
+    // Each node's warnings are said once for all nodes.
+    let ipvsadm = stderr.lines().filter(|l| l.contains("`ipvsadm`")).count();
+    assert_eq!(ipvsadm, 1, "{stderr}");
+    assert!(stderr.contains("(the same on 50 nodes)"), "{stderr}");
     let max = c.api.max_concurrent_execs();
     assert!(
         (2..=3).contains(&max),
@@ -919,8 +925,10 @@ fn kubectl_verify_all_nodes_over_fifty_nodes() {
         .expect("kubectl");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
-    assert!(stdout.starts_with("node-03 "), "{stdout}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("node-")).collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(rows[0].starts_with("node-03 "), "{stdout}");
+    assert!(stdout.ends_with("1 node: 1 drift\n"), "{stdout}");
 }
 
 /// Every API call the plugin makes (as the fake apiserver logged them across a run of each
@@ -979,6 +987,49 @@ fn rbac_manifest_covers_the_calls_made() {
     let c = Cluster::new();
     assert_eq!(c.collect(&["test-node"]).0, 0);
     assert_eq!(c.collect(&["test-node", "--collector", "debug-pod"]).0, 0);
+    // status: the node drifted, its agent asked through the pod proxy.
+    let mut node = c.api.object("Node", None, "test-node").expect("test-node");
+    node["status"]["conditions"] = serde_json::json!([fake_apiserver::monitor_condition(
+        "False",
+        "RulesDrifted",
+        "drift",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00Z"
+    )]);
+    c.api.update_object(node);
+    c.api
+        .add_objects([fake_apiserver::agent_pod_object("test-node")]);
+    c.api
+        .on_proxy(|_| ProxyReply::text(200, r#"{"findings": []}"#));
+    let status = c
+        .kproxy()
+        .args([
+            "status",
+            "-o",
+            "json",
+            "--stale-after",
+            "100000h",
+            "--kubeconfig",
+        ])
+        .arg(&c.kubeconfig)
+        .output()
+        .expect("status");
+    let doc = json_of(&status);
+    let node = doc["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == "test-node"));
+    assert_eq!(
+        node.map(|n| &n["state"]),
+        Some(&serde_json::json!("drift")),
+        "{doc:#}"
+    );
+    assert!(
+        c.api
+            .requests()
+            .iter()
+            .any(|r| r.contains("/proxy/findings")),
+        "status asked the agent"
+    );
     let mut checked = 0;
     for line in c.api.requests() {
         let (method, rest) = line.split_once(' ').expect("METHOD path");
@@ -990,6 +1041,10 @@ fn rbac_manifest_covers_the_calls_made() {
             _ => panic!("{line}"),
         };
         let (ns, resource, name, sub) = match rest {
+            // The pod proxy: `NAME:PORT/proxy/PATH`.
+            ["namespaces", ns, r, n, "proxy", ..] => {
+                (Some(*ns), *r, n.split(':').next(), Some("proxy"))
+            }
             ["namespaces", ns, r] => (Some(*ns), *r, None, None),
             ["namespaces", ns, r, n] => (Some(*ns), *r, Some(*n), None),
             ["namespaces", ns, r, n, s] => (Some(*ns), *r, Some(*n), Some(*s)),
@@ -998,6 +1053,7 @@ fn rbac_manifest_covers_the_calls_made() {
             _ => panic!("{line}"),
         };
         let (verb, resource) = match (method, name, sub) {
+            ("GET", _, Some("proxy")) => ("get", format!("{resource}/proxy")),
             (_, _, Some(s)) => ("create", format!("{resource}/{s}")),
             ("GET", None, _) => ("list", resource.to_string()),
             ("GET", Some(_), _) => ("get", resource.to_string()),
@@ -1128,7 +1184,7 @@ fn all_nodes_progress_bar_only_on_a_terminal() {
         "progress bar on the terminal: {tty:?}"
     );
     let table = std::fs::read_to_string(c.dir.path().join("table.txt")).expect("table");
-    assert_eq!(table.lines().count(), 22, "{table}");
+    assert!(table.ends_with("21 nodes: 21 drift\n"), "{table}");
     assert!(
         !table.contains("nodes "),
         "no progress bar in stdout: {table}"

@@ -49,7 +49,7 @@ fn program(ns: &Netns, state: &Path, config: &Path) {
 }
 
 /// shop/web's slice with one more ready endpoint on node-1.
-fn add_web_endpoint(api: &FakeApiServer, ip: &str) {
+pub(crate) fn add_web_endpoint(api: &FakeApiServer, ip: &str) {
     let mut slice = api
         .object("EndpointSlice", Some("shop"), "web-b8d4f")
         .expect("web slice");
@@ -63,7 +63,7 @@ fn add_web_endpoint(api: &FakeApiServer, ip: &str) {
     api.update_object(slice);
 }
 
-fn condition(api: &FakeApiServer) -> Option<Value> {
+pub(crate) fn condition(api: &FakeApiServer) -> Option<Value> {
     let node = api.object("Node", None, "node-1")?;
     node["status"]["conditions"]
         .as_array()?
@@ -80,7 +80,7 @@ fn events_with(api: &FakeApiServer, reason: &str) -> Vec<Value> {
 }
 
 /// Polls `ok` until it holds; panics with the monitor's log after `within`.
-fn until(mon: &Monitor, what: &str, within: Duration, ok: impl Fn() -> bool) {
+pub(crate) fn until(mon: &Monitor, what: &str, within: Duration, ok: impl Fn() -> bool) {
     let start = Instant::now();
     while !ok() {
         assert!(
@@ -93,19 +93,19 @@ fn until(mon: &Monitor, what: &str, within: Duration, ok: impl Fn() -> bool) {
     }
 }
 
-struct Setup {
-    api: FakeApiServer,
+pub(crate) struct Setup {
+    pub(crate) api: FakeApiServer,
     objects: Vec<Value>,
     ns: Netns,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     state: std::path::PathBuf,
     config: std::path::PathBuf,
-    kubeconfig: std::path::PathBuf,
+    pub(crate) kubeconfig: std::path::PathBuf,
 }
 
 /// The fake API with the example cluster and kube-proxy's ConfigMap, a namespace with its
 /// rules; `None` when the test cannot run here.
-fn setup(prefix: &str, healthz: Option<&str>) -> Option<Setup> {
+pub(crate) fn setup(prefix: &str, healthz: Option<&str>) -> Option<Setup> {
     if !require_root_and_tools(&Backend::Nft.tools()) {
         return None;
     }
@@ -148,7 +148,7 @@ fn setup(prefix: &str, healthz: Option<&str>) -> Option<Setup> {
     })
 }
 
-fn start(s: &Setup, grace: &str, extra: &[&str]) -> Monitor {
+pub(crate) fn start(s: &Setup, grace: &str, extra: &[&str]) -> Monitor {
     let mut args = vec![
         "--kubeconfig",
         s.kubeconfig.to_str().expect("utf-8"),

@@ -588,6 +588,7 @@ fn krew_caveats_name_the_rbac_and_real_flags() {
         "nodes",
         "pods",
         "pods/exec",
+        "pods/proxy",
         "servicecidrs",
         "services",
     ]

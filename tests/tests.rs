@@ -7,6 +7,7 @@ mod cluster_e2e;
 mod completion;
 mod conntrack_e2e;
 mod conntrack_ipvs;
+mod fleet;
 mod graph;
 mod help;
 mod hostile;

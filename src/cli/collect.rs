@@ -44,7 +44,7 @@ pub fn run(args: CollectArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     )?;
     let b = Bundle {
         node: inputs.node,
-        state: inputs.state,
+        state: std::sync::Arc::unwrap_or_clone(inputs.state),
         config: inputs.config_text,
         snapshot: inputs.snapshot,
     };

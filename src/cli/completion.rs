@@ -355,9 +355,7 @@ fn live_list(g: &GlobalArgs, what: Lookup) -> Vec<String> {
             return Vec::new();
         };
         let names = match what {
-            Lookup::Nodes => crate::collect::api::list_nodes(&conn, None)
-                .await
-                .map(|ns| ns.into_iter().filter_map(|n| n.metadata.name).collect()),
+            Lookup::Nodes => crate::collect::fleet::list_node_names(&conn, None).await,
             Lookup::Namespaces => crate::collect::api::list_namespace_names(&conn).await,
             Lookup::Services => {
                 let ns = g
@@ -417,6 +415,22 @@ mod tests {
         );
         let (c, _) = complete(&words(&["collect", "--coll"]), &g());
         assert_eq!(c, vec!["--collector".to_string()]);
+    }
+
+    #[test]
+    fn status_and_its_output_forms() {
+        let (c, _) = complete(&words(&["sta"]), &g());
+        assert_eq!(c, vec!["status".to_string()]);
+        let (c, d) = complete(&words(&["status", "-o", ""]), &g());
+        assert_eq!(
+            (c, d),
+            (
+                ["table", "wide", "json", "yaml"].map(String::from).to_vec(),
+                DIRECTIVE_NO_FILE
+            )
+        );
+        let (c, _) = complete(&words(&["status", "--max-c"]), &g());
+        assert_eq!(c, vec!["--max-concurrency".to_string()]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Live cluster access for the commands that need API state and node dumps (`verify`,
-//! `trace`, `collect`): the [`LiveArgs`] flag group, [`resolve_inputs`] which supplies the
-//! same inputs as the offline flags from a cluster or a bundle, and [`run_all_nodes`] for
-//! `--all-nodes` fan-outs.
+//! `trace`, `collect`): the [`LiveArgs`] flag group, and [`resolve_inputs`] which supplies the
+//! same inputs as the offline flags from a cluster or a bundle (`--all-nodes` fan-outs:
+//! [`super::all_nodes`]).
 //!
 //! # Where each input comes from
 //!
@@ -18,7 +18,6 @@
 use super::common::{DumpArgs, GlobalArgs, StateArgs};
 use crate::collect::files::DumpFiles;
 use crate::collect::{self, DumpKind, NodeSnapshot};
-use crate::exit::Outcome;
 use crate::kube_client::{self, ApiError, Connection};
 use crate::state::ClusterState;
 use anyhow::{Context, anyhow, bail};
@@ -68,8 +67,21 @@ pub struct LiveArgs {
     #[arg(hide_short_help = true, short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
     /// How many nodes --all-nodes works on at once.
-    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(hide_short_help = true, long, visible_alias = "max-concurrency", value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallel: u16,
+    /// --all-nodes: how many more times to read a node after a failure that may pass (the API
+    /// unreachable or overloaded, a broken exec stream, --node-timeout).
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=10))]
+    pub retries: u8,
+    /// --all-nodes: the longest one attempt at reading a node through its kube-proxy pod may take
+    /// (e.g. 5m; a debug pod's steps have their own limits).
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "DURATION",
+        default_value = "5m"
+    )]
+    pub node_timeout: String,
     /// Timeout of each command run on a node (e.g. 30s, 2m).
     #[arg(
         hide_short_help = true,
@@ -94,6 +106,8 @@ impl Default for LiveArgs {
             all_nodes: false,
             selector: None,
             parallel: 8,
+            retries: 2,
+            node_timeout: "5m".into(),
             exec_timeout: "30s".into(),
         }
     }
@@ -102,8 +116,8 @@ impl Default for LiveArgs {
 /// Everything a command needs about one node, whatever the source.
 #[derive(Debug, Clone)]
 pub struct ResolvedInputs {
-    /// Services, EndpointSlices, Nodes.
-    pub state: ClusterState,
+    /// Services, EndpointSlices, Nodes: one copy, shared by every node of an `--all-nodes` run.
+    pub state: Arc<ClusterState>,
     /// KubeProxyConfiguration text (YAML, or a ConfigMap holding it in `config.conf`) and its
     /// source for messages (`configmap kube-system/kube-proxy`, a path, a bundle). None: not
     /// available; kube-proxy's defaults apply, and the mode is the one the dumps show.
@@ -127,21 +141,6 @@ impl ResolvedInputs {
         super::common::print_warnings(&warnings);
         Ok(config)
     }
-}
-
-/// One row of the `--all-nodes` summary, returned by the per-node closure.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeSummary {
-    /// Proxy mode verified.
-    pub mode: crate::state::mode::ProxyMode,
-    /// Service ports checked.
-    pub service_ports_checked: usize,
-    /// Error findings.
-    pub errors: usize,
-    /// Warning findings.
-    pub warnings: usize,
-    /// The node's exit outcome.
-    pub outcome: Outcome,
 }
 
 /// A tokio runtime for one command (2 worker threads, timers and I/O enabled).
@@ -236,216 +235,31 @@ pub async fn load_live_state(
         .ok_or_else(|| anyhow!("reading a node through the API needs API access"))?;
     Ok(LiveState {
         conn,
-        state: shared.state,
+        state: Arc::unwrap_or_clone(shared.state),
         config_text: shared.config,
         warnings: shared.warnings,
     })
 }
 
-/// Runs `per_node` on every node (or those matching `-l`), `--parallel` at a time, draws a
-/// progress bar on stderr when it is a terminal, prints the summary table to stdout, and
-/// returns the worst outcome. API state and configuration are read once and shared; each
-/// node's dumps are collected with `--collector` (`auto` = `exec`; `files` and `local` are
-/// refused). `per_node` must not print: it returns the node's [`NodeSummary`]; an error
-/// from it or from collection makes that node's row an error (outcome 2).
-pub fn run_all_nodes<F>(
-    global: &GlobalArgs,
-    live: &LiveArgs,
-    state: &StateArgs,
-    per_node: F,
-) -> anyhow::Result<Outcome>
-where
-    F: Fn(ResolvedInputs) -> anyhow::Result<NodeSummary> + Send + Sync + 'static,
-{
-    if live.bundle.is_some() {
-        bail!("--all-nodes reads the cluster; it cannot be combined with --bundle");
-    }
-    let collector = match live.collector {
-        CollectorChoice::Auto | CollectorChoice::Exec => CollectorChoice::Exec,
-        CollectorChoice::DebugPod => CollectorChoice::DebugPod,
-        other => bail!(
-            "--all-nodes needs --collector exec or debug-pod, not {}",
-            collector_name(other)
-        ),
-    };
-    let exec_timeout = exec_timeout(live)?;
-    let per_node = Arc::new(per_node);
-    let rt = runtime()?;
-    let rows = rt.block_on(async {
-        let shared = Arc::new(load_shared(global, live, state, collector).await?);
-        let conn = shared
-            .conn
-            .clone()
-            .ok_or_else(|| anyhow!("--all-nodes needs API access"))?;
-        let nodes = crate::collect::api::list_nodes(&conn, live.selector.as_deref()).await?;
-        let mut names: Vec<String> = nodes.into_iter().filter_map(|n| n.metadata.name).collect();
-        names.sort();
-        if names.is_empty() {
-            bail!(
-                "no nodes{}",
-                live.selector
-                    .as_ref()
-                    .map(|s| format!(" match label selector {s:?}"))
-                    .unwrap_or_default()
-            );
-        }
-        let bar = progress_bar(names.len() as u64);
-        let dumps = DumpArgs::default();
-        let tasks = names.into_iter().map(|node| {
-            let shared = Arc::clone(&shared);
-            let per_node = Arc::clone(&per_node);
-            let bar = bar.clone();
-            let dumps = dumps.clone();
-            async move {
-                let snap =
-                    collect_node(&shared, live, &dumps, collector, &node, exec_timeout).await;
-                let row = match snap {
-                    Err(e) => Row::failed(&node, "-", &e),
-                    Ok(snapshot) => {
-                        let used = snapshot.collector.clone();
-                        let inputs = shared.inputs_for(node.clone(), snapshot);
-                        let f = Arc::clone(&per_node);
-                        match tokio::task::spawn_blocking(move || f(inputs)).await {
-                            Ok(Ok(summary)) => Row {
-                                node: node.clone(),
-                                collector: used,
-                                summary: Some(summary),
-                                error: None,
-                            },
-                            Ok(Err(e)) => Row::failed(&node, &used, &e),
-                            Err(e) => Row::failed(&node, &used, &anyhow!("worker panicked: {e}")),
-                        }
-                    }
-                };
-                bar.inc(1);
-                row
-            }
-        });
-        use futures::StreamExt;
-        let mut rows: Vec<Row> = futures::stream::iter(tasks)
-            .buffer_unordered(usize::from(live.parallel))
-            .collect()
-            .await;
-        bar.finish_and_clear();
-        rows.sort_by(|a, b| a.node.cmp(&b.node));
-        anyhow::Ok(rows)
-    })?;
-    print_summary(&rows, global.no_headers);
-    Ok(rows
-        .iter()
-        .map(Row::outcome)
-        .max()
-        .unwrap_or(Outcome::Clean))
-}
-
-/// One node's result in an `--all-nodes` run.
-struct Row {
-    node: String,
-    collector: String,
-    summary: Option<NodeSummary>,
-    error: Option<String>,
-}
-
-impl Row {
-    fn failed(node: &str, collector: &str, e: &anyhow::Error) -> Row {
-        let mut text = e.to_string();
-        for cause in e.chain().skip(1) {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-        }
-        Row {
-            node: node.to_string(),
-            collector: collector.to_string(),
-            summary: None,
-            error: Some(text),
-        }
-    }
-
-    fn outcome(&self) -> Outcome {
-        self.summary
-            .as_ref()
-            .map(|s| s.outcome)
-            .unwrap_or(Outcome::Error)
-    }
-}
-
-fn print_summary(rows: &[Row], no_headers: bool) {
-    use std::io::Write;
-    let mut table = crate::output::table::KubeTable::new([
-        "NODE",
-        "MODE",
-        "SERVICE-PORTS",
-        "ERRORS",
-        "WARNINGS",
-        "COLLECTOR",
-        "RESULT",
-    ]);
-    for r in rows {
-        let (mode, ports, errors, warnings) = match &r.summary {
-            Some(s) => (
-                s.mode.to_string(),
-                s.service_ports_checked.to_string(),
-                s.errors.to_string(),
-                s.warnings.to_string(),
-            ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
-        };
-        let result = match (&r.summary, &r.error) {
-            (_, Some(e)) => format!("error: {e}"),
-            (Some(s), None) => match s.outcome {
-                Outcome::Clean => "ok".to_string(),
-                Outcome::Drift => "drift".to_string(),
-                Outcome::Error => "error".to_string(),
-            },
-            (None, None) => "error".to_string(),
-        };
-        table.row([
-            r.node.clone(),
-            mode,
-            ports,
-            errors,
-            warnings,
-            r.collector.clone(),
-            result,
-        ]);
-    }
-    let mut out = anstream::stdout();
-    let _ = write!(out, "{}", table.render(no_headers));
-}
-
-fn progress_bar(len: u64) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{spinner} nodes {pos}/{len} [{bar:30}] {elapsed}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
 /// State, configuration and connection shared by all nodes of one run.
-struct Shared {
-    conn: Option<Connection>,
-    state: ClusterState,
+pub(super) struct Shared {
+    /// The API connection, when the run uses the API.
+    pub(super) conn: Option<Connection>,
+    /// Services, EndpointSlices, Nodes: read once, shared by every node.
+    state: Arc<ClusterState>,
     config: Option<(String, String)>,
     state_from_api: bool,
     warnings: Vec<String>,
 }
 
 impl Shared {
-    fn inputs_for(&self, node: String, mut snapshot: NodeSnapshot) -> ResolvedInputs {
+    /// The inputs of one node of a run: the shared state and configuration, and its dumps.
+    pub(super) fn inputs_for(&self, node: String, mut snapshot: NodeSnapshot) -> ResolvedInputs {
         snapshot
             .warnings
             .splice(0..0, self.warnings.iter().cloned());
         ResolvedInputs {
-            state: self.state.clone(),
+            state: Arc::clone(&self.state),
             config_text: self.config.clone(),
             snapshot,
             node,
@@ -464,7 +278,7 @@ impl Shared {
     }
 }
 
-fn collector_name(c: CollectorChoice) -> &'static str {
+pub(super) fn collector_name(c: CollectorChoice) -> &'static str {
     match c {
         CollectorChoice::Auto => "auto",
         CollectorChoice::Exec => "exec",
@@ -510,14 +324,23 @@ fn effective_collector(
     })
 }
 
-fn exec_timeout(live: &LiveArgs) -> anyhow::Result<Duration> {
-    let t = kube_client::parse_duration(&live.exec_timeout).map_err(|_| {
-        anyhow!(
-            "invalid --exec-timeout {:?}: expected e.g. 30s, 2m",
-            live.exec_timeout
-        )
-    })?;
-    t.ok_or_else(|| anyhow!("--exec-timeout must be more than 0"))
+pub(super) fn exec_timeout(live: &LiveArgs) -> anyhow::Result<Duration> {
+    positive_duration("--exec-timeout", &live.exec_timeout)
+}
+
+/// The error of a run over nodes that found none (`-l` matched none).
+pub(super) fn no_nodes(selector: Option<&str>) -> anyhow::Error {
+    match selector {
+        Some(s) => anyhow!("no nodes match label selector {s:?}"),
+        None => anyhow!("no nodes"),
+    }
+}
+
+/// A duration flag that must be more than 0 (`30s`, `2m`).
+pub(super) fn positive_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    let t = kube_client::parse_duration(text)
+        .map_err(|_| anyhow!("invalid {flag} {text:?}: expected e.g. 30s, 2m"))?;
+    t.ok_or_else(|| anyhow!("{flag} must be more than 0"))
 }
 
 fn split_ns_name(text: &str) -> anyhow::Result<(&str, &str)> {
@@ -529,7 +352,7 @@ fn split_ns_name(text: &str) -> anyhow::Result<(&str, &str)> {
     }
 }
 
-async fn load_shared(
+pub(super) async fn load_shared(
     global: &GlobalArgs,
     live: &LiveArgs,
     state: &StateArgs,
@@ -568,7 +391,7 @@ async fn load_shared(
     };
     Ok(Shared {
         conn,
-        state: cluster,
+        state: Arc::new(cluster),
         config,
         state_from_api,
         warnings,
@@ -597,7 +420,7 @@ fn check_node_known(shared: &Shared, node: &str) -> anyhow::Result<()> {
     )
 }
 
-async fn collect_node(
+pub(super) async fn collect_node(
     shared: &Shared,
     live: &LiveArgs,
     dumps: &DumpArgs,
@@ -692,7 +515,7 @@ fn from_bundle(
         crate::state::load::from_files(&state.state)?
     };
     Ok(ResolvedInputs {
-        state: cluster,
+        state: Arc::new(cluster),
         config_text: config,
         snapshot: bundle.snapshot,
         node: bundle.node,

@@ -1,5 +1,6 @@
 //! Command-line front end: one module per command. Formatting only; logic lives in the library modules.
 
+pub mod all_nodes;
 pub mod collect;
 pub mod common;
 pub mod completion;
@@ -11,6 +12,7 @@ pub mod npd;
 pub mod render;
 pub mod repair;
 pub mod resync;
+pub mod status;
 pub mod trace;
 pub mod verify;
 
@@ -64,6 +66,12 @@ pub enum Command {
   kubectl kproxy render --state state.json --node node-1 --mode nftables
   kubectl kproxy render --state state.json --node node-1 --with-base-jumps")]
     Render(render::RenderArgs),
+    /// Every node's state from the monitor's conditions, drifted nodes' findings rolled up.
+    #[command(after_help = "Examples:
+  kubectl kproxy status                      # nodes by state, drift first
+  kubectl kproxy status -l node-role.kubernetes.io/worker= -o wide
+  kubectl kproxy status -o json | jq '.could_not_tell'")]
+    Status(status::StatusArgs),
     /// Compare what the API says kube-proxy should have installed with what the node has.
     #[command(after_help = "Examples:
   kubectl kproxy verify node-1            # live: through the kube-proxy pod
@@ -110,12 +118,19 @@ pub enum Command {
 /// The command line as it is parsed, completed and documented: clap's derive, plus what a
 /// flag group shared by several commands cannot say per command: `trace`, `repair` and
 /// `collect` work on one node, so the fleet flags of the live group (`--all-nodes`, `-l`,
-/// `--parallel`) are not listed there (and refused when given).
+/// `--parallel`, `--retries`, `--node-timeout`) are not listed there (`--all-nodes` is refused
+/// when given).
 pub fn command() -> clap::Command {
     let mut cmd = Cli::command();
     for one_node in ["trace", "repair", "collect"] {
         cmd = cmd.mut_subcommand(one_node, |mut sub| {
-            for id in ["all_nodes", "selector", "parallel"] {
+            for id in [
+                "all_nodes",
+                "selector",
+                "parallel",
+                "retries",
+                "node_timeout",
+            ] {
                 sub = sub.mut_arg(id, |a| a.hide(true));
             }
             sub
@@ -258,6 +273,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Graph(a) => graph::run(a, g),
         Command::Render(a) => render::run(a, g),
+        Command::Status(a) => status::run(a, g),
         Command::Verify(a) => verify::run(a, g),
         Command::Trace(a) => trace::run(a, g),
         Command::Repair(a) => repair::run(a, g),

@@ -208,7 +208,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             grace,
             event_interval: args.event_interval,
             condition: args.node_condition,
-            condition_heartbeat: Duration::from_secs(300),
+            condition_heartbeat: crate::fleet::condition::HEARTBEAT,
             repair: repairer.is_some(),
             healthz_address: config.healthz_bind_address.clone(),
             log: match args.log_format {

@@ -132,7 +132,8 @@ fn report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Report> {
                 args.node_name.as_deref(),
             )?,
         };
-        node_inputs(args, resolved)?
+        let config = resolved.config()?;
+        node_inputs(args, resolved, config)?
     };
     let mut notes = Vec::new();
     let report = verify_node(&dumps, inputs, &options(args), &mut notes);
@@ -173,13 +174,13 @@ fn fact_inputs(args: &VerifyArgs, read_for: &str) -> crate::state::node::NodeInp
     facts
 }
 
-/// The dumps and the API state of `resolved`, with the files the flags name beside them
-/// (`--nft-ruleset`, `--conntrack`).
+/// The dumps and the API state of `resolved` and kube-proxy's `config`, with the files the
+/// flags name beside them (`--nft-ruleset`, `--conntrack`).
 fn node_inputs(
     args: &VerifyArgs,
     resolved: super::live::ResolvedInputs,
+    config: crate::state::config::ProxyConfig,
 ) -> anyhow::Result<(NodeDumps, VerifyInputs)> {
-    let config = resolved.config()?;
     let nft_listing = match &args.nft_ruleset {
         Some(p) => {
             let dump = collect::files::read_dump(p, args.dumps.lenient)?;
@@ -216,7 +217,7 @@ fn node_inputs(
         ip_addr: None,
     };
     let inputs = VerifyInputs {
-        state: std::sync::Arc::new(resolved.state),
+        state: resolved.state,
         config,
         facts: fact_inputs(args, &resolved.node),
         node: resolved.node,
@@ -263,7 +264,7 @@ fn offline_nftables(args: &VerifyArgs) -> anyhow::Result<Option<super::live::Res
         None => None,
     };
     Ok(Some(super::live::ResolvedInputs {
-        state,
+        state: std::sync::Arc::new(state),
         config_text,
         snapshot: NodeSnapshot {
             collector: "files".into(),
@@ -326,25 +327,64 @@ fn ipvs_files(args: &VerifyArgs) -> anyhow::Result<(NodeDumps, VerifyInputs)> {
     Ok((dumps, inputs))
 }
 
-/// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
-/// How each node's release was chosen is not printed: its row says what came of it.
+/// `verify --all-nodes`: one report per node, of which [`super::all_nodes::run`] keeps the counts
+/// and the differences. How each node's release was chosen is not printed: its row says what
+/// came of it; the nodes' warnings are said once for all nodes at the end.
 fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    use super::all_nodes::Format;
+    let format = match args.output {
+        VerifyFormat::Table => Format::Table,
+        VerifyFormat::Wide => Format::Wide,
+        VerifyFormat::Json => Format::Json,
+        VerifyFormat::Yaml => Format::Yaml,
+    };
     let args = std::sync::Arc::new(args);
     let per_node = std::sync::Arc::clone(&args);
-    super::live::run_all_nodes(global, &args.live, &args.state, move |resolved| {
-        let (dumps, inputs) = node_inputs(&per_node, resolved)?;
-        let mut notes = Vec::new();
-        let report = verify_node(&dumps, inputs, &options(&per_node), &mut notes);
-        print_job_notes(&notes, false);
-        let report = report?;
-        Ok(super::live::NodeSummary {
-            mode: report.mode,
-            service_ports_checked: report.summary.service_ports,
-            errors: report.summary.errors,
-            warnings: report.summary.warnings,
-            outcome: report.outcome(),
-        })
-    })
+    super::all_nodes::run(
+        global,
+        &args.live,
+        &args.state,
+        format,
+        move |mut resolved| {
+            // The configuration is the same on every node: its warnings go with the nodes' notes,
+            // which are said once with the number of nodes that had them.
+            let mut said = Vec::new();
+            let config = match resolved.config_text.take() {
+                Some((text, source)) => {
+                    let (config, warnings) = crate::state::config::parse(&text, &source)
+                        .with_context(|| {
+                            format!("reading the kube-proxy configuration ({source})")
+                        })?;
+                    said.extend(warnings.iter().map(ToString::to_string));
+                    config
+                }
+                None => crate::state::config::ProxyConfig::default(),
+            };
+            let (dumps, inputs) = node_inputs(&per_node, resolved, config)?;
+            let mut notes = Vec::new();
+            let report = verify_node(&dumps, inputs, &options(&per_node), &mut notes);
+            let (warnings, rest): (Vec<_>, Vec<_>) = notes
+                .into_iter()
+                .partition(|n| matches!(n, crate::pipeline::Note::Warning(_)));
+            // The rest are logged, not printed.
+            print_job_notes(&rest, false);
+            said.extend(warnings.into_iter().filter_map(|n| match n {
+                crate::pipeline::Note::Warning(w) => Some(w),
+                _ => None,
+            }));
+            let report = report?;
+            Ok(super::all_nodes::NodeSummary {
+                mode: report.mode,
+                notes: said,
+                service_ports_checked: report.summary.service_ports,
+                errors: report.summary.errors,
+                warnings: report.summary.warnings,
+                outcome: report.outcome(),
+                differences: crate::fleet::FindingKey::differences(&report.findings),
+                summary_line: report.summary_line(),
+            })
+        },
+    )
 }
 
 /// Renders a report in `format`.

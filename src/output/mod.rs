@@ -7,10 +7,13 @@
 //! * [`to_json`] / [`write_json`] / [`to_yaml`]: the machine forms (serde_json pretty, serde-saphyr);
 //! * [`dot::Digraph`]: a small Graphviz DOT writer with correct escaping;
 //! * [`tree::TreeNode`]: an indented tree printer (`├──`/`└──`);
+//! * [`fleet`]: many nodes at a glance (`status`, `verify --all-nodes`): counts, rolled-up
+//!   findings, ages, the fan-out's progress bar;
 //! * [`color`]: the one place that decides whether output is coloured, and the palette.
 
 pub mod color;
 pub mod dot;
+pub mod fleet;
 pub mod graph;
 pub mod table;
 pub mod trace_path;

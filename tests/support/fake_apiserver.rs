@@ -29,6 +29,13 @@
 //!   ([`FakeApiServer::events`]), as kube-rs's event recorder makes them;
 //! - `PATCH nodes/NAME/status` with a strategic-merge patch of `status.conditions` (merged by
 //!   `type`, as the API server does): the Node changes, and watches see `MODIFIED`;
+//! - the pod proxy (`GET /api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`), answered by a
+//!   [`ProxyHandler`] ([`FakeApiServer::on_proxy`]; 404 for a pod it does not hold, 503 when no
+//!   handler or [`ProxyReply::Refused`]), with its concurrency measured
+//!   ([`FakeApiServer::max_concurrent_proxies`]);
+//! - thousands of objects cheaply ([`FakeApiServer::load_objects`]: no watch events; lists
+//!   copy only the page they serve); [`node_object`], [`monitor_condition`] and
+//!   [`agent_pod_object`] build the monitor's view of a node;
 //! - failures on demand ([`Fault`]: any status for requests whose path contains a string;
 //!   [`FakeApiServer::clear_faults`] ends them), 401 for a bearer token other than [`TOKEN`].
 //!
@@ -103,6 +110,119 @@ impl ExecReply {
 /// Answers exec calls.
 pub type ExecHandler = Arc<dyn Fn(&ExecRequest) -> ExecReply + Send + Sync>;
 
+/// One request through the API server's pod proxy
+/// (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`), as the fake saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyRequest {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// The port after the name (empty when none was given).
+    pub port: String,
+    /// The path after `proxy/`, with its leading `/`.
+    pub path: String,
+}
+
+/// How the pod behind the proxy answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyReply {
+    /// An answer: status, content type and body, passed through as the API server does.
+    Answer {
+        /// HTTP status.
+        status: u16,
+        /// Content type.
+        content_type: &'static str,
+        /// Body.
+        body: String,
+    },
+    /// Nothing comes (the pod hangs): the request is held for two minutes.
+    Hang,
+    /// Nothing listens: the API server answers 503 for the pod.
+    Refused,
+}
+
+impl ProxyReply {
+    /// 200 with a JSON body.
+    pub fn json(value: &Value) -> ProxyReply {
+        ProxyReply::Answer {
+            status: 200,
+            content_type: "application/json",
+            body: value.to_string(),
+        }
+    }
+
+    /// `status` with a text body.
+    pub fn text(status: u16, body: &str) -> ProxyReply {
+        ProxyReply::Answer {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.to_string(),
+        }
+    }
+}
+
+/// Answers pod proxy requests.
+pub type ProxyHandler = Arc<dyn Fn(&ProxyRequest) -> ProxyReply + Send + Sync>;
+
+/// The labels of the monitor's pods (`deploy/monitor/daemonset.yaml`).
+pub const AGENT_LABEL: (&str, &str) = ("app.kubernetes.io/name", "kproxy-monitor");
+
+/// A Node with an InternalIP and, when given, the monitor's condition (see
+/// [`monitor_condition`]).
+pub fn node_object(name: &str, ip: &str, condition: Option<Value>) -> Value {
+    let mut node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name}
+        ],
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady",
+             "message": "kubelet is posting ready status",
+             "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]},
+    });
+    if let Some(c) = condition
+        && let Some(list) = node["status"]["conditions"].as_array_mut()
+    {
+        list.push(c);
+    }
+    node
+}
+
+/// The monitor's `KubeProxyRulesInSync` condition as the agent patches it; times are RFC 3339.
+pub fn monitor_condition(
+    status: &str,
+    reason: &str,
+    message: &str,
+    transition: &str,
+    heartbeat: &str,
+) -> Value {
+    json!({"type": "KubeProxyRulesInSync", "status": status, "reason": reason,
+           "message": message, "lastTransitionTime": transition,
+           "lastHeartbeatTime": heartbeat})
+}
+
+/// A Running, ready monitor pod on `node` (kube-system, the DaemonSet's labels, port `metrics`
+/// 9847), named `kproxy-monitor-NODE`.
+pub fn agent_pod_object(node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("kproxy-monitor-{node}"), "namespace": "kube-system",
+            "labels": {AGENT_LABEL.0: AGENT_LABEL.1}
+        },
+        "spec": {"nodeName": node, "hostNetwork": true, "containers": [{
+            "name": "monitor", "image": "ghcr.io/kproxy/kubectl-kproxy:0.1.0",
+            "ports": [{"name": "metrics", "containerPort": 9847, "protocol": "TCP"}]
+        }]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
 /// An injected failure: requests whose method matches (None = any) and whose path+query
 /// contains `path_contains` get `status`.
 #[derive(Debug, Clone)]
@@ -113,6 +233,8 @@ pub struct Fault {
     pub path_contains: String,
     /// Status code to answer.
     pub status: u16,
+    /// How many more requests fail (None: until [`FakeApiServer::clear_faults`]).
+    pub times: Option<usize>,
 }
 
 /// One change, as a watch reports it.
@@ -139,6 +261,9 @@ struct State {
     outage: tokio::sync::RwLock<()>,
     faults: Mutex<Vec<Fault>>,
     exec: Mutex<Option<ExecHandler>>,
+    proxy: Mutex<Option<ProxyHandler>>,
+    proxy_inflight: AtomicUsize,
+    proxy_max_inflight: AtomicUsize,
     exec_delay: Mutex<Duration>,
     /// The only exec protocol offered, when set (see [`FakeApiServer::only_exec_protocol`]).
     exec_protocol: Mutex<Option<&'static str>>,
@@ -299,6 +424,12 @@ impl FakeApiServer {
         }
     }
 
+    /// Adds many objects at once, cheaply: no object of the same name is looked for and no
+    /// watch hears of them (list and get serve them). For stores of thousands of objects.
+    pub fn load_objects(&self, objects: impl IntoIterator<Item = Value>) {
+        self.state.objects.lock().unwrap().extend(objects);
+    }
+
     /// Replaces the object with the same kind, namespace and name (or adds it): watches see
     /// `MODIFIED` (or `ADDED`).
     pub fn update_object(&self, object: Value) {
@@ -392,6 +523,16 @@ impl FakeApiServer {
         *self.state.exec.lock().unwrap() = Some(Arc::new(handler));
     }
 
+    /// Sets how pods answer through the pod proxy (without a handler, nothing listens: 503).
+    pub fn on_proxy(&self, handler: impl Fn(&ProxyRequest) -> ProxyReply + Send + Sync + 'static) {
+        *self.state.proxy.lock().unwrap() = Some(Arc::new(handler));
+    }
+
+    /// The largest number of pod proxy requests that were open at the same time.
+    pub fn max_concurrent_proxies(&self) -> usize {
+        self.state.proxy_max_inflight.load(Ordering::SeqCst)
+    }
+
     /// Speaks only this exec protocol (`v4.channel.k8s.io` or `v5.channel.k8s.io`), as an API
     /// server of that generation would.
     pub fn only_exec_protocol(&self, protocol: &'static str) {
@@ -427,6 +568,23 @@ impl FakeApiServer {
             method,
             path_contains: path_contains.to_string(),
             status,
+            times: None,
+        });
+    }
+
+    /// Injects a failure for the next `times` matching requests only.
+    pub fn fail_times(
+        &self,
+        method: Option<&'static str>,
+        path_contains: &str,
+        status: u16,
+        times: usize,
+    ) {
+        self.state.faults.lock().unwrap().push(Fault {
+            method,
+            path_contains: path_contains.to_string(),
+            status,
+            times: Some(times),
         });
     }
 
@@ -697,14 +855,44 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
     if let Some((_, delay)) = slow.filter(|(n, _)| full.contains(n.as_str())) {
         tokio::time::sleep(delay).await;
     }
-    let fault = st
-        .faults
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|f| f.method.is_none_or(|m| m == method) && full.contains(&f.path_contains))
-        .cloned();
+    let fault = {
+        let mut faults = st.faults.lock().unwrap();
+        let hit = faults.iter().position(|f| {
+            f.method.is_none_or(|m| m == method)
+                && full.contains(&f.path_contains)
+                && f.times != Some(0)
+        });
+        hit.map(|i| {
+            if let Some(n) = faults[i].times.as_mut() {
+                *n -= 1;
+            }
+            faults[i].clone()
+        })
+    };
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let [
+        "api",
+        "v1",
+        "namespaces",
+        ns,
+        "pods",
+        target,
+        "proxy",
+        rest @ ..,
+    ] = segs.as_slice()
+    {
+        if let Some(f) = fault {
+            return error_response(f.status, "pods/proxy", "get");
+        }
+        let (pod, port) = target.rsplit_once(':').unwrap_or((target, ""));
+        let request = ProxyRequest {
+            namespace: ns.to_string(),
+            pod: pod.to_string(),
+            port: port.to_string(),
+            path: format!("/{}", rest.join("/")),
+        };
+        return proxy_request(&st, &method, request).await;
+    }
     // Normalise to (namespace, resource, name, subresource).
     // The group version objects are served in, when it is not their own (ServiceCIDRs).
     let mut served_as: Option<String> = None;
@@ -788,28 +976,61 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
     };
     match (method.as_str(), name) {
         ("GET", None) => {
-            let objects = st.objects.lock().unwrap().clone();
-            let mut items: Vec<Value> = if kind == "Namespace" {
-                namespace_objects(&objects)
-            } else {
-                objects.into_iter().filter(|o| in_scope(o)).collect()
+            // Matched by reference and cloned only when served: a list of thousands of nodes
+            // costs one page's copies, not the whole store's.
+            // The store's lock is held only here, never across an await.
+            let (items, total, end, watching) = {
+                let objects = st.objects.lock().unwrap();
+                let namespaces;
+                let store: &[Value] = if kind == "Namespace" {
+                    namespaces = namespace_objects(&objects);
+                    &namespaces
+                } else {
+                    &objects
+                };
+                let labels = param("labelSelector");
+                let fields = param("fieldSelector");
+                let mut matched: Vec<&Value> = store
+                    .iter()
+                    .filter(|o| kind == "Namespace" || in_scope(o))
+                    .filter(|o| labels.as_deref().is_none_or(|ls| labels_match(o, ls)))
+                    .filter(|o| fields.as_deref().is_none_or(|fs| fields_match(o, fs)))
+                    .collect();
+                matched.sort_by_cached_key(|o| {
+                    (
+                        as_text(o.pointer("/metadata/namespace")),
+                        as_text(o.pointer("/metadata/name")),
+                    )
+                });
+                let watching = param("watch").as_deref() == Some("true")
+                    || param("watch").as_deref() == Some("1");
+                let start: usize = param("continue")
+                    .and_then(|c| c.strip_prefix("offset-").and_then(|n| n.parse().ok()))
+                    .unwrap_or(0);
+                let mut limit = param("limit")
+                    .and_then(|l| l.parse::<usize>().ok())
+                    .filter(|l| *l > 0 && !watching)
+                    .unwrap_or(usize::MAX);
+                if let Some(cap) = *st.max_page.lock().unwrap()
+                    && !watching
+                {
+                    limit = limit.min(cap);
+                }
+                let total = matched.len();
+                let end = start.saturating_add(limit).min(total);
+                let items: Vec<Value> = matched
+                    .get(start..end)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|o| {
+                        let mut o = (*o).clone();
+                        in_version(&mut o, served_as.as_deref());
+                        o
+                    })
+                    .collect();
+                (items, total, end, watching)
             };
-            if let Some(ls) = param("labelSelector") {
-                items.retain(|o| labels_match(o, &ls));
-            }
-            if let Some(fs) = param("fieldSelector") {
-                items.retain(|o| fields_match(o, &fs));
-            }
-            items.sort_by_key(|o| {
-                (
-                    as_text(o.pointer("/metadata/namespace")),
-                    as_text(o.pointer("/metadata/name")),
-                )
-            });
-            for o in &mut items {
-                in_version(o, served_as.as_deref());
-            }
-            if param("watch").as_deref() == Some("true") || param("watch").as_deref() == Some("1") {
+            if watching {
                 let since = param("resourceVersion")
                     .and_then(|rv| rv.parse::<u64>().ok())
                     .filter(|rv| *rv > 0);
@@ -853,25 +1074,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                     .body(full_body(body))
                     .expect("response");
             }
-            let start: usize = param("continue")
-                .and_then(|c| c.strip_prefix("offset-").and_then(|n| n.parse().ok()))
-                .unwrap_or(0);
-            let mut limit = param("limit")
-                .and_then(|l| l.parse::<usize>().ok())
-                .filter(|l| *l > 0)
-                .unwrap_or(usize::MAX);
-            if let Some(cap) = *st.max_page.lock().unwrap() {
-                limit = limit.min(cap);
-            }
-            let end = start.saturating_add(limit).min(items.len());
-            let page: Vec<Value> = items
-                .get(start..end)
-                .map(<[Value]>::to_vec)
-                .unwrap_or_default();
+            let page = items;
             let mut metadata = json!({"resourceVersion": st.rv.load(Ordering::SeqCst).to_string()});
-            if end < items.len() {
+            if end < total {
                 metadata["continue"] = json!(format!("offset-{end}"));
-                metadata["remainingItemCount"] = json!(items.len() - end);
+                metadata["remainingItemCount"] = json!(total - end);
             }
             let api_version = match (&served_as, kind) {
                 (Some(v), _) => v.as_str(),
@@ -969,6 +1176,72 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
             json_response(201, &stored)
         }
         _ => error_response(405, resource, verb),
+    }
+}
+
+/// A request through the pod proxy: 404 for a pod that does not exist, else the pod's answer
+/// (503 when nothing listens), as the API server passes it through.
+async fn proxy_request(st: &State, method: &str, req: ProxyRequest) -> Resp {
+    if method != "GET" {
+        return error_response(405, "pods/proxy", "create");
+    }
+    let exists = st.objects.lock().unwrap().iter().any(|o| {
+        o.get("kind").and_then(Value::as_str) == Some("Pod")
+            && o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(&req.namespace)
+            && o.pointer("/metadata/name").and_then(Value::as_str) == Some(&req.pod)
+    });
+    if !exists {
+        return json_response(
+            404,
+            &status_body(404, "NotFound", &format!("pods \"{}\" not found", req.pod)),
+        );
+    }
+    let handler = st.proxy.lock().unwrap().clone();
+    /// Counts a request as open until it is answered or its connection goes away.
+    struct Open<'a>(&'a AtomicUsize);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let now = st.proxy_inflight.fetch_add(1, Ordering::SeqCst) + 1;
+    let _open = Open(&st.proxy_inflight);
+    st.proxy_max_inflight.fetch_max(now, Ordering::SeqCst);
+    // On a blocking thread, as exec handlers: a handler may forward to a real server.
+    let reply = match handler {
+        Some(h) => {
+            let asked = req.clone();
+            tokio::task::spawn_blocking(move || h(&asked))
+                .await
+                .unwrap_or(ProxyReply::Refused)
+        }
+        None => ProxyReply::Refused,
+    };
+    match reply {
+        ProxyReply::Answer {
+            status,
+            content_type,
+            body,
+        } => Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(full_body(body))
+            .expect("response"),
+        ProxyReply::Refused => json_response(
+            503,
+            &status_body(
+                503,
+                "ServiceUnavailable",
+                &format!(
+                    "error trying to reach service: dial tcp 10.0.0.1:{}: connect: connection refused",
+                    req.port
+                ),
+            ),
+        ),
+        ProxyReply::Hang => {
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            error_response(504, "pods/proxy", "get")
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! What a node has, set against what it should have: `verify`'s checks ([`compare`], findings and
-//! their exit [`exit::Outcome`]) and `trace`'s path view and packet simulator ([`trace`]).
+//! their exit [`exit::Outcome`]), `trace`'s path view and packet simulator ([`trace`]), and many
+//! nodes at a glance ([`fleet`]: node states, the monitor's condition, findings rolled up).
 //!
 //! ```text
 //! ServiceGraph ─┐
@@ -11,6 +12,7 @@
 
 pub mod compare;
 pub mod exit;
+pub mod fleet;
 pub mod trace;
 
 // The layers below, under the names the code uses for them (`crate::model::…`).

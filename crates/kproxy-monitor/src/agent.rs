@@ -10,6 +10,7 @@ use crate::sources::{ApiSource, ApiView, BoxFuture, NodeReader};
 use crate::status::{Shared, rfc3339};
 use crate::tracker::{Assessment, NodeState, Tracker};
 use kproxy_analysis::compare::Report;
+use kproxy_analysis::fleet::condition;
 use kproxy_core::state::ClusterState;
 use kproxy_node::collect::NodeSnapshot;
 use kproxy_node::collect::local::{ProxyHealth, kube_proxy_health};
@@ -84,7 +85,7 @@ pub const REASON_DRIFT: &str = "KubeProxyRulesDrift";
 /// The Event reason when it clears.
 pub const REASON_IN_SYNC: &str = "KubeProxyRulesInSync";
 /// The node condition's type.
-pub const CONDITION: &str = "KubeProxyRulesInSync";
+pub const CONDITION: &str = condition::TYPE;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,8 +145,9 @@ struct Memory {
     last_event: HashMap<&'static str, Instant>,
     /// Whether the node was last published as drifted (events fire on changes of it).
     drifted: Option<bool>,
-    /// The condition last sent: status and when it was sent, and when the status last changed.
-    condition: Option<(&'static str, Instant, SystemTime)>,
+    /// The condition last sent: status, reason and when it was sent, and when the status last
+    /// changed.
+    condition: Option<(&'static str, &'static str, Instant, SystemTime)>,
     /// The failure last logged (a new reason is a new line).
     failure: Option<String>,
     last_repair: Option<Instant>,
@@ -291,7 +293,7 @@ async fn failed(
             p.as_ref(),
             mem,
             "Unknown",
-            "VerifyFailed",
+            condition::VERIFY_FAILED,
             &format!("kproxy could not verify the node: {why}"),
         )
         .await;
@@ -388,29 +390,33 @@ async fn publish(opts: &Options, parts: &Parts, mem: &mut Memory, a: &Assessment
         }
     }
     if opts.condition {
-        let (status, reason) = if drifted {
-            ("False", "RulesDrifted")
-        } else {
-            ("True", "RulesMatchAPI")
+        // Pending is still True (kube-proxy's own lag is no drift), with a reason of its own so
+        // that `status` can tell it apart.
+        let (status, reason) = match a.state {
+            NodeState::Drift => ("False", condition::RULES_DRIFTED),
+            NodeState::Pending => ("True", condition::RULES_PENDING),
+            _ => ("True", condition::RULES_MATCH),
         };
         set_condition(opts, p.as_ref(), mem, status, reason, &message).await;
     }
 }
 
-/// Sends the condition when its status changed or its heartbeat is due.
+/// Sends the condition when its status or reason changed or its heartbeat is due; the
+/// transition time moves only with the status.
 async fn set_condition(
     opts: &Options,
     p: &dyn Publisher,
     mem: &mut Memory,
     status: &'static str,
-    reason: &str,
+    reason: &'static str,
     message: &str,
 ) {
     let now = SystemTime::now();
     let (due, transition) = match mem.condition {
-        Some((s, sent, since)) if s == status => {
-            (sent.elapsed() >= opts.condition_heartbeat, since)
-        }
+        Some((s, r, sent, since)) if s == status => (
+            r != reason || sent.elapsed() >= opts.condition_heartbeat,
+            since,
+        ),
         _ => (true, now),
     };
     if !due {
@@ -425,7 +431,7 @@ async fn set_condition(
         heartbeat: rfc3339(now),
     };
     match p.condition(c).await {
-        Ok(()) => mem.condition = Some((status, Instant::now(), transition)),
+        Ok(()) => mem.condition = Some((status, reason, Instant::now(), transition)),
         Err(e) => warn(
             opts,
             &format!("could not set the node condition {CONDITION}: {e}"),

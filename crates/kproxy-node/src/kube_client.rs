@@ -129,6 +129,17 @@ pub struct ClientOptions {
 
 /// Builds a client (see the module docs for the resolution order).
 pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> {
+    connect_with(global, true).await
+}
+
+/// [`connect`], without kube's own retries of 429, 503 and 504 (up to 15, backing off for up to
+/// minutes, and silent meanwhile): for fan-outs that bound each request themselves and must see
+/// its answer, such as the 503 of a pod proxy whose pod does not answer.
+pub async fn connect_without_retries(global: &ClientOptions) -> Result<Connection, ClientError> {
+    connect_with(global, false).await
+}
+
+async fn connect_with(global: &ClientOptions, retry: bool) -> Result<Connection, ClientError> {
     install_crypto_provider();
     let timeout = parse_duration(&global.request_timeout)?;
     let options = KubeConfigOptions {
@@ -165,6 +176,7 @@ pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> 
             }
         },
     };
+    config.default_retry = retry;
     // kube wraps its TLS connector in this connect timeout: it bounds the handshake too.
     config.connect_timeout = Some(timeout.map_or(HANDSHAKE_TIMEOUT, |t| t.min(HANDSHAKE_TIMEOUT)));
     if let Some(t) = timeout {
@@ -369,6 +381,16 @@ impl ApiError {
                 call,
                 detail: innermost(&other),
             },
+        }
+    }
+
+    /// Whether trying again may succeed: nothing answered, the server was overloaded (429) or
+    /// failed (5xx), or the answer broke off.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Unreachable { .. } | ApiError::Other { .. } => true,
+            ApiError::Status { code, .. } => *code == 429 || *code >= 500,
+            _ => false,
         }
     }
 

@@ -19,6 +19,6 @@ pub mod pipeline;
 pub mod publish;
 
 // The layers below, under the names the code uses for them (`crate::model::…`).
-use kproxy_analysis::compare;
+use kproxy_analysis::{compare, fleet};
 use kproxy_core::{graph, model, proxier, state};
 use kproxy_parsers as parsers;

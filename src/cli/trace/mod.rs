@@ -362,7 +362,7 @@ pub(super) fn decisions_of(
                     .with_context(|| format!("loading the kube-proxy configuration ({source})"))?,
                 None => (config::ProxyConfig::default(), Vec::new()),
             };
-            (&inputs.state, cfg)
+            (&*inputs.state, cfg)
         }
         None if args.state.state.is_empty() => return Ok(None),
         None => {

@@ -13,7 +13,8 @@
 //!
 //! [`ipvs_dumps`] reads an IPVS node's dumps given as files (`--ipvsadm`, `--ipset`, …).
 //! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz;
-//! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them.
+//! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them;
+//! [`fleet`] reads the monitor's node conditions and its agents' findings (`status`).
 //! This module and `crate::kube_client` are the only code that runs programs or calls the API.
 
 pub mod api;
@@ -21,6 +22,7 @@ pub mod bundle;
 pub mod debug_pod;
 pub mod exec;
 pub mod files;
+pub mod fleet;
 pub mod ipvs_dumps;
 pub mod local;
 pub mod netns;
@@ -391,6 +393,19 @@ pub enum CollectError {
         /// Why.
         detail: String,
     },
+}
+
+impl CollectError {
+    /// Whether trying again may succeed: the API unreachable or overloaded, or an exec stream
+    /// that broke. What the node itself said (no kube-proxy pod, a missing program, a command
+    /// that failed or timed out, output that is not a dump) will be said again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CollectError::Api(e) => e.is_transient(),
+            CollectError::Exec { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 impl From<crate::kube_client::ApiError> for CollectError {

@@ -884,3 +884,25 @@ proptest! {
         }
     }
 }
+
+/// `trace` with `--state` compares the path with a plan that lacks the objects left out: it says
+/// which they are, and the path view is the one of the clean state.
+#[test]
+fn trace_names_each_object_left_out_of_its_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(dir.path(), false);
+    let dump = crate::support::repo("testdata/dumps/cluster.legacy-c.save");
+    let dump = dump.to_str().expect("utf-8 path");
+    let args = ["trace", "svc/shop/search", "--iptables-save", dump];
+    let want = kproxy(&args, &cluster_file("state.json"), &config);
+    expect_exit(&want, 0, "trace with the clean state");
+    let state = write_json(dir.path(), "all.json", &cluster_with(all_injections()));
+    let got = kproxy(&args, &state, &config);
+    expect_exit(&got, 0, "trace with the injections");
+    assert_eq!(stdout(&got), stdout(&want), "{}", text(&got));
+    for (name, _, _) in INJECTIONS {
+        for w in left_out_warnings(name) {
+            assert!(stderr(&got).contains(&w), "no `{w}`: {}", text(&got));
+        }
+    }
+}

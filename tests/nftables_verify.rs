@@ -892,6 +892,24 @@ fn resync_keeps_an_nftables_node_in_sync() {
         l.contains("service-ips") && !l.contains("10.96.100.30 . tcp . 8080")
     });
 
+    // An object the API server would reject is left out of the syncs, and said once.
+    api.add_objects([serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": "shop", "name": "bad-port", "resourceVersion": "1"},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "10.96.100.31",
+            "clusterIPs": ["10.96.100.31"],
+            "ports": [{"name": "a\"b", "port": 80, "protocol": "TCP", "targetPort": 80}]
+        }
+    })]);
+    let said = std::time::Instant::now();
+    while !resync.log().contains("left out: Service shop/bad-port") {
+        assert!(said.elapsed() < limit, "not said:\n{}", resync.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
     // Drift made by hand is put back by the periodic full sync.
     ns.nft_load("flush chain ip kube-proxy masquerading\n")
         .expect("drift");
@@ -944,6 +962,19 @@ fn resync_keeps_an_nftables_node_in_sync() {
         "the same refusal is said once:\n{}",
         resync.log()
     );
+    assert_eq!(
+        resync
+            .log()
+            .matches("left out: Service shop/bad-port")
+            .count(),
+        1,
+        "the left-out object is said once:\n{}",
+        resync.log()
+    );
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    assert!(!listing.contains("10.96.100.31"), "{listing}");
 
     // SIGTERM: a clean exit that leaves the tables in place.
     let pid = i32::try_from(resync.child.id())

@@ -372,6 +372,8 @@ pub(super) fn decisions_of(
         }
     };
     super::common::print_warnings(&warnings);
+    // Objects the API server would reject are not in the plan the path is compared with.
+    super::common::print_warnings(&state.invalid_warnings());
     let mut given = args.node.inputs();
     if let Some(inputs) = live.filter(|i| given.node.is_none() && !i.node.is_empty()) {
         given.node = Some(inputs.node.clone());

@@ -305,8 +305,16 @@ pub async fn run(
     let mut conntrack_failure = None;
     // A failure that repeats on every retry (a table this build does not know) is said once.
     let mut last_failure: Option<String> = None;
+    // Objects the API server would reject are left out of every sync: each is said once.
+    let mut left_out = std::collections::HashSet::new();
     loop {
         let state = watch.state();
+        for w in state.invalid_warnings() {
+            let line = format!("left out: {w}");
+            if left_out.insert(line.clone()) {
+                (opts.log)(&line);
+            }
+        }
         let started = Instant::now();
         let sync_opts = opts.clone();
         let result =

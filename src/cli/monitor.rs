@@ -149,7 +149,16 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .with_context(|| format!("listening on {listen}"))?;
         let api = args.state.state.is_empty();
         let conn = if api {
-            Some(crate::kube_client::connect(&global.client_options()).await?)
+            let mut options = global.client_options();
+            // kube's own retry of a 503 or 504 goes on for minutes without a word, while the
+            // watches keep their old content: the monitor would say "in sync" from stale
+            // state. A few quick retries, then the watch reports the error.
+            options.retry = crate::kube_client::Retry::Bounded {
+                retries: 3,
+                first: Duration::from_millis(200),
+                longest: Duration::from_secs(2),
+            };
+            Some(crate::kube_client::connect(&options).await?)
         } else {
             None
         };

@@ -799,3 +799,52 @@ fn bad_inputs_fail_runs_and_say_why() {
         mon.log()
     );
 }
+
+/// Without `--grace` the grace follows kube-proxy's configuration as it changes: 36 s from
+/// the example's periods at start, 8 s once the configuration says `syncPeriod: 2s`, and a
+/// difference older than the new grace is drift.
+#[test]
+fn the_grace_follows_the_configuration() {
+    let Some(f) = file_setup("mongrace") else {
+        return;
+    };
+    let backend = Backend::Nft;
+    let (ns, state, config) = (&f.ns, &f.state, &f.config);
+    let mut args = monitor_args(ns, state, config, Some(backend), "-");
+    let at = args.iter().position(|a| *a == "--grace").expect("--grace");
+    args.drain(at..at + 2);
+    let mon = Monitor::start(f.dir.path(), &args, &[]);
+    mon.wait("in sync, grace 36s", SLACK, |m| {
+        in_sync(m) == Some(1.0) && sample(m, "kproxy_grace_seconds") == Some(36.0)
+    });
+    // A difference the old grace would keep pending for 36 s.
+    replace_file(state, &state_with_new_endpoint(&f.original, "10.244.1.12"));
+    mon.wait("pending", SLACK, |m| {
+        sample(m, "kproxy_pending_service_ports").is_some_and(|n| n >= 1.0)
+    });
+    let text = std::fs::read_to_string(config).expect("config");
+    assert!(text.contains("  syncPeriod: 30s\n"), "{text}");
+    replace_file(
+        config,
+        &text.replace("  syncPeriod: 30s\n", "  syncPeriod: 2s\n"),
+    );
+    let changed = Instant::now();
+    let m = mon.wait("grace 8s", SLACK, |m| {
+        sample(m, "kproxy_grace_seconds") == Some(8.0)
+    });
+    assert!(
+        mon.log()
+            .contains("grace 8s (minSyncPeriod 1s + syncPeriod 2s + 5s margin), was 36s"),
+        "{}\n{m}",
+        mon.log()
+    );
+    let m = mon.wait(
+        "drift under the new grace",
+        Duration::from_secs(8) + SLACK,
+        drifted,
+    );
+    assert!(
+        changed.elapsed() < Duration::from_secs(30),
+        "drift only after the old grace:\n{m}"
+    );
+}

@@ -215,6 +215,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             debounce: args.debounce,
             recheck: args.recheck,
             grace,
+            grace_fixed: args.grace.is_some(),
             event_interval: args.event_interval,
             condition: args.node_condition,
             condition_heartbeat: Duration::from_secs(300),

@@ -106,8 +106,11 @@ pub struct Options {
     pub debounce: Duration,
     /// Time between verifies while differences are pending or an API change is not matched yet.
     pub recheck: Duration,
-    /// How long a difference may last before it is drift.
+    /// How long a difference may last before it is drift (at start).
     pub grace: Duration,
+    /// Whether the grace was given (`--grace`); else it follows kube-proxy's configuration
+    /// ([`crate::grace::from_config`]) as that changes.
+    pub grace_fixed: bool,
     /// The least time between two Events of one reason.
     pub event_interval: Duration,
     /// Whether to set the node condition.
@@ -226,18 +229,22 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
         Ok(v) => v,
     };
     mem.failure = None;
+    if !opts.grace_fixed {
+        follow_grace(opts, shared, mem, &view);
+    }
+    let grace = mem.tracker.grace();
     let at = SystemTime::now();
     let mode = verified.report.mode.clone();
     let a = mem.tracker.assess(verified.report, started);
     shared.metrics.verified(&a, took, at);
-    shared.verified(&a, at, opts.grace);
+    shared.verified(&a, at, grace);
     shared.metrics.set_build(crate::metrics::BuildLabels {
         version: opts.version.clone(),
         mode,
         kube_proxy_version: verified.kube_proxy_version.unwrap_or_default(),
     });
     if a.state != previous {
-        log(opts, a.state, previous, &describe(&a, opts.grace));
+        log(opts, a.state, previous, &describe(&a, grace));
     }
     publish(opts, parts, mem, &a).await;
     mem.fingerprint = Some(view.fingerprint(&opts.node));
@@ -247,6 +254,36 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
         return false;
     }
     repair(opts, parts, shared, mem).await
+}
+
+/// The grace period of the configuration `view` holds (kube-proxy's defaults without one),
+/// when it differs from the tracker's: the tracker, the metrics and the staleness of reports
+/// move to it, and a log line says so. A configuration that does not read leaves the grace as
+/// it is (the verify says what is wrong with it).
+fn follow_grace(opts: &Options, shared: &Shared, mem: &mut Memory, view: &ApiView) {
+    let config = match &view.config_text {
+        None => Ok(kproxy_core::state::config::ProxyConfig::default()),
+        Some((text, name)) => kproxy_core::state::config::parse(text, name).map(|(c, _)| c),
+    };
+    let Ok(config) = config else {
+        return;
+    };
+    let (grace, how) = crate::grace::from_config(&config);
+    let old = mem.tracker.grace();
+    if grace == old {
+        return;
+    }
+    mem.tracker.set_grace(grace);
+    shared.metrics.set_grace(grace);
+    shared.grace_moved(old, grace);
+    warn(
+        opts,
+        &format!(
+            "kube-proxy's configuration changed: grace {} ({how}), was {}",
+            kproxy_core::state::duration::format(grace),
+            kproxy_core::state::duration::format(old)
+        ),
+    );
 }
 
 /// Reads the API side and the node, and verifies.
@@ -359,7 +396,7 @@ async fn publish(opts: &Options, parts: &Parts, mem: &mut Memory, a: &Assessment
         return;
     };
     let drifted = a.state == NodeState::Drift;
-    let message = describe(a, opts.grace);
+    let message = describe(a, mem.tracker.grace());
     if mem.drifted != Some(drifted) {
         // The first verify of a node in sync is no news; of a drifted node, it is.
         let news = drifted || mem.drifted.is_some();
@@ -458,7 +495,7 @@ async fn repair(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory
     };
     if mem
         .last_repair
-        .is_some_and(|t| t.elapsed() < opts.grace.max(Duration::from_secs(1)))
+        .is_some_and(|t| t.elapsed() < mem.tracker.grace().max(Duration::from_secs(1)))
     {
         return false;
     }

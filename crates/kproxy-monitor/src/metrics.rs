@@ -168,6 +168,11 @@ impl Metrics {
         m
     }
 
+    /// The grace period now (`kproxy_grace_seconds`).
+    pub fn set_grace(&self, grace: Duration) {
+        self.grace.set(grace.as_secs_f64());
+    }
+
     /// Sets `kproxy_build_info`: one series, value 1.
     pub fn set_build(&self, labels: BuildLabels) {
         self.build_info.clear();

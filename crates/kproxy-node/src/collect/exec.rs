@@ -189,11 +189,7 @@ impl PodExec {
                 }
             },
         };
-        Ok(CommandOutput {
-            exit_code,
-            stdout,
-            stderr,
-        })
+        Ok(CommandOutput::exited(exit_code, stdout, stderr))
     }
 }
 

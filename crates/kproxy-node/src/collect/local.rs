@@ -81,11 +81,22 @@ async fn run_local(
         Ok(Err(e)) => return Err(io_error(e)),
         Ok(Ok(o)) => o,
     };
-    Ok(CommandOutput {
-        exit_code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
+    Ok(output_of(output.status, &output.stdout, &output.stderr))
+}
+
+/// A finished process's output; killed by signal N, its status is 128 + N as a shell says.
+fn output_of(status: std::process::ExitStatus, stdout: &[u8], stderr: &[u8]) -> CommandOutput {
+    use std::os::unix::process::ExitStatusExt;
+    let signal = status.signal();
+    CommandOutput {
+        exit_code: status
+            .code()
+            .or_else(|| signal.map(|n| 128 + n))
+            .unwrap_or(-1),
+        signal,
+        stdout: String::from_utf8_lossy(stdout).into_owned(),
+        stderr: String::from_utf8_lossy(stderr).into_owned(),
+    }
 }
 
 /// The `local` collector.
@@ -102,8 +113,8 @@ pub fn hostname() -> Option<String> {
 }
 
 /// Runs `program args…` on this host to its end — inside the network namespace `netns` when
-/// given (`ip netns exec NAME …`) — with `stdin` piped to it when given: its exit code (-1 when
-/// killed by a signal), stdout and stderr, whatever the exit status. An error only when it could
+/// given (`ip netns exec NAME …`) — with `stdin` piped to it when given: its exit code (128 + N
+/// when killed by signal N) and signal, stdout and stderr, whatever the exit status. An error only when it could
 /// not be started or waited for.
 pub fn run_blocking(
     netns: Option<&str>,
@@ -135,11 +146,7 @@ pub fn run_blocking(
         let _ = pipe.write_all(input.as_bytes());
     }
     let out = child.wait_with_output()?;
-    Ok(CommandOutput {
-        exit_code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
+    Ok(output_of(out.status, &out.stdout, &out.stderr))
 }
 
 /// The pid of a kube-proxy process (`/proc/*/comm`) running in the network namespace whose

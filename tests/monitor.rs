@@ -848,3 +848,71 @@ fn the_grace_follows_the_configuration() {
         "drift only after the old grace:\n{m}"
     );
 }
+
+/// `kproxy_node_reads_total{read=KIND}` (0 when absent).
+fn reads(m: &str, kind: &str) -> f64 {
+    sample(m, &format!("kproxy_node_reads_total{{read=\"{kind}\"}}")).unwrap_or(0.0)
+}
+
+/// The node's nf_tables change events: while nothing changes, what was read from nf_tables is
+/// kept verify after verify (no whole read); a rule deleted is an event, the next read is
+/// whole, and the drift is seen within the grace — which kept reads alone would never show.
+fn rule_events(backend: Option<Backend>) {
+    let mut tools = vec!["ip"];
+    match backend {
+        Some(b) => tools.extend(b.tools()),
+        None => tools.push("nft"),
+    }
+    tools.push("nft");
+    if !require_root_and_tools(&tools) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mode = if backend.is_some() {
+        "iptables"
+    } else {
+        "nftables"
+    };
+    let config = config_in_mode(dir.path(), mode);
+    let state = cluster_file("state.json");
+    let ns = Netns::new("monev").expect("netns");
+    program(&ns, backend, &state, &config);
+    let args = monitor_args(&ns, &state, &config, backend, "2s");
+    let mon = Monitor::start(dir.path(), &args, &[]);
+    mon.wait("in sync", SLACK, |m| in_sync(m) == Some(1.0));
+    let m = mon.wait("kept reads while nothing changes", SLACK, |m| {
+        reads(m, "kept") >= 2.0
+    });
+    let (whole, kept) = (reads(&m, "whole"), reads(&m, "kept"));
+    std::thread::sleep(Duration::from_secs(3));
+    let m = mon.metrics();
+    assert_eq!(
+        reads(&m, "whole"),
+        whole,
+        "a whole read with nothing changed:\n{m}"
+    );
+    assert!(reads(&m, "kept") >= kept + 2.0, "{m}");
+    assert_eq!(in_sync(&m), Some(1.0), "{m}");
+
+    make_drift(&ns, backend);
+    let m = mon.wait(
+        "drift seen through the rules' change events",
+        Duration::from_secs(1 + 2) + SLACK,
+        drifted,
+    );
+    assert!(reads(&m, "whole") > whole, "{m}");
+    assert!(
+        sample(&m, "kproxy_rule_changes_total").is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+}
+
+#[test]
+fn rule_events_iptables_nft_backend() {
+    rule_events(Some(Backend::Nft));
+}
+
+#[test]
+fn rule_events_nftables_mode() {
+    rule_events(None);
+}

@@ -86,6 +86,11 @@ pub struct MonitorArgs {
     /// The iptables backend whose rules are read.
     #[arg(hide_short_help = true, long, value_enum, default_value_t = ReadBackend::Auto)]
     pub backend: ReadBackend,
+    /// The longest time what was read from nf_tables (iptables-nft, nftables mode) is kept while
+    /// its change events say nothing changed; then the node is read whole again. Each whole
+    /// read of a large node costs seconds to a minute of CPU (docs/monitor.md).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub full_read_interval: Duration,
     /// Timeout of each command that reads the node (e.g. 30s).
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub read_timeout: Duration,
@@ -229,8 +234,8 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         };
         let parts = Parts {
             source,
-            reader: Box::new(LocalReader {
-                runner: crate::collect::netns::HostRunner {
+            reader: Box::new(LocalReader::new(
+                crate::collect::netns::HostRunner {
                     netns: args.netns.clone(),
                     backend: match args.backend {
                         ReadBackend::Auto => None,
@@ -238,8 +243,9 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                         ReadBackend::Legacy => Some("legacy"),
                     },
                 },
-                timeout: args.read_timeout,
-            }),
+                args.read_timeout,
+                args.full_read_interval,
+            )),
             verifier: Arc::new(CliVerifier::new(&args)?),
             publisher,
             repairer,

@@ -204,6 +204,10 @@ pub async fn run(
                 }
                 mem.tracker.api_changed(seen);
             }
+            // The node's rules changed (kube-proxy synced, or something else wrote them).
+            () = parts.reader.changed() => {
+                tokio::time::sleep(opts.debounce).await;
+            }
         }
         let again = once(&opts, &parts, &shared, &mut mem).await;
         next = if again {
@@ -226,7 +230,10 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
             failed(opts, parts, shared, mem, previous, took, &why).await;
             return false;
         }
-        Ok(v) => v,
+        Ok((verified, view, read)) => {
+            shared.metrics.node_read(read.whole, read.rule_changes);
+            (verified, view)
+        }
     };
     mem.failure = None;
     if !opts.grace_fixed {
@@ -286,21 +293,31 @@ fn follow_grace(opts: &Options, shared: &Shared, mem: &mut Memory, view: &ApiVie
     );
 }
 
+/// What one read of the node was, for the metrics.
+struct ReadKind {
+    whole: bool,
+    rule_changes: u64,
+}
+
 /// Reads the API side and the node, and verifies.
-async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView), String> {
+async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView, ReadKind), String> {
     let view = parts.source.current()?;
-    let snapshot = parts.reader.read().await?;
+    let read = parts.reader.read().await?;
+    let kind = ReadKind {
+        whole: read.whole,
+        rule_changes: read.rule_changes,
+    };
     let inputs = VerifyInputs {
         state: view.state.clone(),
         config_text: view.config_text.clone(),
-        snapshot,
+        snapshot: read.snapshot,
         node: opts.node.clone(),
     };
     let verifier = Arc::clone(&parts.verifier);
     let verified = tokio::task::spawn_blocking(move || verifier.verify(inputs))
         .await
         .map_err(|e| format!("the verify stopped: {e}"))??;
-    Ok((verified, view))
+    Ok((verified, view, kind))
 }
 
 /// A verify that could not run: counted, said once per reason, and the condition Unknown.

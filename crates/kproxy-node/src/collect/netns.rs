@@ -19,7 +19,7 @@ pub struct HostRunner {
 
 impl HostRunner {
     /// The argv as it is run: the backend's save command, inside the namespace.
-    fn argv<'a>(&'a self, argv: &[&'a str]) -> Vec<&'a str> {
+    pub(super) fn argv<'a>(&'a self, argv: &[&'a str]) -> Vec<&'a str> {
         let mut out: Vec<&str> = Vec::with_capacity(argv.len() + 4);
         if let Some(ns) = &self.netns {
             out.extend(["ip", "netns", "exec", ns.as_str()]);
@@ -91,13 +91,29 @@ impl CommandRunner for HostRunner {
     }
 }
 
+impl HostRunner {
+    /// The collector's name in reports: `local`, `local, netns NAME`.
+    fn collector(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!("local, netns {ns}"),
+            None => "local".to_string(),
+        }
+    }
+}
+
 /// The `local` collector run through `runner`.
 pub async fn collect(runner: &HostRunner, timeout: Duration) -> Result<NodeSnapshot, CollectError> {
-    let name = match &runner.netns {
-        Some(ns) => format!("local, netns {ns}"),
-        None => "local".to_string(),
-    };
-    super::collect_with(runner, &name, timeout).await
+    super::collect_with(runner, &runner.collector(), timeout).await
+}
+
+/// [`collect`], keeping the outputs of `kinds` from `kept` ([`super::collect_keeping`]).
+pub async fn collect_keeping(
+    runner: &HostRunner,
+    timeout: Duration,
+    kept: &NodeSnapshot,
+    kinds: &[super::DumpKind],
+) -> Result<NodeSnapshot, CollectError> {
+    super::collect_keeping(runner, &runner.collector(), timeout, kept, kinds).await
 }
 
 #[cfg(test)]

@@ -260,7 +260,7 @@ step verify-without-foreign verify
 "#;
 
 /// Parses `=== BEGIN name ===` … `=== END name rc=N ===` sections.
-fn sections(out: &str) -> Vec<(String, String, i32)> {
+pub fn sections(out: &str) -> Vec<(String, String, i32)> {
     let mut v = Vec::new();
     let mut cur: Option<(String, String)> = None;
     for line in out.lines() {

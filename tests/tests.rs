@@ -18,6 +18,7 @@ mod mass_drift;
 mod monitor;
 mod monitor_api;
 mod monitor_deploy;
+mod monitor_ipvs;
 mod netns_harness;
 mod nft_graph_trace;
 mod nft_layouts;

@@ -5,7 +5,7 @@
 
 use crate::state::ClusterState;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 /// The watches of Services, EndpointSlices and Nodes. Deletions are seen because the reflector
 /// stores drop deleted objects, and a re-list after a broken watch replaces a store's content.
+/// The stores keep what kube-proxy reads of each object ([`lean_meta`], [`lean_node`]).
 pub struct ClusterWatch {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
@@ -41,26 +42,38 @@ impl ClusterWatch {
         let config = configmap.map(|(namespace, name)| {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
             let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            spawn_reflector(api, only, "configmaps", changed.clone(), problems.clone())
+            spawn_reflector(
+                (api, only),
+                lean_meta,
+                "configmaps",
+                changed.clone(),
+                problems.clone(),
+            )
         });
         ClusterWatch {
             services: spawn_reflector(
-                Api::<Service>::all(client.clone()),
-                watcher::Config::default(),
+                (
+                    Api::<Service>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                lean_meta,
                 "services",
                 changed.clone(),
                 problems.clone(),
             ),
             slices: spawn_reflector(
-                Api::<EndpointSlice>::all(client.clone()),
-                watcher::Config::default(),
+                (
+                    Api::<EndpointSlice>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                lean_meta,
                 "endpointslices",
                 changed.clone(),
                 problems.clone(),
             ),
             nodes: spawn_reflector(
-                Api::<Node>::all(client),
-                watcher::Config::default(),
+                (Api::<Node>::all(client), watcher::Config::default()),
+                lean_node,
                 "nodes",
                 changed.clone(),
                 problems.clone(),
@@ -128,12 +141,41 @@ where
     store.state().iter().map(|o| (**o).clone()).collect()
 }
 
-/// Spawns a reflector for `api` (watched as `config` says: a field selector) and returns its
-/// store; every change (an added, updated or deleted object, a completed re-list) pokes
-/// `notify`, and a failing watch leaves its last error in `problems` until its next event.
+/// Drops what no reader of the watched state uses from an object before the store keeps it:
+/// the server's field-management records and `kubectl apply`'s copy of the object (each as
+/// large as the rest of it). Other annotations stay: kube-proxy reads some (topology mode).
+fn lean_meta<K: kube::Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// [`lean_meta`], and of a Node only what kube-proxy reads of it (its `NodeManager` and
+/// topology code): labels, `spec.podCIDR(s)` and `status.addresses`. The rest of a Node (its
+/// images, conditions, capacity, heartbeats) is most of its size, and a cluster has thousands.
+fn lean_node(node: &mut Node) {
+    lean_meta(node);
+    node.metadata.annotations = None;
+    node.spec = node.spec.take().map(|s| NodeSpec {
+        pod_cidr: s.pod_cidr,
+        pod_cidrs: s.pod_cidrs,
+        ..NodeSpec::default()
+    });
+    node.status = node.status.take().map(|s| NodeStatus {
+        addresses: s.addresses,
+        ..NodeStatus::default()
+    });
+}
+
+/// Spawns a reflector for `api` (watched as its config says: a field selector) and returns its
+/// store, keeping each object as `lean` leaves it; every change (an added, updated or deleted
+/// object, a completed re-list) pokes `notify`, and a failing watch leaves its last error in
+/// `problems` until its next event.
 fn spawn_reflector<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    (api, config): (Api<K>, watcher::Config),
+    lean: fn(&mut K),
     what: &'static str,
     notify: Arc<Notify>,
     problems: Problems,
@@ -149,7 +191,7 @@ where
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config).modify(lean)).default_backoff();
     let set_problem = move |problem: Option<String>| {
         if let Ok(mut p) = problems.lock() {
             p.retain(|(w, _)| *w != what);
@@ -182,4 +224,66 @@ where
         }
     });
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerImage, NodeAddress};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[test]
+    fn a_node_keeps_what_kube_proxy_reads() {
+        let mut n = Node::default();
+        n.metadata.name = Some("node-1".into());
+        n.metadata.labels = Some([("topology.kubernetes.io/zone".into(), "a".into())].into());
+        n.metadata.annotations = Some([("node.alpha.kubernetes.io/ttl".into(), "0".into())].into());
+        n.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        n.spec = Some(NodeSpec {
+            pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
+            provider_id: Some("aws:///i-1".into()),
+            ..NodeSpec::default()
+        });
+        n.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: "192.168.77.2".into(),
+            }]),
+            images: Some(vec![ContainerImage::default()]),
+            ..NodeStatus::default()
+        });
+        lean_node(&mut n);
+        let v = serde_json::to_value(&n).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "a"}},
+                "spec": {"podCIDRs": ["10.244.1.0/24"]},
+                "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.2"}]},
+            })
+        );
+
+        let mut svc = Service::default();
+        svc.metadata.annotations = Some(
+            [
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".into(),
+                    "{}".into(),
+                ),
+                ("service.kubernetes.io/topology-mode".into(), "Auto".into()),
+            ]
+            .into(),
+        );
+        svc.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        lean_meta(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        assert_eq!(
+            svc.metadata
+                .annotations
+                .map(|a| a.into_keys().collect::<Vec<_>>()),
+            Some(vec!["service.kubernetes.io/topology-mode".to_string()])
+        );
+    }
 }

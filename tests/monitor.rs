@@ -436,21 +436,27 @@ impl Drop for Prometheus {
     }
 }
 
-/// The acceptance run in one namespace: in sync, a rule deleted, drift within interval +
-/// grace, repaired, in sync again; with the endpoints' checks along the way. With
-/// `prometheus`, a real Prometheus sees the same through PromQL.
-fn acceptance(backend: Option<Backend>, prometheus: bool) {
-    let test = match backend {
-        Some(b) => format!("monitor acceptance ({})", b.name()),
-        None => "monitor acceptance (nftables)".to_string(),
-    };
-    let mut tools = vec!["ip", "promtool"];
+/// A node of the example cluster: a namespace whose rules `render` wrote for node-1, and the
+/// configuration, in iptables mode with `backend` or else nftables mode.
+struct Node {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    state: PathBuf,
+    ns: Netns,
+    mode: &'static str,
+}
+
+/// [`Node`] in a namespace named after `prefix`; `None` when the mode's tools (and `extra`)
+/// are not here.
+fn node_in_mode(prefix: &str, backend: Option<Backend>, extra: &[&'static str]) -> Option<Node> {
+    let mut tools = vec!["ip"];
     match backend {
         Some(b) => tools.extend(b.tools()),
         None => tools.push("nft"),
     }
+    tools.extend(extra);
     if !require_root_and_tools(&tools) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mode = if backend.is_some() {
@@ -460,8 +466,35 @@ fn acceptance(backend: Option<Backend>, prometheus: bool) {
     };
     let config = config_in_mode(dir.path(), mode);
     let state = cluster_file("state.json");
-    let ns = Netns::new("mon").expect("netns");
+    let ns = Netns::new(prefix).expect("netns");
     program(&ns, backend, &state, &config);
+    Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        mode,
+    })
+}
+
+/// The acceptance run in one namespace: in sync, a rule deleted, drift within interval +
+/// grace, repaired, in sync again; with the endpoints' checks along the way. With
+/// `prometheus`, a real Prometheus sees the same through PromQL.
+fn acceptance(backend: Option<Backend>, prometheus: bool) {
+    let test = match backend {
+        Some(b) => format!("monitor acceptance ({})", b.name()),
+        None => "monitor acceptance (nftables)".to_string(),
+    };
+    let Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        mode,
+    }) = node_in_mode("mon", backend, &["promtool"])
+    else {
+        return;
+    };
     let args = monitor_args(&ns, &state, &config, backend, "2s");
     let mut mon = Monitor::start(dir.path(), &args, &[]);
     let prom = if prometheus {
@@ -858,25 +891,16 @@ fn reads(m: &str, kind: &str) -> f64 {
 /// kept verify after verify (no whole read); a rule deleted is an event, the next read is
 /// whole, and the drift is seen within the grace — which kept reads alone would never show.
 fn rule_events(backend: Option<Backend>) {
-    let mut tools = vec!["ip"];
-    match backend {
-        Some(b) => tools.extend(b.tools()),
-        None => tools.push("nft"),
-    }
-    tools.push("nft");
-    if !require_root_and_tools(&tools) {
+    let Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        ..
+    }) = node_in_mode("monev", backend, &["nft"])
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mode = if backend.is_some() {
-        "iptables"
-    } else {
-        "nftables"
     };
-    let config = config_in_mode(dir.path(), mode);
-    let state = cluster_file("state.json");
-    let ns = Netns::new("monev").expect("netns");
-    program(&ns, backend, &state, &config);
     let args = monitor_args(&ns, &state, &config, backend, "2s");
     let mon = Monitor::start(dir.path(), &args, &[]);
     mon.wait("in sync", SLACK, |m| in_sync(m) == Some(1.0));

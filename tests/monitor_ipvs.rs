@@ -4,10 +4,7 @@
 //! brings it back in sync. IPVS and ipsets have no change events: the monitor reads them at
 //! every verify.
 
-use crate::repair_ipvs::sections;
-use crate::support::ipvs::{missing_vm_tools, shared_ipvs};
-use std::path::Path;
-use std::process::Command;
+use crate::support::ipvs::{run_in_vm, sections, vm_binary, vm_or_skip};
 
 /// The script run inside the VM (steps as `repair_ipvs`'s: `=== BEGIN name ===` …
 /// `=== END name rc=N ===`).
@@ -43,46 +40,19 @@ step log cat /tmp/monitor.log
 /// One VM boot: in sync, drift after a real server is deleted, in sync after the repair.
 #[test]
 fn monitor_ipvs_live_vm() {
-    let Some(shared) = shared_ipvs() else { return };
-    if let Some(why) = missing_vm_tools(&[]) {
-        crate::support::skip("monitor_ipvs", &format!("the IPVS monitor VM test: {why}"));
+    let Some(shared) = vm_or_skip("monitor_ipvs", "the IPVS monitor VM test", &[]) else {
         return;
-    }
-    let tool = shared.join("../../tools/ipvs-vm.sh");
-    if !tool.is_file() {
-        crate::support::skip(
-            "monitor_ipvs",
-            &format!("the IPVS monitor VM test: {} absent", tool.display()),
-        );
-        return;
-    }
+    };
     let case = shared.join("constructed-kind-worker-example");
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::copy(case.join("config.yaml"), tmp.path().join("config.yaml")).expect("config");
     std::fs::copy(case.join("state.json"), tmp.path().join("state.json")).expect("state");
-    let bin = tmp.path().join("kubectl-kproxy");
-    crate::support::install_executable(Path::new(env!("CARGO_BIN_EXE_kubectl-kproxy")), &bin);
-    // Debug info only makes the VM's initrd bigger.
-    let _ = Command::new("strip")
-        .arg("--strip-debug")
-        .arg(&bin)
-        .status();
-    let script = tmp.path().join("vm.sh");
-    std::fs::write(&script, VM_SCRIPT).expect("write script");
-    let out = Command::new("bash")
-        .arg(&tool)
-        .arg(&script)
-        .arg(&bin)
-        .arg(tmp.path().join("state.json"))
-        .arg(tmp.path().join("config.yaml"))
-        .output()
-        .expect("run ipvs-vm.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "ipvs-vm.sh failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let files = [
+        vm_binary(tmp.path()),
+        tmp.path().join("state.json"),
+        tmp.path().join("config.yaml"),
+    ];
+    let stdout = run_in_vm(&shared, VM_SCRIPT, &files);
     let secs = sections(&stdout);
     let get = |name: &str| -> (String, i32) {
         secs.iter()

@@ -98,10 +98,6 @@ pub trait NodeReader: Send + Sync {
     }
 }
 
-/// How long `nft monitor` must have run before its silence says that nothing changed (it
-/// subscribes to the kernel's events only after it has started).
-const EVENTS_SETTLE: Duration = Duration::from_millis(500);
-
 /// The local collector ([`kproxy_node::collect::netns`]), each command limited to `timeout`.
 /// It follows the changes of the node's nf_tables rules ([`RuleEvents`]) and keeps what it read
 /// from nf_tables while they say nothing changed, for at most `full_read`; the rest (the legacy
@@ -130,7 +126,7 @@ impl LocalReader {
         }
     }
 
-    /// The events, started again when they are not running (not yet, or the child stopped);
+    /// The events, subscribed again when they are not running (not yet, or the socket failed);
     /// why there are none when they cannot be started.
     fn events(&self) -> Result<Arc<RuleEvents>, String> {
         let mut slot = self
@@ -140,14 +136,14 @@ impl LocalReader {
         if let Some(e) = slot.as_ref() {
             match e.stopped() {
                 None => return Ok(Arc::clone(e)),
-                // Said by this read; the next one starts another child.
+                // Said by this read; the next one subscribes again.
                 Some(why) => {
                     *slot = None;
                     return Err(why);
                 }
             }
         }
-        let e = Arc::new(RuleEvents::start(&self.runner, EVENTS_SETTLE)?);
+        let e = Arc::new(RuleEvents::start(&self.runner)?);
         *slot = Some(Arc::clone(&e));
         Ok(e)
     }
@@ -199,8 +195,8 @@ impl NodeReader for LocalReader {
                 .map_err(|e| e.to_string())?;
             snapshot.warnings.extend(no_events);
             if let Ok(mut l) = self.last.lock() {
-                // A read the events did not cover yet (they had only just started, or
-                // cannot be trusted) is not kept: the next one reads everything again.
+                // A read the events did not cover (they lost notifications, or were not
+                // subscribed yet) is not kept: the next one reads everything again.
                 *l = taken
                     .untrusted
                     .is_none()
@@ -216,7 +212,7 @@ impl NodeReader for LocalReader {
 
     fn changed(&self) -> BoxFuture<'_, ()> {
         let events = self.events.lock().ok().and_then(|e| e.clone());
-        // A child that stopped completes its `changed` once; then the next read starts another.
+        // Events that stopped complete `changed` once; the next read subscribes again.
         Box::pin(async move {
             match events {
                 Some(e) => e.changed().await,

@@ -421,3 +421,60 @@ fn bounded_retry_gives_up_after_its_retries() {
     // Two waits of at most 200 ms each, jitter included (tower's jitter at most doubles one).
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+/// Verifies run so far (every result).
+fn verify_runs(m: &str) -> f64 {
+    ["clean", "drift", "failed"]
+        .iter()
+        .filter_map(|r| sample(m, &format!("kproxy_verify_runs_total{{result=\"{r}\"}}")))
+        .sum()
+}
+
+/// With a long interval, only what can change the node's rules makes a verify: another
+/// node's status updates (heartbeats) do not; an EndpointSlice change does.
+#[test]
+fn only_changes_that_touch_the_node_are_verified() {
+    let Some(s) = setup("monfp", None) else {
+        return;
+    };
+    let mut args = vec![
+        "--kubeconfig",
+        s.kubeconfig.to_str().expect("utf-8"),
+        "--node",
+        "node-1",
+        "--interval",
+        "10m",
+        "--grace",
+        "5s",
+        "--netns",
+        s.ns.name(),
+        "--backend",
+        "nft",
+        "--nfacct",
+        "none",
+    ];
+    args.extend(["--node-condition", "false"]);
+    let mon = Monitor::start(s.dir.path(), &args, &[]);
+    let m = mon.wait("in sync", SLACK, |m| in_sync(m) == Some(1.0));
+    let runs = verify_runs(&m);
+    for beat in 0..5 {
+        let mut node = s.api.object("Node", None, "node-2").expect("node-2");
+        node["status"]["conditions"] = json!([{
+            "type": "Ready", "status": "True",
+            "lastHeartbeatTime": format!("2026-01-01T00:00:0{beat}Z"),
+        }]);
+        s.api.update_object(node);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let m = mon.metrics();
+    assert_eq!(
+        verify_runs(&m),
+        runs,
+        "another node's heartbeats made verifies:\n{m}"
+    );
+    add_web_endpoint(&s.api, "10.244.1.15");
+    mon.wait("a verify after a slice changed", SLACK, |m| {
+        verify_runs(m) > runs
+    });
+}

@@ -154,8 +154,9 @@ struct Memory {
     last_repair: Option<Instant>,
     /// Whether a skipped repair was logged in this drift.
     repair_noted: bool,
+    /// The view last verified, kept for `--repair` only (it is a copy of the whole API state).
     view: Option<ApiView>,
-    /// [`ApiView::fingerprint`] of the view last verified.
+    /// [`ApiSource::fingerprint`] (else [`ApiView::fingerprint`]) of the view last verified.
     fingerprint: Option<u64>,
 }
 
@@ -198,7 +199,9 @@ pub async fn run(
                 tokio::time::sleep(opts.debounce).await;
                 // A change that cannot touch the rules (another node's heartbeat) is no reason
                 // to read the node.
-                let now = parts.source.current().ok().map(|v| v.fingerprint(&opts.node));
+                let now = parts.source.fingerprint(&opts.node).or_else(|| {
+                    parts.source.current().ok().map(|v| v.fingerprint(&opts.node))
+                });
                 if now.is_some() && now == mem.fingerprint {
                     continue;
                 }
@@ -225,14 +228,14 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
     let previous = mem.tracker.state();
     let result = verify(opts, parts).await;
     let took = started.elapsed();
-    let (verified, view) = match result {
+    let (verified, view, fingerprint) = match result {
         Err(why) => {
             failed(opts, parts, shared, mem, previous, took, &why).await;
             return false;
         }
         Ok((verified, view, read)) => {
             shared.metrics.node_read(read.whole, read.rule_changes);
-            (verified, view)
+            (verified, view, read.fingerprint)
         }
     };
     mem.failure = None;
@@ -254,8 +257,10 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
         log(opts, a.state, previous, &describe(&a, grace));
     }
     publish(opts, parts, mem, &a).await;
-    mem.fingerprint = Some(view.fingerprint(&opts.node));
-    mem.view = Some(view);
+    mem.fingerprint = fingerprint;
+    if opts.repair {
+        mem.view = Some(view);
+    }
     if a.state != NodeState::Drift {
         mem.repair_noted = false;
         return false;
@@ -293,19 +298,25 @@ fn follow_grace(opts: &Options, shared: &Shared, mem: &mut Memory, view: &ApiVie
     );
 }
 
-/// What one read of the node was, for the metrics.
+/// What one verify read: how it read the node (for the metrics), and the API state's
+/// fingerprint, taken before the state (a change in between makes one verify more, never one
+/// less).
 struct ReadKind {
     whole: bool,
     rule_changes: u64,
+    fingerprint: Option<u64>,
 }
 
 /// Reads the API side and the node, and verifies.
 async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView, ReadKind), String> {
+    let cheap = parts.source.fingerprint(&opts.node);
     let view = parts.source.current()?;
+    let fingerprint = cheap.or_else(|| Some(view.fingerprint(&opts.node)));
     let read = parts.reader.read().await?;
     let kind = ReadKind {
         whole: read.whole,
         rule_changes: read.rule_changes,
+        fingerprint,
     };
     let inputs = VerifyInputs {
         state: view.state.clone(),

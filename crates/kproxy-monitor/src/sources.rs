@@ -74,6 +74,12 @@ pub trait ApiSource: Send + Sync {
     fn current(&self) -> Result<ApiView, String>;
     /// Completes at the next change (at once when one happened since the last call).
     fn changed(&self) -> BoxFuture<'_, ()>;
+    /// A number that changes when what can change `node`'s rules changes, made without
+    /// copying the state; `None` when the source has no such way (then
+    /// [`ApiView::fingerprint`] of [`ApiSource::current`] serves).
+    fn fingerprint(&self, _node: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// One read of the node.
@@ -262,6 +268,18 @@ impl ApiSource for WatchSource {
 
     fn changed(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.watch.changed())
+    }
+
+    /// [`ClusterWatch::fingerprint`] (no copy of the stores, which [`ApiSource::current`]
+    /// makes) and the `--config` file's text.
+    fn fingerprint(&self, node: &str) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.watch.fingerprint(node).hash(&mut h);
+        if let Some(p) = &self.config_file {
+            read_text(p).ok()?.0.hash(&mut h);
+        }
+        Some(h.finish())
     }
 }
 

@@ -127,6 +127,45 @@ impl ClusterWatch {
         state
     }
 
+    /// A number that changes when what kube-proxy reads for `node` changes, without copying the
+    /// stores: each Service's and EndpointSlice's name and resourceVersion (its whole content
+    /// when it has none), and that node's labels, pod CIDRs and addresses (kube-proxy reads
+    /// nothing else of Nodes; other nodes' heartbeats change nothing here). The order the stores
+    /// list their objects in does not count.
+    pub fn fingerprint(&self, node: &str) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        fn of<K: kube::Resource + serde::Serialize + Clone>(store: &Store<K>) -> u64
+        where
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            store.state().iter().fold(0u64, |sum, o| {
+                let mut h = DefaultHasher::new();
+                let meta = o.meta();
+                (&meta.namespace, &meta.name).hash(&mut h);
+                match &meta.resource_version {
+                    Some(rv) => rv.hash(&mut h),
+                    None => serde_json::to_string(&**o).unwrap_or_default().hash(&mut h),
+                }
+                sum.wrapping_add(h.finish())
+            })
+        }
+        let mut h = DefaultHasher::new();
+        of(&self.services).hash(&mut h);
+        of(&self.slices).hash(&mut h);
+        for n in self.nodes.state() {
+            if n.metadata.name.as_deref() == Some(node) {
+                let own = (
+                    &n.metadata.labels,
+                    n.spec.as_ref().map(|s| (&s.pod_cidr, &s.pod_cidrs)),
+                    n.status.as_ref().map(|s| &s.addresses),
+                );
+                serde_json::to_string(&own).unwrap_or_default().hash(&mut h);
+            }
+        }
+        self.config_text().hash(&mut h);
+        h.finish()
+    }
+
     /// Completes at the next change (an added, updated or deleted object, a completed re-list),
     /// or at once when one happened since the last call.
     pub async fn changed(&self) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the release archive kubectl-kproxy_<version>_<os>_<arch>.tar.gz (kubectl-kproxy + LICENSE
-# at the archive root, as the krew manifest's `files` expect) and prints its path and sha256.
+# Builds the release archive kubectl-kproxy_<version>_<os>_<arch>.tar.gz (kubectl-kproxy,
+# kubectl_complete-kproxy and LICENSE at the archive root, as the krew manifest's `files` expect)
+# and prints its path and sha256.
 #
 #   scripts/package.sh [--target TRIPLE] [--bin PATH] [--out DIR]
 #
@@ -49,8 +50,10 @@ mkdir -p "$out"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 install -m 0755 "$bin" "$stage/kubectl-kproxy"
+install -m 0755 scripts/kubectl_complete-kproxy "$stage/kubectl_complete-kproxy"
 install -m 0644 LICENSE "$stage/LICENSE"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$stage" -cf - kubectl-kproxy LICENSE \
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$stage" -cf - \
+    kubectl-kproxy kubectl_complete-kproxy LICENSE \
   | gzip -n -9 > "$out/$name"
 sha="$(sha256sum "$out/$name" | cut -d' ' -f1)"
 

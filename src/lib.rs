@@ -14,7 +14,7 @@
 //! * `kproxy-parsers` ([`parsers`]): the text grammars;
 //! * `kproxy-core`: [`model`], [`state`], [`proxier`], [`graph`];
 //! * `kproxy-analysis`: [`compare`], [`trace`], [`exit`];
-//! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`], [`publish`];
+//! * `kproxy-node`: [`apply`], [`collect`], [`kube_client`], [`pipeline`], [`publish`];
 //! * `kproxy-monitor` ([`monitor`]): the node agent of `monitor`;
 //! * this library: [`output`] (presentation), which the layers above never use, and the
 //!   allocator tuning of the binary.
@@ -29,5 +29,5 @@ pub mod output;
 pub use kproxy_analysis::{compare, exit, trace};
 pub use kproxy_core::{graph, model, proxier, state};
 pub use kproxy_monitor as monitor;
-pub use kproxy_node::{apply, collect, kube_client, publish};
+pub use kproxy_node::{apply, collect, kube_client, pipeline, publish};
 pub use kproxy_parsers as parsers;

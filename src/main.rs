@@ -12,7 +12,7 @@ mod cli;
 // The library's layers, under the names cli/ uses for them (`crate::model::…`).
 use kproxy::{
     allocator, apply, collect, compare, exit, graph, kube_client, model, monitor, output, parsers,
-    proxier, publish, state, trace,
+    pipeline, proxier, publish, state, trace,
 };
 
 fn main() -> std::process::ExitCode {

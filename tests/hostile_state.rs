@@ -368,7 +368,9 @@ fn api_lists_bundles_and_watches_leave_the_injections_out() {
         let conn = kproxy::kube_client::connect(&options)
             .await
             .expect("connect");
-        let watch = kproxy::collect::watch::ClusterWatch::start(conn.client.clone());
+        let watch = kproxy::collect::watch::ClusterWatch::start(&conn)
+            .await
+            .expect("watch");
         watch.ready().await;
         watch.state()
     });

@@ -384,3 +384,51 @@ fn oidc_auth_provider_uses_a_valid_id_token_and_refuses_an_expired_one() {
     let (code, stderr) = collect(dir.path(), &kc, &[]);
     assert_eq!(code, 2, "an expired id-token was used: {stderr}");
 }
+
+/// A server that accepts the connection and never answers (no TLS handshake): the command fails
+/// once the handshake timeout passes, also with `--request-timeout 0` (no request timeout), as
+/// kubectl does; it never waits forever.
+#[test]
+fn a_server_that_never_answers_the_handshake_times_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let held2 = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            // Kept open, never written to.
+            if let Ok(mut h) = held2.lock() {
+                h.push(stream);
+            }
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{addr}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ),
+    )
+    .expect("kubeconfig");
+    let started = std::time::Instant::now();
+    let out = assert_cmd::Command::cargo_bin("kubectl-kproxy")
+        .expect("binary")
+        .args(["verify", "node-1", "--request-timeout", "0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env("NO_COLOR", "1")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("run");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {stderr}");
+    assert!(took >= Duration::from_secs(9), "took {took:?}: {stderr}");
+    assert!(stderr.contains("TLS handshake"), "{stderr}");
+    assert!(
+        !held.lock().expect("held").is_empty(),
+        "the server was reached"
+    );
+}

@@ -1076,11 +1076,9 @@ fn ctrl_c_deletes_the_debug_pod() {
         1,
         "the pod was created and exec started"
     );
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
     let out = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

@@ -22,7 +22,11 @@ struct Node {
 }
 
 impl Node {
-    fn make() -> Node {
+    /// The node's files, or `None` after a skip when python3 or bash is missing.
+    fn make() -> Option<Node> {
+        for t in ["python3", "bash"] {
+            crate::support::tool("mass_drift", t)?;
+        }
         let dir = std::env::temp_dir().join(format!("kproxy-mass-drift-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let state = std::process::Command::new("python3")
@@ -47,7 +51,7 @@ impl Node {
             .output()
             .expect("make-sep-comment-dump.sh runs");
         assert!(comments.status.success(), "{comments:?}");
-        node
+        Some(node)
     }
 
     fn path(&self, name: &str) -> String {
@@ -98,7 +102,7 @@ fn findings(report: &serde_json::Value) -> &Vec<serde_json::Value> {
 
 #[test]
 fn every_sep_rule_with_a_comment_is_one_finding_with_its_count() {
-    let node = Node::make();
+    let Some(node) = Node::make() else { return };
     assert!(Path::new(&node.path("comments.save")).exists());
     let (code, clean) = node.verify("clean.save", &["-o", "json"]);
     assert_eq!(code, Some(0), "{clean}");
@@ -168,4 +172,87 @@ fn every_sep_rule_with_a_comment_is_one_finding_with_its_count() {
 /// `1234` → `1,234`, as the report prints counts.
 fn thousands(n: usize) -> String {
     kproxy::compare::report::thousands(n)
+}
+
+/// A state of 5,000 endpoints (50 service ports × 100) verified against the rules kube-proxy
+/// writes for one endpoint each: one finding per missing endpoint, folded by cause, so the
+/// report stays small whatever the count (`mode`: `iptables` or `nftables`).
+fn endpoints_the_dump_lacks(mode: &str, dump_flag: &str, folded_id: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    for (name, endpoints) in [("state.json", "100"), ("one.json", "1")] {
+        let state = std::process::Command::new("python3")
+            .arg(repo("testdata/gen-scale-state.py"))
+            .args(["50", endpoints])
+            .output()
+            .expect("python3 runs gen-scale-state.py");
+        assert!(state.status.success(), "{state:?}");
+        std::fs::write(path(name), &state.stdout).expect("state");
+    }
+    std::fs::write(
+        path("config.yaml"),
+        format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: {mode}\nhostnameOverride: node-1\nclusterCIDR: 10.64.0.0/10\n"),
+    )
+    .expect("config.yaml");
+    let render = kproxy()
+        .args(["render", "--mode", mode, "--state", &path("one.json")])
+        .args(["--config", &path("config.yaml")])
+        .output()
+        .expect("render runs");
+    assert!(render.status.success(), "{render:?}");
+    std::fs::write(path("dump"), &render.stdout).expect("dump");
+    let verify = |extra: &[&str]| {
+        kproxy()
+            .args(["verify", "node-1", "--state", &path("state.json")])
+            .args(["--config", &path("config.yaml"), dump_flag, &path("dump")])
+            .args(extra)
+            .output()
+            .expect("verify runs")
+    };
+    let out = verify(&["-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let shown = findings(&report);
+    let errors = report["summary"]["errors"].as_u64().unwrap_or_default();
+    assert!(errors >= 4_950, "{mode}: {errors} errors");
+    assert!(
+        shown.len() <= 200 && out.stdout.len() < 200_000,
+        "{mode}: {} findings, {} bytes shown for {errors} errors",
+        shown.len(),
+        out.stdout.len()
+    );
+    // The largest group of the ID: the endpoints of the service ports without session
+    // affinity (those with it lack other rules, another cause).
+    let group = shown
+        .iter()
+        .filter(|f| f["id"] == folded_id)
+        .filter_map(|f| f["group"]["count"].as_u64())
+        .max()
+        .unwrap_or_else(|| panic!("{mode}: no group of {folded_id}"));
+    assert!(
+        group >= 4_700,
+        "{mode}: the {folded_id} group holds {group}"
+    );
+    let table = verify(&[]);
+    assert!(
+        table.stdout.len() < 100_000,
+        "{mode}: the table is {} bytes",
+        table.stdout.len()
+    );
+    let all = verify(&["-o", "json", "--all-findings"]);
+    let all: serde_json::Value = serde_json::from_slice(&all.stdout).expect("json");
+    assert!(
+        findings(&all).len() as u64 >= errors,
+        "--all-findings lists each"
+    );
+}
+
+#[test]
+fn endpoints_the_dump_lacks_are_folded_iptables() {
+    endpoints_the_dump_lacks("iptables", "--iptables-save", "KP201");
+}
+
+#[test]
+fn endpoints_the_dump_lacks_are_folded_nftables() {
+    endpoints_the_dump_lacks("nftables", "--nft-ruleset", "KP732");
 }

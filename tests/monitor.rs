@@ -774,7 +774,7 @@ fn bad_inputs_fail_runs_and_say_why() {
 
     // A read that times out.
     let mut args = monitor_args(ns, state, config, Some(backend), "2s");
-    args.extend(["--read-timeout", "1ns"]);
+    args.extend(["--exec-timeout", "1ns"]);
     fails(&args, &[], "did not finish within");
 
     // A torn state file (what a reader sees of a file rewritten in place mid-read): failed runs

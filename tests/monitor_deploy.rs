@@ -319,7 +319,7 @@ fn exported() -> std::collections::BTreeMap<String, String> {
     let m = metrics::Metrics::new(Duration::from_secs(1));
     let report = Report::new(
         "n",
-        "iptables",
+        kproxy::state::mode::ProxyMode::Iptables,
         1,
         vec![catalogue::ENDPOINT_MISSING.finding("x").service("a/b:c")],
     );

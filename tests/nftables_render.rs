@@ -787,3 +787,29 @@ fn nft_render_carries_ipv6_traffic() {
         println!("{what}: {:?} from {:?}", tally.servers, tally.peers);
     }
 }
+
+/// The nftables layouts of the releases differ: a render nobody named a release for says which
+/// it wrote; one named says nothing of it.
+#[test]
+fn an_unnamed_release_is_said_by_the_nftables_render() {
+    let run = |extra: &[&str]| {
+        let out = crate::support::kproxy()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "render", "--mode", "nftables", "--node", "node-1", "--nfacct", "none",
+            ])
+            .args(crate::support::EXAMPLE_STATE)
+            .args(extra)
+            .output()
+            .expect("render");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let unnamed = run(&[]);
+    assert!(
+        unnamed.contains("nftables rules of kube-proxy 1.35 (no --kube-proxy-version given"),
+        "{unnamed}"
+    );
+    let named = run(&["--kube-proxy-version", "1.36"]);
+    assert!(!named.contains("--kube-proxy-version"), "{named}");
+}

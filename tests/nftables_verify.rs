@@ -901,6 +901,42 @@ fn resync_keeps_an_nftables_node_in_sync() {
     );
     assert!(!resync.log().contains("sync failed"), "{}", resync.log());
 
+    // A table holding what this build does not know (a newer kube-proxy's layout?) is not
+    // synced: the drift beside it stays until the unknown chain is gone.
+    ns.nft_load(
+        "add chain ip kube-proxy pool-v9\nadd rule ip kube-proxy pool-v9 counter accept\n\
+         flush chain ip kube-proxy masquerading\n",
+    )
+    .expect("unknown chain and drift");
+    let masquerades = |l: &str| {
+        l.split("chain masquerading {").nth(1).is_some_and(|rest| {
+            rest.split('}')
+                .next()
+                .is_some_and(|c| c.contains("masquerade"))
+        })
+    };
+    let refused = std::time::Instant::now();
+    while !resync
+        .log()
+        .contains("does not know (table ip kube-proxy: chain pool-v9")
+    {
+        assert!(refused.elapsed() < limit, "no refusal:\n{}", resync.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let listing = ns
+        .nft(&["list", "table", "ip", "kube-proxy"])
+        .expect("list");
+    assert!(!masquerades(&listing), "synced anyway:\n{listing}");
+    ns.nft_load("delete chain ip kube-proxy pool-v9\n")
+        .expect("delete the unknown chain");
+    until(&ns, &resync, limit, "the sync after", masquerades);
+    assert_eq!(
+        resync.log().matches("sync failed").count(),
+        1,
+        "the same refusal is said once:\n{}",
+        resync.log()
+    );
+
     // SIGTERM: a clean exit that leaves the tables in place.
     let pid = i32::try_from(resync.child.id())
         .ok()

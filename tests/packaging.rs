@@ -391,7 +391,11 @@ fn krew_template_renders_a_manifest_that_follows_krews_rules() {
             .flatten()
             .filter_map(|f| f.from.as_deref())
             .collect();
-        assert_eq!(from, ["kubectl-kproxy", "LICENSE"], "{os}/{arch} files");
+        assert_eq!(
+            from,
+            ["kubectl-kproxy", "kubectl_complete-kproxy", "LICENSE"],
+            "{os}/{arch} files"
+        );
     }
     let want: BTreeSet<(String, String)> = PLATFORMS
         .iter()
@@ -417,6 +421,11 @@ fn krew_manifest_script_refuses_bad_input() {
     let e = refused(&["--tag", "v9.9.9", "--checksums", sums], "tag");
     assert!(e.contains("not the version in Cargo.toml"), "{e}");
     refused(&["--tag", &version_tag()], "no checksums");
+    let e = refused(
+        &["--tag", &version_tag(), "--checksums", sums, "--unreleased"],
+        "checksums of an unreleased version",
+    );
+    assert!(e.contains("exclude each other"), "{e}");
 
     let partial = dir.path().join("partial");
     let full = std::fs::read_to_string(sums).expect("sums");
@@ -466,6 +475,85 @@ fn krew_manifest_script_refuses_bad_input() {
     assert!(e.contains("template expression left"), "{e}");
 }
 
+/// `krew-manifest.yaml` at the root is the manifest of Cargo.toml's version: before its release
+/// the rendering with `--unreleased` (no checksum krew would take), after it the rendering with
+/// the release's checksums, which the release workflow records there.
+#[test]
+fn the_root_krew_manifest_is_this_versions() {
+    let text =
+        std::fs::read_to_string(repo().join("krew-manifest.yaml")).expect("krew-manifest.yaml");
+    let plugin: Plugin = serde_saphyr::from_str(&text).expect("krew-manifest.yaml parses");
+    assert_eq!(
+        plugin.spec.version,
+        version_tag(),
+        "krew-manifest.yaml's version"
+    );
+    let unreleased = plugin
+        .spec
+        .platforms
+        .iter()
+        .all(|p| p.sha256 == "unreleased");
+    let expected = if unreleased {
+        let out = krew_manifest_script(&["--tag", &version_tag(), "--unreleased"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    } else {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let given: Vec<(String, String)> = plugin
+            .spec
+            .platforms
+            .iter()
+            .map(|p| {
+                let (os, arch) = platform_labels(p);
+                (archive_name(&os, &arch), p.sha256.clone())
+            })
+            .collect();
+        let expected = rendered(&checksums(dir.path(), &given));
+        let broken = krew_rule_violations(&expected, "kproxy");
+        assert!(broken.is_empty(), "krew's rules:\n{}", broken.join("\n"));
+        expected
+    };
+    assert_eq!(
+        text,
+        expected,
+        "krew-manifest.yaml is not .krew.yaml rendered for this version: run scripts/krew-manifest.sh --tag {} --unreleased > krew-manifest.yaml",
+        version_tag()
+    );
+    // krew refuses the unreleased form: it can never be installed by mistake.
+    if unreleased {
+        assert!(!krew_rule_violations(&text, "kproxy").is_empty());
+    }
+}
+
+/// The description names the three modes; the caveats say how to put the archive's completion
+/// helper on PATH (krew links only the plugin itself, krew#812).
+#[test]
+fn krew_manifest_names_every_mode_and_the_completion_helper() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin: Plugin =
+        serde_saphyr::from_str(&rendered(&checksums(dir.path(), &[]))).expect("manifest");
+    let description = plugin.spec.description.clone().unwrap_or_default();
+    for mode in ["iptables", "IPVS", "nftables"] {
+        assert!(description.contains(mode), "{mode}: {description}");
+    }
+    let caveats = plugin
+        .spec
+        .caveats
+        .clone()
+        .unwrap_or_default()
+        .replace("\\\n", "");
+    let link = format!(
+        "ln -s ~/.krew/store/kproxy/{}/kubectl_complete-kproxy",
+        version_tag()
+    );
+    assert!(caveats.contains(&link), "{caveats}");
+    assert!(caveats.contains("~/.krew/bin/"), "{caveats}");
+}
+
 /// The caveats list the RBAC that deploy/rbac.yaml grants, and every flag they or the
 /// description name is a real flag of the plugin.
 #[test]
@@ -500,6 +588,7 @@ fn krew_caveats_name_the_rbac_and_real_flags() {
         "nodes",
         "pods",
         "pods/exec",
+        "servicecidrs",
         "services",
     ]
     .map(String::from)
@@ -705,6 +794,7 @@ fn binstall_metadata_and_release_workflow_match_the_archives() {
         "scripts/package.sh",
         "scripts/krew-manifest.sh --tag \"$TAG\" --checksums dist/SHA256SUMS",
         "sha256sum",
+        "cp dist/krew-manifest.yaml krew-manifest.yaml",
     ] {
         assert!(workflow.contains(step), "the workflow does not run {step}");
     }
@@ -756,11 +846,13 @@ fn package(bin: &Path, out: &Path) -> (PathBuf, String) {
 /// 0755) and LICENSE.
 #[test]
 fn release_archive_installs_from_the_manifest_and_runs() {
-    for tool in ["bash", "tar", "gzip", "sha256sum", "install"] {
-        assert!(
-            crate::support::netns::find_tool(tool).is_some(),
-            "{tool} is needed to build release archives"
-        );
+    let test = "release_archive_installs_from_the_manifest_and_runs";
+    if let Some(tool) = ["bash", "tar", "gzip", "sha256sum", "install"]
+        .into_iter()
+        .find(|t| crate::support::netns::find_tool(t).is_none())
+    {
+        crate::support::skip(test, &format!("{tool} is needed to build release archives"));
+        return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
 
@@ -791,7 +883,7 @@ fn release_archive_installs_from_the_manifest_and_runs() {
         .expect("tar -tv");
     let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
     let entries: Vec<&str> = listing.lines().collect();
-    assert_eq!(entries.len(), 2, "{listing}");
+    assert_eq!(entries.len(), 3, "{listing}");
     let entry = |name: &str| {
         entries
             .iter()
@@ -800,10 +892,9 @@ fn release_archive_installs_from_the_manifest_and_runs() {
             .unwrap_or_else(|| panic!("{name} missing: {listing}"))
     };
     assert!(entry("LICENSE").starts_with("-rw-r--r-- 0/0"), "{listing}");
-    assert!(
-        entry("kubectl-kproxy").starts_with("-rwxr-xr-x 0/0"),
-        "{listing}"
-    );
+    for bin in ["kubectl-kproxy", "kubectl_complete-kproxy"] {
+        assert!(entry(bin).starts_with("-rwxr-xr-x 0/0"), "{listing}");
+    }
 
     let sums = checksums(dir.path(), &[(archive_name("linux", "amd64"), sha.clone())]);
     let plugin: Plugin = serde_saphyr::from_str(&rendered(&sums)).expect("manifest");

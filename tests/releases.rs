@@ -236,12 +236,10 @@ fn nftables_release(minor: u32) {
     let config = config(dir.path(), "nftables");
     let version = format!("1.{minor}");
     let ns = loaded(&config, &format!("reln{minor}"), &version);
-    let mut listings = vec![("text", ns.nft(&["list", "ruleset"]).expect("nft list"))];
-    // 1.38's named counters in `nft -j` output are read by the nft JSON parser of issue 33
-    // part B; until then the text listing covers them.
-    if minor < 38 {
-        listings.push(("json", ns.nft(&["-j", "list", "ruleset"]).expect("nft -j")));
-    }
+    let listings = [
+        ("text", ns.nft(&["list", "ruleset"]).expect("nft list")),
+        ("json", ns.nft(&["-j", "list", "ruleset"]).expect("nft -j")),
+    ];
     for (form, listing) in listings {
         let path = dir.path().join(format!("ruleset.{form}"));
         std::fs::write(&path, listing).expect("write");
@@ -406,4 +404,76 @@ fn a_1_36_table_is_another_release_for_1_35_and_keeps_its_upgrade_residue() {
             .is_ok(),
         "the residue is left"
     );
+}
+
+/// A 1.38 node whose localhost-NodePort reject counter is gone (its chain flushed, then the
+/// counter deleted): verify names the missing counter (KP712) beside the chain, and repair
+/// adds the counter before the rule that names it; verify is clean after.
+#[test]
+fn a_missing_named_counter_is_found_and_repaired() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = config(dir.path(), "nftables");
+    let ns = loaded(&config, "relctr", "1.38");
+    ns.nft_load(
+        "flush chain ip kube-proxy localhost-nodeport-reject-tcp\n\
+         delete counter ip kube-proxy localhost-nodeport-rejected-tcp\n",
+    )
+    .expect("drift");
+    let listing = dir.path().join("drifted.json");
+    std::fs::write(
+        &listing,
+        ns.nft(&["-j", "list", "ruleset"]).expect("nft -j"),
+    )
+    .expect("write");
+    let version = ["--kube-proxy-version", "1.38"];
+    let (code, report, stderr) = verify(
+        &config,
+        &["--nft-ruleset", &listing.display().to_string()],
+        &version,
+    );
+    let ids: Vec<(&str, &str)> = findings(&report)
+        .iter()
+        .filter_map(|f| Some((f["id"].as_str()?, f["chain"].as_str()?)))
+        .collect();
+    assert_eq!(code, 1, "{report:#}\n{stderr}");
+    assert!(
+        ids.contains(&("KP712", "counter localhost-nodeport-rejected-tcp")),
+        "{report:#}"
+    );
+    let backup = dir.path().display().to_string();
+    let repair = kproxy(
+        &config,
+        &[
+            "repair",
+            "--local",
+            "--netns",
+            ns.name(),
+            "--apply",
+            "--kube-proxy-version",
+            "1.38",
+            "--backup-dir",
+            &backup,
+        ],
+    );
+    assert_eq!(
+        repair.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&repair.stdout),
+        String::from_utf8_lossy(&repair.stderr)
+    );
+    std::fs::write(
+        &listing,
+        ns.nft(&["-j", "list", "ruleset"]).expect("nft -j"),
+    )
+    .expect("write");
+    let (code, report, stderr) = verify(
+        &config,
+        &["--nft-ruleset", &listing.display().to_string()],
+        &version,
+    );
+    assert_eq!(code, 0, "{report:#}\n{stderr}");
 }

@@ -11,6 +11,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+/// A stale endpoint chain of a service the API no longer has.
+const STALE: &str = "endpoint-AAAAAAAA-shop/gone/tcp/http__10.244.9.9/8080";
+
 /// What another program does to its own tables while the repair runs.
 const OTHER_PROGRAM: &str = "add rule inet fw input tcp dport 2223 counter accept comment \"other\"\n\
 add chain inet fw extra\nadd rule inet fw extra drop\nadd table ip other\nadd chain ip other c\n";
@@ -25,12 +28,14 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
     let ns = loaded(&config, "nftrb");
     // Drift in both families, so that the injected fault (in the last family's transaction)
     // fails ip6 after ip was applied: a rewritten chain, a map element gone, a stale chain.
-    ns.nft_load(
+    // The stale chain is named as kube-proxy names endpoint chains: a chain of a name this
+    // build does not know would make repair refuse (an unknown layout) before any change.
+    ns.nft_load(&format!(
         "flush chain ip kube-proxy masquerading\n\
-         delete element ip kube-proxy service-ips { 10.96.100.20 . tcp . 443 }\n\
-         add chain ip kube-proxy stale-chain\nadd rule ip kube-proxy stale-chain counter drop\n\
-         flush chain ip6 kube-proxy masquerading\n",
-    )
+         delete element ip kube-proxy service-ips {{ 10.96.100.20 . tcp . 443 }}\n\
+         add chain ip kube-proxy {STALE}\nadd rule ip kube-proxy {STALE} counter drop\n\
+         flush chain ip6 kube-proxy masquerading\n"
+    ))
     .expect("drift");
     let before = tables(&ns);
     // `services` is not changed by the repair: its rules must keep their handles.
@@ -108,7 +113,7 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
     assert!(
         script.contains("flush chain ip kube-proxy masquerading\n")
             && script.contains("flush map ip kube-proxy service-ips\n")
-            && script.contains("chain stale-chain {")
+            && script.contains(&format!("chain {STALE} {{"))
             && !script.contains("chain services {")
             && !script.contains("table inet")
             && !script.contains("fw")

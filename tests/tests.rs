@@ -2,11 +2,13 @@
 
 mod support;
 
+mod bounded_input;
 mod cluster_e2e;
 mod completion;
 mod conntrack_e2e;
 mod conntrack_ipvs;
 mod graph;
+mod help;
 mod hostile;
 mod hostile_state;
 mod hygiene;
@@ -29,6 +31,7 @@ mod nftables_verify;
 mod packaging;
 mod packetflow;
 mod parse;
+mod partial_pastes;
 mod pastes;
 mod releases;
 mod render;
@@ -38,6 +41,7 @@ mod repair_nftables;
 mod repair_remote;
 mod repair_rollback;
 mod resync;
+mod service_cidrs;
 mod testdata_dumps;
 mod trace_path;
 mod trace_traffic;

@@ -31,9 +31,31 @@ pub struct IpSet<'a> {
     pub entries: Vec<IpSetEntry<'a>>,
     /// 1-based line of `create`/`Name:`.
     pub line: usize,
+    /// A `list` form set whose text stops before its `Members:` line (`ipset list` prints one
+    /// for every set): its members are not in the input, which says nothing of them.
+    pub members_missing: bool,
 }
 
 impl IpSet<'_> {
+    /// Why the input holds only part of this set's members, if it does: a listing cut before
+    /// its `Members:` line, or one that lists fewer members than its `Number of entries:`.
+    pub fn cut(&self) -> Option<String> {
+        if self.members_missing {
+            return Some(format!(
+                "set {} stops before its `Members:` line: the listing is cut, its members are missing (it is not an empty set)",
+                self.name
+            ));
+        }
+        match self.entries_declared {
+            Some(declared) if declared > self.entries.len() => Some(format!(
+                "set {} lists {} of its {declared} entries: the listing is cut, its other members are missing",
+                self.name,
+                self.entries.len()
+            )),
+            _ => None,
+        }
+    }
+
     /// The value following `key` in the header (e.g. `family` → `inet`).
     pub fn header_value(&self, key: &str) -> Option<&str> {
         self.header
@@ -323,6 +345,7 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                 entries_declared: None,
                 entries: Vec::new(),
                 line: no,
+                members_missing: false,
             });
             in_members = false;
             continue;
@@ -357,6 +380,7 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                         entries_declared: None,
                         entries: Vec::new(),
                         line: no,
+                        members_missing: true,
                     });
                     continue;
                 }
@@ -370,7 +394,10 @@ pub fn parse_ipset(text: &str) -> Result<Vec<IpSet<'_>>, IpvsParseError> {
                         "Header" => set.header = value.split_ascii_whitespace().collect(),
                         "References" => set.references = value.parse().ok(),
                         "Number of entries" => set.entries_declared = value.parse().ok(),
-                        "Members" => in_members = true,
+                        "Members" => {
+                            in_members = true;
+                            set.members_missing = false;
+                        }
                         _ => {}
                     }
                     continue;
@@ -422,6 +449,25 @@ mod tests {
         assert_eq!(key(&a), key(&b));
         assert_eq!(a[0].header_value("family"), Some("inet"));
         assert_eq!(b[0].references, Some(3));
+    }
+
+    #[test]
+    fn a_listing_cut_in_a_set_header_is_cut_not_empty() {
+        let list = "Name: KUBE-CLUSTER-IP\nType: hash:ip,port\nRevision: 5\nHeader: family inet hashsize 1024 maxelem 65536\n\
+                    Size in memory: 440\nReferences: 3\nNumber of entries: 1\nMembers:\n10.96.0.10,udp:53\n\n\
+                    Name: KUBE-LOOP-BACK\nType: hash:ip,port,ip\nRevision: 5\n";
+        let sets = parse_ipset(list).unwrap();
+        assert_eq!(sets[0].cut(), None);
+        assert!(sets[1].members_missing);
+        let why = sets[1].cut().expect("cut");
+        assert!(
+            why.contains("KUBE-LOOP-BACK") && why.contains("Members:"),
+            "{why}"
+        );
+        // An empty set lists its `Members:` line: it is empty, not cut.
+        let empty =
+            parse_ipset("Name: S\nType: hash:ip\nNumber of entries: 0\nMembers:\n").unwrap();
+        assert_eq!(empty[0].cut(), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod conntrack;
 pub mod error;
+pub mod input;
 pub mod ip_addr;
 pub mod ipset;
 pub mod iptables;

@@ -41,6 +41,9 @@ pub enum NoteKind {
     ShellPrompt,
     /// Markdown code fences were removed.
     MarkdownFence,
+    /// The paste ends inside a markdown code fence (the line of its opening): what followed in
+    /// the command's output was not pasted.
+    OpenFence,
     /// HTML `<details>`/`<summary>`/`<pre>` lines were removed.
     HtmlBlock,
     /// A block quote's `> ` prefixes were removed.
@@ -61,13 +64,16 @@ pub enum NoteKind {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.kind {
-            NoteKind::ByteOrderMark => "skipped a UTF-8 byte-order mark",
+            NoteKind::ByteOrderMark => "skipped a UTF-8 byte-order mark at the start of a line",
             NoteKind::NotUtf8 => "bytes that are not UTF-8 replaced by U+FFFD",
             NoteKind::NulByte => {
                 "removed lines holding NUL bytes (binary data, not command output)"
             }
             NoteKind::ShellPrompt => "removed shell prompt lines",
             NoteKind::MarkdownFence => "removed markdown code fences",
+            NoteKind::OpenFence => {
+                "the paste ends inside a code fence that is never closed: the output is cut, its end is missing"
+            }
             NoteKind::HtmlBlock => "removed HTML <details>/<summary> lines",
             NoteKind::BlockQuote => "removed block quote `> ` prefixes",
             NoteKind::DiffPrefix => {
@@ -105,18 +111,11 @@ pub struct Decoded {
     pub nul: Option<(u32, u32)>,
 }
 
-/// Decodes a file's bytes: a leading UTF-8 byte-order mark is skipped and bytes that are not
-/// UTF-8 are replaced by U+FFFD, each with a [`Note`] (the lines are named).
+/// Decodes a file's bytes: UTF-8 byte-order marks at the start of lines are skipped (a file's
+/// own, and those of files concatenated into one paste) and bytes that are not UTF-8 are
+/// replaced by U+FFFD, each with a [`Note`] (the lines are named).
 pub fn decode(bytes: Vec<u8>) -> Decoded {
     let mut notes = Vec::new();
-    let mut bytes = bytes;
-    if bytes.starts_with(b"\xEF\xBB\xBF") {
-        bytes.drain(..3);
-        notes.push(Note {
-            kind: NoteKind::ByteOrderMark,
-            lines: Vec::new(),
-        });
-    }
     let text = match String::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => {
@@ -134,6 +133,16 @@ pub fn decode(bytes: Vec<u8>) -> Decoded {
             String::from_utf8_lossy(&bytes).into_owned()
         }
     };
+    let (text, marks) = skip_byte_order_marks(text);
+    if !marks.is_empty() {
+        notes.insert(
+            0,
+            Note {
+                kind: NoteKind::ByteOrderMark,
+                lines: marks,
+            },
+        );
+    }
     let nul = text.find('\0').map(|at| {
         let before = &text[..at];
         let line = before.bytes().filter(|&b| b == b'\n').count();
@@ -144,8 +153,39 @@ pub fn decode(bytes: Vec<u8>) -> Decoded {
     Decoded { text, notes, nul }
 }
 
+/// `text` without the byte-order marks (U+FEFF) that start its lines, and those lines. A mark
+/// is an encoding's signature, never part of a command's output: left in, it makes `*filter`
+/// another word.
+fn skip_byte_order_marks(text: String) -> (String, Vec<u32>) {
+    const MARK: char = '\u{FEFF}';
+    if !text.contains(MARK) {
+        return (text, Vec::new());
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut lines = Vec::new();
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let body = line.trim_start_matches(MARK);
+        if body.len() != line.len() {
+            lines.push(line_number(i));
+        }
+        out.push_str(body);
+    }
+    (out, lines)
+}
+
 fn line_number(index: usize) -> u32 {
     u32::try_from(index.saturating_add(1)).unwrap_or(u32::MAX)
+}
+
+/// Whether `text` is one JSON document (`kubectl get … -o json`, `nft -j`), which no text
+/// reader of iptables, ipvsadm or ipset output takes. (A dump pasted as a JSON string is not one
+/// after [`clean`] unescaped it.)
+pub fn is_json_document(text: &str) -> bool {
+    text.trim_start().starts_with(['{', '['])
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
 /// The kinds of node text the readers know.
@@ -256,12 +296,27 @@ pub struct Cleaned {
 }
 
 impl Cleaned {
-    /// The lines where the paste is cut (`...`).
-    pub fn cuts(&self) -> &[u32] {
-        self.notes
+    /// The lines where the paste is cut: its `...` marks, and its last line when it ends inside
+    /// a code fence that is never closed.
+    pub fn cuts(&self) -> Vec<u32> {
+        let mut cuts: Vec<u32> = self
+            .notes
             .iter()
             .find(|n| n.kind == NoteKind::Cut)
-            .map_or(&[], |n| n.lines.as_slice())
+            .map_or_else(Vec::new, |n| n.lines.clone());
+        if self.notes.iter().any(|n| n.kind == NoteKind::OpenFence)
+            && let Some(last) = self
+                .text
+                .split('\n')
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .last()
+                .map(|(i, _)| line_number(i))
+            && !cuts.contains(&last)
+        {
+            cuts.push(last);
+        }
+        cuts
     }
 }
 
@@ -310,12 +365,6 @@ static CUT: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|e| unreachable!("cut: {e}"))
 });
 
-/// A line that a JSON-escaped dump holds: a quoted string with `\n` escapes around dump text.
-static JSON_STRING: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#""(?:[^"\\]|\\.)*\\n(?:[^"\\]|\\.)*""#)
-        .unwrap_or_else(|e| unreachable!("json string: {e}"))
-});
-
 /// Markers of dump text inside an escaped string (so a log line's other strings stay alone).
 const DUMP_MARKERS: &[&str] = &[
     "*nat", "*filter", "*mangle", "*raw", "COMMIT", "\\n-A ", "\\n:KUBE", "-A KUBE", "Name: ",
@@ -352,6 +401,10 @@ pub fn clean(text: &str) -> Cleaned {
     let diff = is_unified_diff(&lines);
     let mut out = String::with_capacity(text.len());
     let mut commands = Vec::new();
+    // The line of the fence that is open (a fence line opens or closes one).
+    let mut open_fence: Option<u32> = None;
+    // How deep the line is in an nft listing's braces: a `#` line there is an nft comment.
+    let mut braces = 0usize;
     for (i, raw) in lines.iter().enumerate() {
         let n = line_number(i);
         let mut line = raw.trim_end_matches('\r');
@@ -397,6 +450,10 @@ pub fn clean(text: &str) -> Cleaned {
         }
         if FENCE.is_match(line) {
             add(&mut notes, NoteKind::MarkdownFence, n);
+            open_fence = match open_fence {
+                Some(_) => None,
+                None => Some(n),
+            };
             continue;
         }
         if HTML.is_match(line) {
@@ -411,7 +468,11 @@ pub fn clean(text: &str) -> Cleaned {
             add(&mut notes, NoteKind::Cut, n);
             continue;
         }
-        if let Some(c) = PROMPT.captures(line) {
+        let depth = braces;
+        braces = nft_depth(braces, line);
+        if let Some(c) = PROMPT.captures(line)
+            && !(c.name("bare").is_some() && (depth > 0 || is_nft_comment(line)))
+        {
             let cmd = c
                 .name("cmd")
                 .or_else(|| c.name("bare"))
@@ -428,12 +489,44 @@ pub fn clean(text: &str) -> Cleaned {
         }
         out.push_str(line);
     }
+    if let Some(line) = open_fence {
+        add(&mut notes, NoteKind::OpenFence, line);
+    }
     notes.sort_by_key(|n| n.kind);
     Cleaned {
         text: out,
         notes,
         commands,
     }
+}
+
+/// The brace depth after `line`, from `depth` before it: braces outside quotes open and close
+/// the blocks of an nft listing (`table ip nat {`, `chain X {`, `}`).
+fn nft_depth(depth: usize, line: &str) -> usize {
+    let mut depth = depth;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '{' if !quoted => depth += 1,
+            '}' if !quoted => depth = depth.saturating_sub(1),
+            '#' if !quoted => break,
+            _ => {}
+        }
+    }
+    depth
+}
+
+/// A `# ip saddr …` line: an nft statement commented out, not a root prompt running `ip`.
+fn is_nft_comment(line: &str) -> bool {
+    let mut words = line.trim_start().trim_start_matches('#').split_whitespace();
+    matches!(words.next(), Some("ip" | "ip6"))
+        && words.next().is_some_and(|w| {
+            matches!(
+                w,
+                "saddr" | "daddr" | "protocol" | "nexthdr" | "version" | "dscp" | "length" | "ttl"
+            )
+        })
 }
 
 fn strip_sudo(cmd: &str) -> &str {
@@ -486,8 +579,11 @@ fn is_unified_diff(lines: &[&str]) -> bool {
     (hunks && prefixed > 0) || (total >= 2 && added > 0 && prefixed * 10 >= total * 9)
 }
 
-/// Replaces each quoted JSON string that holds dump text with its unescaped content; returns the
-/// new text and the lines that held such strings, or `None` when there is none.
+/// Replaces each JSON string that holds dump text with its unescaped content; returns the new
+/// text and the lines that held such strings, or `None` when there is none. A string may start
+/// before the paste does (the paste begins mid-string, `\n-A KUBE-SEP…`) or end after it: the
+/// text before a line's first quote is a string's end when it holds escapes (`\n`, `\"`),
+/// which JSON has only inside strings.
 fn unescape_json_strings(text: &str) -> Option<(String, Vec<u32>)> {
     if !text.contains("\\n") {
         return None;
@@ -498,29 +594,93 @@ fn unescape_json_strings(text: &str) -> Option<(String, Vec<u32>)> {
         if i > 0 {
             out.push('\n');
         }
-        let mut rest = line;
-        let mut replaced = false;
-        while let Some(m) = JSON_STRING.find(rest) {
-            let literal = m.as_str();
-            let holds_dump = DUMP_MARKERS.iter().any(|k| literal.contains(k));
-            match serde_json::from_str::<String>(literal) {
-                Ok(value) if holds_dump => {
-                    out.push_str(&rest[..m.start()]);
-                    out.push('\n');
-                    out.push_str(&value);
-                    out.push('\n');
-                    replaced = true;
-                }
-                _ => out.push_str(&rest[..m.end()]),
-            }
-            rest = &rest[m.end()..];
+        if !line.contains("\\n") {
+            out.push_str(line);
+            continue;
         }
-        out.push_str(rest);
-        if replaced {
+        if unescape_line(line, &mut out) {
             lines.push(line_number(i));
         }
     }
     (!lines.is_empty()).then_some((out, lines))
+}
+
+/// Writes `line` to `out` with its strings that hold dump text unescaped (each on lines of its
+/// own); true when there was one.
+fn unescape_line(line: &str, out: &mut String) -> bool {
+    // Byte offsets of the quotes that are not escaped: they bound the strings.
+    let bytes = line.as_bytes();
+    let mut quotes = Vec::new();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        match b {
+            b'\\' => at += 2,
+            b'"' => {
+                quotes.push(at);
+                at += 1;
+            }
+            _ => at += 1,
+        }
+    }
+    let segment = |k: usize| {
+        let start = if k == 0 { 0 } else { quotes[k - 1] + 1 };
+        let end = quotes.get(k).copied().unwrap_or(line.len());
+        &line[start..end]
+    };
+    let head = segment(0);
+    let starts_inside = head.contains("\\n") || head.contains("\\\"");
+    let values: Vec<Option<String>> = (0..=quotes.len())
+        .map(|k| {
+            let inside = (k % 2 == 0) == starts_inside;
+            let literal = segment(k);
+            let holds_dump =
+                literal.contains("\\n") && DUMP_MARKERS.iter().any(|m| literal.contains(m));
+            (inside && holds_dump).then(|| unescape(literal))
+        })
+        .collect();
+    for (k, value) in values.iter().enumerate() {
+        match value {
+            Some(v) => {
+                out.push('\n');
+                out.push_str(v);
+                out.push('\n');
+            }
+            None => out.push_str(segment(k)),
+        }
+        // The quote after the segment, unless it bounds an unescaped string.
+        if k < quotes.len() && value.is_none() && values.get(k + 1).is_some_and(Option::is_none) {
+            out.push('"');
+        }
+    }
+    values.iter().any(Option::is_some)
+}
+
+/// The value of a JSON string's content (without its quotes); a string cut inside an escape
+/// keeps what is readable.
+fn unescape(literal: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<String>(&format!("\"{literal}\"")) {
+        return v;
+    }
+    let mut out = String::with_capacity(literal.len());
+    let mut chars = literal.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => {}
+            Some(other @ ('"' | '\\' | '/')) => out.push(other),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => {}
+        }
+    }
+    out
 }
 
 /// One part of a paste: the lines of one command's output.
@@ -799,6 +959,77 @@ mod tests {
             kinds,
             vec![(Kind::Iptables, (1, 3)), (Kind::Ipvsadm, (4, 6))]
         );
+    }
+
+    #[test]
+    fn byte_order_marks_at_line_starts_are_skipped() {
+        // Two files concatenated: the second one's mark stood before `*filter`.
+        let d = decode(b"*nat\nCOMMIT\n\xEF\xBB\xBF*filter\nCOMMIT\n".to_vec());
+        assert_eq!(d.text, "*nat\nCOMMIT\n*filter\nCOMMIT\n");
+        assert_eq!(
+            d.notes,
+            vec![Note {
+                kind: NoteKind::ByteOrderMark,
+                lines: vec![3]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_paste_that_ends_inside_a_fence_is_cut_at_its_end() {
+        let c = clean("$ iptables -t nat -S\n```\n-P PREROUTING ACCEPT\n-A KUBE-SERVICES -j X\n\n");
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.kind == NoteKind::OpenFence && n.lines == [2])
+        );
+        assert_eq!(c.cuts(), vec![4]);
+        let closed = clean("```\n-A KUBE-SERVICES -j X\n```\n");
+        assert!(closed.cuts().is_empty());
+        assert!(!closed.notes.iter().any(|n| n.kind == NoteKind::OpenFence));
+    }
+
+    #[test]
+    fn a_json_string_cut_at_its_start_is_unescaped() {
+        let text = r#"\n-A KUBE-SEP-AAAAAAAAAAAAAAAA -m comment --comment \"ns/a:http\" -j KUBE-MARK-MASQ\n-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -j DNAT --to-destination 10.0.0.1:80\nCOMMIT\n", "level": "error"}"#;
+        let c = clean(text);
+        let lines: Vec<&str> = c.text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(
+            lines,
+            vec![
+                r#"-A KUBE-SEP-AAAAAAAAAAAAAAAA -m comment --comment "ns/a:http" -j KUBE-MARK-MASQ"#,
+                "-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -j DNAT --to-destination 10.0.0.1:80",
+                "COMMIT",
+                r#", "level": "error"}"#,
+            ]
+        );
+        assert_eq!(c.notes[0].kind, NoteKind::JsonString);
+        // A string cut at its end (no closing quote) is read to the end of the line.
+        let c = clean(r#"{"rules": "*nat\n-A KUBE-SERVICES -j X\n-A KUBE-SVC"#);
+        assert!(
+            c.text
+                .contains("\n*nat\n-A KUBE-SERVICES -j X\n-A KUBE-SVC"),
+            "{}",
+            c.text
+        );
+    }
+
+    #[test]
+    fn commented_nft_lines_are_not_prompts() {
+        let text = "table ip kube-proxy {\n\tchain services {\n# ip daddr 10.96.0.1 tcp dport 443 goto service-x\n\t}\n}\n# ip saddr 10.0.0.0/8 drop\n# ip -o addr\n";
+        let c = clean(text);
+        let prompts: Vec<u32> = c
+            .notes
+            .iter()
+            .filter(|n| n.kind == NoteKind::ShellPrompt)
+            .flat_map(|n| n.lines.clone())
+            .collect();
+        assert_eq!(
+            prompts,
+            vec![7],
+            "only the root prompt running `ip -o addr`"
+        );
+        assert!(c.text.contains("# ip daddr 10.96.0.1"));
     }
 
     #[test]

@@ -57,6 +57,54 @@ impl GlobalArgs {
     }
 }
 
+/// Limits on every input a command reads: files, stdin, FIFOs, bundles, and what the
+/// collectors' commands print on the node ([`crate::parsers::input`]).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Input limits")]
+pub struct InputArgs {
+    /// The most one input may hold (a file, stdin, a bundle unpacked, a command's output).
+    #[arg(
+        hide_short_help = true,
+        long,
+        global = true,
+        value_name = "SIZE",
+        default_value = "1Gi",
+        value_parser = crate::parsers::input::parse_size
+    )]
+    pub max_input_size: u64,
+    /// The longest wait for the next bytes of stdin, a FIFO or a pipe (0 = no limit).
+    #[arg(
+        hide_short_help = true,
+        long,
+        global = true,
+        value_name = "DURATION",
+        default_value = "2m",
+        value_parser = parse_read_timeout
+    )]
+    pub read_timeout: ReadTimeout,
+}
+
+/// `--read-timeout`: a wait, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadTimeout(pub Option<std::time::Duration>);
+
+/// `--read-timeout`: read as `--request-timeout` is (`0`, seconds, or `500ms`, `30s`, `1m`).
+fn parse_read_timeout(s: &str) -> Result<ReadTimeout, String> {
+    crate::kube_client::parse_duration(s)
+        .map(ReadTimeout)
+        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 30s, 5m or 0"))
+}
+
+impl InputArgs {
+    /// The limits, as the readers take them.
+    pub fn limits(&self) -> crate::parsers::input::Limits {
+        crate::parsers::input::Limits {
+            max_size: self.max_input_size,
+            idle: self.read_timeout.0,
+        }
+    }
+}
+
 /// The node facts kube-proxy learns at start-up, as flags (shared by render, verify, trace, repair).
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Node facts")]
@@ -84,16 +132,13 @@ pub struct NodeFactArgs {
     /// formats masqueradeBit).
     #[arg(hide_short_help = true, long = "masquerade-mark", value_name = "MARK", value_parser = parse_mark)]
     pub masquerade_mark: Option<String>,
-    /// The kube-proxy release whose rules to expect, 1.20 … 1.38, e.g. `1.28`, `v1.36.2` or
-    /// `registry.k8s.io/kube-proxy:v1.28.4` (default: the node's kube-proxy image when read
-    /// through the API, else inferred from the dump (verify, repair), else 1.35); a newer
-    /// release is refused.
+    /// The kube-proxy release whose rules to expect, 1.20 … 1.38 (`1.28`, `v1.36.2`, an image);
+    /// default: the kube-proxy pod's image, else inferred from the dump (verify, repair), else
+    /// 1.35. A newer release is refused.
     #[arg(hide_short_help = true, long = "kube-proxy-version", value_name = "X.Y", value_parser = crate::state::version::KubeProxyVersion::parse)]
     pub kube_proxy_version: Option<crate::state::version::KubeProxyVersion>,
-    /// Feature gates as kube-proxy's --feature-gates spells them (`Name=true,Name=false`); they
-    /// win over the configuration's featureGates. Those that change rules:
-    /// AllowServiceExternalIPs (1.36+), KubeProxyNFTablesLocalhostNodePorts (1.37+; on by
-    /// default from 1.38), and the older gates docs/versions.md lists.
+    /// Feature gates, as kube-proxy's --feature-gates (`Name=true,Name=false`); they win over
+    /// the configuration's featureGates (those that change rules: docs/versions.md).
     #[arg(hide_short_help = true, long = "feature-gates", value_name = "NAME=BOOL,…", value_parser = crate::state::config::parse_feature_gates)]
     pub feature_gates: Option<std::collections::BTreeMap<String, bool>>,
     /// The node is not one of the state's Nodes: its facts come from --node-ip (without this,
@@ -194,9 +239,8 @@ pub struct DumpArgs {
     pub iptables_legacy_save: Option<PathBuf>,
     /// Read pastes and partial inputs, with a warning for each thing done.
     ///
-    /// Strips shell prompts, markdown fences, log prefixes, diff prefixes, JSON escapes; skips
-    /// lines that are not rules; reads cut inputs, marked as such; reads `iptables -L` listings
-    /// best-effort. docs/testing.md lists what it accepts.
+    /// Strips prompts, fences, log and diff prefixes, JSON escapes; skips lines that are not
+    /// rules; reads cut inputs (marked) and `iptables -L` listings (docs/testing.md).
     #[arg(long)]
     pub lenient: bool,
     /// The table of `iptables -S` input, which names none (default: inferred from its chains,
@@ -335,16 +379,27 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Reads a file, or stdin for `-`, with the path in the error.
+/// Reads a file, or stdin for `-`, within the input limits (`--max-input-size`,
+/// `--read-timeout`), with the path in the error.
 pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {
-    use anyhow::Context;
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
+    Ok(crate::parsers::input::read_text(path)?.0)
+}
+
+/// Runs a library call that collects warnings, prints them (also when the call failed, they
+/// came before) and returns its result.
+pub fn with_warnings<T>(call: impl FnOnce(&mut Vec<String>) -> T) -> T {
+    let mut warnings = Vec::new();
+    let result = call(&mut warnings);
+    warnings.iter().for_each(warn);
+    result
+}
+
+/// Reads a file, or stdin for `-`, as a text named by its path.
+pub fn read_named(path: &std::path::Path) -> anyhow::Result<crate::pipeline::NamedText> {
+    Ok(crate::pipeline::NamedText {
+        text: read_input(path)?,
+        label: path.display().to_string(),
+    })
 }
 
 /// Loads `--state`, `--config` and the node facts (with `node` overriding `--node`), logging the
@@ -394,20 +449,30 @@ pub fn load_config(
     crate::state::config::parse(&text, &name).context("loading --config")
 }
 
-/// Whether `--nfacct` says the node has the nfacct counter `name`.
-pub fn says_counter(facts: &NodeFactArgs, name: &str) -> bool {
-    facts
-        .nfacct
-        .as_deref()
-        .is_some_and(|list| list.split(',').any(|c| c.trim() == name))
-}
-
 /// Prints notes on stderr as `note: …`, one per line.
 pub fn print_notes(notes: &[String]) {
     use std::io::Write;
     let mut err = anstream::stderr();
     for n in notes {
         let _ = writeln!(err, "note: {n}");
+    }
+}
+
+/// Prints what a library job said along the way, in order: warnings and notes on stderr, the
+/// lines skipped under `--lenient` and the mode decided in the log (`-v` shows the mode).
+/// `choices`: print how the kube-proxy release was chosen (off for a fan-out over nodes, whose
+/// rows say what came of it).
+pub fn print_job_notes(notes: &[crate::pipeline::Note], choices: bool) {
+    use crate::pipeline::Note;
+    for note in notes {
+        match note {
+            Note::Warning(w) => warn(w),
+            Note::Choice(c) if choices => print_notes(std::slice::from_ref(c)),
+            Note::Choice(_) => {}
+            Note::Skipped(line) => tracing::warn!("{line}"),
+            Note::Mode(decision) => tracing::info!("{}", decision.note()),
+            Note::Release(_) => {}
+        }
     }
 }
 

@@ -13,16 +13,24 @@
 
 use super::common::GlobalArgs;
 use crate::exit::Outcome;
-use clap::{Args, CommandFactory};
+use clap::Args;
 use std::io::Write;
 
 /// Arguments of `completion`.
 #[derive(Debug, Args)]
-#[command(after_help = "\
-kubectl plugin completion (kubectl >= 1.26, `kubectl kproxy <TAB>`): put the script
-scripts/kubectl_complete-kproxy from the source tree (or one containing
-`exec kubectl-kproxy __complete \"$@\"`) on PATH next to kubectl-kproxy and make it
-executable. krew cannot install it, so this step is manual.")]
+#[command(
+    // It talks to no cluster: no kubeconfig flags in its help.
+    override_usage = "kubectl kproxy completion <SHELL>",
+    help_template = "{about-with-newline}\n{usage-heading} {usage}\n\nArguments:\n{positionals}{after-help}",
+    after_help = "\
+Examples:
+  kubectl-kproxy completion bash > /etc/bash_completion.d/kubectl-kproxy
+  kubectl-kproxy completion zsh > ~/.zfunc/_kubectl-kproxy
+
+`kubectl kproxy <TAB>` (kubectl 1.26+) runs kubectl_complete-kproxy from PATH. The
+release archives hold it; krew links only the plugin, so link it too:
+  ln -s ~/.krew/store/kproxy/vX.Y.Z/kubectl_complete-kproxy ~/.krew/bin/
+From a source tree: install -m 0755 scripts/kubectl_complete-kproxy /usr/local/bin/")]
 pub struct CompletionArgs {
     /// The shell to generate a script for.
     #[arg(value_enum)]
@@ -49,7 +57,7 @@ const BIN_NAME: &str = "kubectl-kproxy";
 /// agree, and only its `complete -F` registration is pointed back at `kubectl-kproxy` (the
 /// loop matches the first word against `$1`, the name bash passes, never the generated name).
 pub fn static_script(shell: clap_complete::Shell) -> Vec<u8> {
-    let mut cmd = super::Cli::command();
+    let mut cmd = super::command();
     let generated_name = match shell {
         clap_complete::Shell::Bash => BIN_NAME.replace('-', "_"),
         _ => BIN_NAME.to_string(),
@@ -131,7 +139,7 @@ pub fn complete(words: &[String], global: &GlobalArgs) -> (Vec<String>, u32) {
         Some((p, b)) => (p.as_str(), b),
         None => ("", &[][..]),
     };
-    let root = super::Cli::command();
+    let root = super::command();
     let flags = Flags::scan(before, &root);
     let sub = flags
         .command

@@ -167,6 +167,17 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
     let mut iptables: [Vec<(DumpText, Option<String>)>; 2] = [Vec::new(), Vec::new()];
     let mut ipvsadm: Option<(String, String)> = None;
     let mut ipset: Option<(String, String)> = None;
+    let mut nft: Vec<DumpText> = Vec::new();
+    // The paste's cuts that fall inside a part (or just after it).
+    let cuts_of = |p: &paste::Part| -> Vec<u32> {
+        input
+            .cuts
+            .iter()
+            .copied()
+            .filter(|&c| c >= p.lines.0 && c <= p.lines.1.saturating_add(1))
+            .collect()
+    };
+    let mut ipvs_cuts: Vec<String> = Vec::new();
     for part in &parts {
         super::common::warn(format!(
             "{}: `{}` output",
@@ -178,6 +189,7 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                 let text = DumpText {
                     name: name.clone(),
                     text: part.text.clone(),
+                    cuts: cuts_of(part),
                     ..DumpText::default()
                 };
                 iptables[usize::from(part.ipv6)].push((text, part.table.clone()));
@@ -193,18 +205,29 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
                 let text = DumpText {
                     name: name.clone(),
                     text: read.text,
+                    cuts: cuts_of(part),
                     ..DumpText::default()
                 };
                 iptables[usize::from(part.ipv6)].push((text, Some(read.table.to_string())));
             }
-            paste::Kind::Ipvsadm | paste::Kind::IpvsConnections => {
-                let slot = ipvsadm.get_or_insert_with(|| (String::new(), name.clone()));
+            paste::Kind::Ipvsadm | paste::Kind::IpvsConnections | paste::Kind::Ipset => {
+                let slot = if part.kind == paste::Kind::Ipset {
+                    &mut ipset
+                } else {
+                    &mut ipvsadm
+                };
+                let slot = slot.get_or_insert_with(|| (String::new(), name.clone()));
                 overlay(&mut slot.0, &part.text);
+                ipvs_cuts.extend(cuts_of(part).into_iter().map(|line| {
+                    format!("{name}: the paste is cut at line {line}: what was left out is missing")
+                }));
             }
-            paste::Kind::Ipset => {
-                let slot = ipset.get_or_insert_with(|| (String::new(), name.clone()));
-                overlay(&mut slot.0, &part.text);
-            }
+            paste::Kind::Nft => nft.push(DumpText {
+                name: name.clone(),
+                text: part.text.clone(),
+                cuts: cuts_of(part),
+                ..DumpText::default()
+            }),
             other => super::common::warn(format!(
                 "{}: `{}` output is not read by graph; left out",
                 lines_of(part),
@@ -212,9 +235,15 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
             )),
         }
     }
+    let nft = nft
+        .iter()
+        .map(|t| Ok((t, super::nft_graph::ruleset_graphs(t, true)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     // Each part parsed on its own (a `-S` part in its command's table), the tables of one family
     // then make one dump: parts keep the paste's line numbers.
     let mut graphs = Vec::new();
+    // What stdout says besides the graphs: parts that hold no kube-proxy rules kproxy reads.
+    let mut notes: Vec<String> = Vec::new();
     for family in iptables.iter().filter(|f| !f.is_empty()) {
         let mut merged: Option<crate::parsers::iptables::Dump<'_>> = None;
         for (text, table) in family {
@@ -237,8 +266,28 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
             graphs.push(graph::from_dump(dump, &opts));
         }
     }
+    let opts = GraphOptions {
+        source: Some(name.clone()),
+        ..GraphOptions::default()
+    };
+    for (text, ruleset) in &nft {
+        let found = ruleset.graphs(&opts);
+        if found.is_empty() {
+            super::nft_graph::warn_without_kube_proxy_table(&text.name, ruleset.ruleset());
+            notes.push(super::nft_graph::without_kube_proxy_table(
+                ruleset.ruleset(),
+            ));
+        }
+        graphs.extend(found);
+    }
     let ipvs = match ipvsadm {
-        Some(ipvsadm) => Some(super::ipvs::IpvsTexts::from_texts(ipvsadm, ipset, true)),
+        Some(ipvsadm) => {
+            let mut texts = super::common::with_warnings(|w| {
+                crate::collect::ipvs_dumps::IpvsTexts::from_texts(ipvsadm, ipset, true, w)
+            });
+            texts.add_gaps(ipvs_cuts);
+            Some(texts)
+        }
         None => {
             if ipset.is_some() {
                 super::common::warn(format!(
@@ -268,6 +317,11 @@ fn run_paste(input: DumpText, args: &GraphArgs, global: &GlobalArgs) -> anyhow::
             let mut out = String::new();
             if !graphs.is_empty() || ipvs.is_none() {
                 out.push_str(&render(&graphs, format, global.no_headers)?);
+            }
+            if format != GraphFormat::Dot {
+                for note in &notes {
+                    out.push_str(&format!("note: {note}\n"));
+                }
             }
             if let Some(texts) = ipvs {
                 let ipvs_format = if format == GraphFormat::Dot {
@@ -316,6 +370,9 @@ pub fn render(
         GraphFormat::Json => output::to_json(&GraphDocument::new(graphs))?,
         GraphFormat::Yaml => output::to_yaml(&GraphDocument::new(graphs))?,
         GraphFormat::Dot => graphs.iter().map(crate::output::graph::dot).collect(),
+        GraphFormat::Table | GraphFormat::Wide if graphs.is_empty() => {
+            "No kube-proxy service ports found.\n".to_string()
+        }
         GraphFormat::Table | GraphFormat::Wide => {
             let wide = format == GraphFormat::Wide;
             let mut out = String::new();
@@ -330,7 +387,12 @@ pub fn render(
                         g.family.as_deref().unwrap_or("unknown family")
                     ));
                 }
-                let t = crate::output::graph::table_text(g, wide, no_headers);
+                let t = crate::output::graph::table_text_within(
+                    g,
+                    wide,
+                    no_headers,
+                    crate::output::stdout_width(),
+                );
                 if t.is_empty() {
                     out.push_str("No kube-proxy service ports found.\n");
                 } else {

@@ -1,18 +1,14 @@
 //! IPVS-mode inputs shared by `graph`, `verify` and `trace` (`--ipvsadm`, `--ipset`, `--ip-addr`), and
-//! their IPVS code paths. The logic lives in `graph::ipvs`, `compare::ipvs`, `trace::ipvs` and
-//! `proxier::ipvs`; this module reads files, calls them and formats.
+//! the IPVS code paths of `graph` and `trace`. The logic lives in `collect::ipvs_dumps`,
+//! `graph::ipvs` and `trace::ipvs` (`verify`'s in `pipeline`); this module calls them and
+//! formats.
 
-use super::common::{DumpArgs, NodeFactArgs, StateArgs, load_proxy_inputs, read_input, warn};
-use crate::compare::conntrack::{ServiceIndex, check_ipvs};
-use crate::compare::ipvs::{self as cmp, ActualIpvs};
-use crate::compare::{Finding, Report};
+use super::common::with_warnings;
+use crate::collect::ipvs_dumps::IpvsTexts;
 use crate::graph::ipvs as g;
-use crate::proxier::ipvs::{self as px, ExpectedIpvs, IpvsNode, IpvsOptions};
-use crate::state::ip::IpFamily;
+use crate::proxier::ipvs::ExpectedIpvs;
 use anyhow::Context;
 use clap::Args;
-use kproxy_parsers::ipvsadm::{IpvsDump, ServiceKey};
-use kproxy_parsers::{ipset, ipvsadm};
 use std::path::PathBuf;
 
 /// IPVS-mode dump flags.
@@ -40,198 +36,29 @@ impl IpvsArgs {
     }
 }
 
-/// The texts of the IPVS dumps, read once (parsed values borrow from them).
-pub struct IpvsTexts {
-    ipvsadm: String,
-    ipvsadm_name: String,
-    ipset: Option<(String, String)>,
-    ip_addr: Option<String>,
-}
-
-impl IpvsTexts {
-    /// Reads the files named by the flags (`-` = stdin, at most once), as every node text is
-    /// read ([`crate::collect::files::read_dump`]); under `--lenient`, lines the parsers cannot
-    /// read are skipped with a warning each.
-    pub fn read(args: &IpvsArgs) -> anyhow::Result<IpvsTexts> {
-        let read = |p: &PathBuf| -> anyhow::Result<String> {
-            let d = crate::collect::files::read_dump(p, args.lenient)?;
-            d.warnings.iter().for_each(warn);
-            Ok(d.text)
-        };
-        let mut ipvsadm = String::new();
-        for p in &args.ipvsadm {
-            ipvsadm.push_str(&read(p)?);
-            if !ipvsadm.ends_with('\n') {
-                ipvsadm.push('\n');
-            }
-        }
-        let names: Vec<String> = args
-            .ipvsadm
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        if args.lenient {
-            add_missing_header(&mut ipvsadm, &names.join("+"));
-            skip_unreadable(&mut ipvsadm, &names.join("+"), |t| {
-                ipvsadm::parse_dump(t).map(|_| ())
-            });
-        }
-        let ipset = match &args.ipset {
-            Some(p) => {
-                let mut text = read(p)?;
-                let name = p.display().to_string();
-                if args.lenient {
-                    skip_unreadable(&mut text, &name, |t| ipset::parse_ipset(t).map(|_| ()));
-                }
-                Some((text, name))
-            }
-            None => None,
-        };
-        let ip_addr = args.ip_addr.as_ref().map(read).transpose()?;
-        Ok(IpvsTexts {
-            ipvsadm,
-            ipvsadm_name: names.join("+"),
-            ipset,
-            ip_addr,
-        })
+impl IpvsArgs {
+    /// Reads the dumps the flags name ([`IpvsTexts::read`]), printing what reading them did.
+    pub fn read(&self) -> anyhow::Result<IpvsTexts> {
+        Ok(with_warnings(|w| {
+            IpvsTexts::read(
+                &self.ipvsadm,
+                self.ipset.as_deref(),
+                self.ip_addr.as_deref(),
+                self.lenient,
+                w,
+            )
+        })?)
     }
-
-    /// Texts read otherwise (the parts of a paste), each `(text, name)`; under `lenient`
-    /// cleaned of lines the parsers cannot read, as [`IpvsTexts::read`] does.
-    pub fn from_texts(
-        ipvsadm: (String, String),
-        ipset: Option<(String, String)>,
-        lenient: bool,
-    ) -> IpvsTexts {
-        let (mut ipvsadm, ipvsadm_name) = ipvsadm;
-        let mut ipset = ipset;
-        if lenient {
-            add_missing_header(&mut ipvsadm, &ipvsadm_name);
-            skip_unreadable(&mut ipvsadm, &ipvsadm_name, |t| {
-                ipvsadm::parse_dump(t).map(|_| ())
-            });
-            if let Some((text, name)) = &mut ipset {
-                skip_unreadable(text, name, |t| ipset::parse_ipset(t).map(|_| ()));
-            }
-        }
-        IpvsTexts {
-            ipvsadm,
-            ipvsadm_name,
-            ipset,
-            ip_addr: None,
-        }
-    }
-
-    /// Parses the ipvsadm text (named after the flag's files in errors).
-    pub fn dump(&self) -> anyhow::Result<IpvsDump<'_>> {
-        let name = &self.ipvsadm_name;
-        let d = ipvsadm::parse_dump(&self.ipvsadm).map_err(|e| e.in_source(name.clone()))?;
-        for s in &d.skipped {
-            warn(format!("{name}:{}: skipped: {}", s.line, s.text.trim_end()));
-        }
-        Ok(d)
-    }
-
-    /// Parses the ipset text, if given; a `list` whose set holds fewer members than its
-    /// `Number of entries:` says was cut, and says so.
-    pub fn sets(&self) -> anyhow::Result<Option<Vec<ipset::IpSet<'_>>>> {
-        let Some((t, name)) = &self.ipset else {
-            return Ok(None);
-        };
-        let sets = ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?;
-        for set in &sets {
-            if let Some(declared) = set.entries_declared
-                && declared > set.entries.len()
-            {
-                warn(format!(
-                    "{name}:{}: set {} lists {} of its {declared} entries: the listing is cut, its other members are missing",
-                    set.line,
-                    set.name,
-                    set.entries.len()
-                ));
-            }
-        }
-        Ok(Some(sets))
-    }
-}
-
-/// Lenient reading of a grammar that stops at its first bad line: each line it fails on is
-/// emptied (line numbers stay) and reported, until the text parses. Bounded: a text that is not
-/// of the grammar at all gives up after [`MAX_SKIPPED`] lines and leaves the error to the strict
-/// parse that follows.
-fn skip_unreadable(
-    text: &mut String,
-    name: &str,
-    parse: impl Fn(&str) -> Result<(), crate::parsers::ParseError>,
-) {
-    for _ in 0..MAX_SKIPPED {
-        let Err(e) = parse(text) else { return };
-        let Some((start, end)) = line_span(text, e.line) else {
-            return;
-        };
-        warn(format!(
-            "{name}:{}: skipped: expected {}, found {}",
-            e.line, e.expected, e.found
-        ));
-        text.replace_range(start..end, "");
-    }
-}
-
-/// An `ipvsadm -Ln` or `-Lnc` listing filtered by `grep` has lost its header lines, which say
-/// what the columns are: the listing's own header is put back in front (line numbers then count
-/// it: two lines more).
-fn add_missing_header(text: &mut String, name: &str) {
-    let has_header = text.lines().any(|l| {
-        l.starts_with("IP Virtual Server version")
-            || l.starts_with("Prot LocalAddress:Port")
-            || l.starts_with("IPVS connection entries")
-            || l.starts_with("pro expire state")
-            || l.starts_with("-A ")
-    });
-    if has_header {
-        return;
-    }
-    let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-    let Some(first) = first else { return };
-    let words: Vec<&str> = first.split_whitespace().collect();
-    let connection = words
-        .get(1)
-        .is_some_and(|w| w.contains(':') && !w.contains('.'));
-    let header = if connection {
-        "IPVS connection entries\npro expire state       source             virtual            destination\n"
-    } else {
-        "Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n"
-    };
-    warn(format!(
-        "{name}: no header lines (filtered by grep?): read as `ipvsadm -Ln{}` output; line numbers below count two header lines more",
-        if connection { "c" } else { "" }
-    ));
-    text.insert_str(0, header);
-}
-
-/// Most lines [`skip_unreadable`] empties.
-const MAX_SKIPPED: usize = 1000;
-
-/// The byte range of 1-based line `line` of `text` (without its newline).
-fn line_span(text: &str, line: u32) -> Option<(usize, usize)> {
-    let mut start = 0;
-    for _ in 1..line {
-        start += text.get(start..)?.find('\n')? + 1;
-    }
-    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-    (end > start).then_some((start, end))
 }
 
 /// `graph --ipvsadm FILE [--ipset FILE]`: the IPVS graph in `table`, `json`, `yaml` or `dot`.
 pub fn graph(args: &IpvsArgs, format: &str, no_headers: bool) -> anyhow::Result<String> {
-    graph_of_texts(&IpvsTexts::read(args)?, format, no_headers)
+    graph_of_texts(&args.read()?, format, no_headers)
 }
 
 /// The IPVS graph of texts read by [`IpvsTexts::read`] or [`IpvsTexts::from_texts`].
 pub fn graph_of_texts(texts: &IpvsTexts, format: &str, no_headers: bool) -> anyhow::Result<String> {
-    let dump = texts.dump()?;
-    let sets = texts.sets()?;
-    let graph = g::build(&dump, sets.as_deref());
+    let graph = with_warnings(|w| texts.graph(w))?;
     Ok(match format {
         "json" => crate::output::to_json(&graph)?,
         "yaml" => crate::output::to_yaml(&graph)?,
@@ -239,149 +66,19 @@ pub fn graph_of_texts(texts: &IpvsTexts, format: &str, no_headers: bool) -> anyh
         _ => {
             let t = g::table(&graph, no_headers);
             if t.is_empty() {
-                "No IPVS virtual servers found.\n".to_string()
+                let mut none = "No IPVS virtual servers found.\n".to_string();
+                if !graph.gaps.is_empty() {
+                    none.push_str("partial input: the graph shows only what it holds:\n");
+                    for gap in &graph.gaps {
+                        none.push_str(&format!("  - {gap}\n"));
+                    }
+                }
+                none
             } else {
                 t
             }
         }
     })
-}
-
-/// The families the verification covers: the rendered one plus any the ipvsadm dump shows.
-fn families(dump: &IpvsDump<'_>, main: IpFamily) -> Vec<IpFamily> {
-    let mut v = vec![main];
-    for s in dump.merged_services() {
-        if let ServiceKey::Inet { addr, .. } = s.key {
-            let f = IpFamily::of(&addr);
-            if !v.contains(&f) {
-                v.push(f);
-            }
-        }
-    }
-    v
-}
-
-/// `verify` on an IPVS node from files: reads the flags' dumps and runs [`verify_texts`]; with
-/// `--conntrack FILE` the conntrack table's flows are checked too.
-pub fn verify(
-    ipvs: &IpvsArgs,
-    state: &StateArgs,
-    facts: &NodeFactArgs,
-    dumps: &DumpArgs,
-    node: Option<&str>,
-    conntrack: &super::conntrack::ConntrackArgs,
-) -> anyhow::Result<Report> {
-    let inputs = load_proxy_inputs(state, facts, node)?;
-    let texts = IpvsTexts::read(ipvs)?;
-    let v4 = dumps
-        .iptables_save
-        .as_ref()
-        .map(|p| read_input(p))
-        .transpose()?;
-    let v6 = dumps
-        .ip6tables_save
-        .as_ref()
-        .map(|p| read_input(p))
-        .transpose()?;
-    let names: Vec<String> = ipvs
-        .ipvsadm
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    let node_dumps = IpvsNodeDumps {
-        ipvsadm: (&texts.ipvsadm, names.join("+")),
-        ipset: texts.ipset.as_ref().map(|(t, n)| (t.as_str(), n.clone())),
-        ip_addr: texts.ip_addr.as_deref(),
-        iptables_save: v4.as_deref(),
-        ip6tables_save: v6.as_deref(),
-    };
-    let report = verify_texts(&inputs, &node_dumps, facts.masquerade_mark.clone())?;
-    let flows = super::conntrack::verify_findings(
-        conntrack,
-        None,
-        "",
-        ipvs.lenient,
-        (&inputs.state, &inputs.config, &inputs.facts),
-    )?;
-    Ok(super::conntrack::with_findings(report, flows))
-}
-
-/// The texts an IPVS node's verification reads (from files, a bundle or a live collector).
-#[derive(Debug, Clone)]
-pub struct IpvsNodeDumps<'t> {
-    /// `ipvsadm -Ln`/`-Sn`/… output and its name for messages.
-    pub ipvsadm: (&'t str, String),
-    /// `ipset save`/`list` output and its name.
-    pub ipset: Option<(&'t str, String)>,
-    /// `ip addr` output covering `kube-ipvs0`.
-    pub ip_addr: Option<&'t str>,
-    /// `iptables-save` output.
-    pub iptables_save: Option<&'t str>,
-    /// `ip6tables-save` output.
-    pub ip6tables_save: Option<&'t str>,
-}
-
-/// `verify` on an IPVS node: renders kube-proxy's expected IPVS state per family and compares it with
-/// the dumps; adds a KP523 finding when the configured mode and the node disagree, and checks the
-/// connections of an `ipvsadm -Lnc` listing against the services' serving endpoints (KP6xx).
-pub fn verify_texts(
-    inputs: &crate::state::ProxyInputs,
-    dumps: &IpvsNodeDumps<'_>,
-    mark: Option<String>,
-) -> anyhow::Result<Report> {
-    let (ipvsadm_text, ipvsadm_name) = &dumps.ipvsadm;
-    let dump = ipvsadm::parse_dump(ipvsadm_text).map_err(|e| e.in_source(ipvsadm_name.clone()))?;
-    for s in &dump.skipped {
-        super::common::warn(format!(
-            "{ipvsadm_name}:{}: skipped: {}",
-            s.line,
-            s.text.trim_end()
-        ));
-    }
-    let sets = match &dumps.ipset {
-        Some((t, name)) => Some(ipset::parse_ipset(t).map_err(|e| e.in_source(name.clone()))?),
-        None => None,
-    };
-    let (v4, v6) = (dumps.iptables_save, dumps.ip6tables_save);
-    let kube_ipvs0 = dumps
-        .ip_addr
-        .map(|t| crate::parsers::ip_addr::interface_addresses(t, px::DUMMY_DEVICE));
-    let node_view = IpvsNode::from_facts(&inputs.facts);
-    let opts = IpvsOptions {
-        random_fully: inputs.facts.random_fully,
-        mark,
-    };
-    let mut findings: Vec<Finding> = Vec::new();
-    let mut ports = std::collections::BTreeSet::new();
-    let mut warnings = Vec::new();
-    for fam in families(&dump, inputs.facts.family) {
-        let expected: ExpectedIpvs =
-            px::render(&inputs.state, &inputs.config, &node_view, fam, &opts);
-        warnings.extend(expected.warnings.iter().cloned());
-        ports.extend(expected.virtual_servers.iter().map(|v| v.service.clone()));
-        let actual = ActualIpvs {
-            dump: dump.clone(),
-            ipsets: sets.clone(),
-            iptables_save: if fam == IpFamily::V6 { v6 } else { v4 },
-            kube_ipvs0: kube_ipvs0.clone(),
-        };
-        findings.extend(cmp::verify(&expected, &actual));
-    }
-    super::common::print_warnings_once(&warnings);
-    findings.extend(crate::compare::left_out::findings(&inputs.state.invalid));
-    let detected = cmp::detect_mode(Some(&dump), v4.or(v6));
-    findings.extend(cmp::mode_finding(&inputs.config.mode, detected));
-    if !dump.connections.is_empty() {
-        let index = ServiceIndex::new(&inputs.state, &inputs.config, &inputs.facts);
-        let services = (!dump.listings.is_empty()).then(|| dump.merged_services());
-        findings.extend(check_ipvs(&dump.connections, services.as_deref(), &index).findings());
-    }
-    Ok(Report::new(
-        inputs.facts.node_name.clone(),
-        "ipvs",
-        ports.len(),
-        findings,
-    ))
 }
 
 /// What to trace: a virtual server `ADDR:PORT[/PROTO]` and/or a service.
@@ -416,10 +113,8 @@ pub fn trace(
     expected: Option<&ExpectedIpvs>,
     json: bool,
 ) -> anyhow::Result<String> {
-    let texts = IpvsTexts::read(ipvs)?;
-    let dump = texts.dump()?;
-    let sets = texts.sets()?;
-    let graph = g::build(&dump, sets.as_deref());
+    let texts = ipvs.read()?;
+    let graph = with_warnings(|w| texts.graph(w))?;
     let mut q = match &target.vs {
         Some(v) => parse_vs(v)?,
         None => crate::trace::ipvs::TraceQuery::default(),
@@ -427,8 +122,16 @@ pub fn trace(
     q.service = target.service.clone();
     let traces = crate::trace::ipvs::trace(&graph, expected, &q);
     if traces.is_empty() {
+        let partial = if graph.gaps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the input is partial, so it may be in what is missing: {}",
+                graph.gaps.join("; ")
+            )
+        };
         anyhow::bail!(
-            "trace: no IPVS virtual server matches (the dump has {})",
+            "trace: no IPVS virtual server matches (the dump has {}){partial}",
             graph.virtual_servers.len()
         );
     }

@@ -106,7 +106,7 @@ pub struct ResolvedInputs {
     pub state: ClusterState,
     /// KubeProxyConfiguration text (YAML, or a ConfigMap holding it in `config.conf`) and its
     /// source for messages (`configmap kube-system/kube-proxy`, a path, a bundle). None: not
-    /// available; use defaults and [`collect::detect_mode`].
+    /// available; kube-proxy's defaults apply, and the mode is the one the dumps show.
     pub config_text: Option<(String, String)>,
     /// The node's dumps; `snapshot.collector` says how they were read, `snapshot.warnings`
     /// lists problems worth showing (also non-fatal problems finding the configuration).
@@ -115,11 +115,25 @@ pub struct ResolvedInputs {
     pub node: String,
 }
 
+impl ResolvedInputs {
+    /// kube-proxy's configuration the inputs carry (its defaults when they carry none), its
+    /// warnings printed.
+    pub fn config(&self) -> anyhow::Result<crate::state::config::ProxyConfig> {
+        let Some((text, source)) = &self.config_text else {
+            return Ok(crate::state::config::ProxyConfig::default());
+        };
+        let (config, warnings) = crate::state::config::parse(text, source)
+            .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
+        super::common::print_warnings(&warnings);
+        Ok(config)
+    }
+}
+
 /// One row of the `--all-nodes` summary, returned by the per-node closure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSummary {
-    /// Proxy mode verified (`iptables`, `ipvs`, …).
-    pub mode: String,
+    /// Proxy mode verified.
+    pub mode: crate::state::mode::ProxyMode,
     /// Service ports checked.
     pub service_ports_checked: usize,
     /// Error findings.
@@ -369,7 +383,7 @@ fn print_summary(rows: &[Row], no_headers: bool) {
     for r in rows {
         let (mode, ports, errors, warnings) = match &r.summary {
             Some(s) => (
-                s.mode.clone(),
+                s.mode.to_string(),
                 s.service_ports_checked.to_string(),
                 s.errors.to_string(),
                 s.warnings.to_string(),

@@ -91,9 +91,9 @@ pub struct MonitorArgs {
     /// read of a large node costs seconds to a minute of CPU (docs/monitor.md).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub full_read_interval: Duration,
-    /// Timeout of each command that reads the node (e.g. 30s).
+    /// Timeout of each command that reads the node (e.g. 30s), as `verify`'s --exec-timeout.
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub read_timeout: Duration,
+    pub exec_timeout: Duration,
     /// The ConfigMap holding kube-proxy's configuration in `config.conf` (watched when no
     /// --config is given and the API is used).
     #[arg(hide_short_help = true, long, value_name = "NS/NAME", default_value = super::live::DEFAULT_PROXY_CONFIGMAP)]
@@ -191,7 +191,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         let metrics = crate::monitor::metrics::Metrics::new(grace);
         // A verify older than this no longer speaks for the node: two intervals, the reads'
         // time limit and the grace.
-        let stale_after = args.interval * 2 + args.read_timeout + grace;
+        let stale_after = args.interval * 2 + args.exec_timeout + grace;
         let shared = Arc::new(Shared::new(metrics, stale_after));
         let server = tokio::spawn(crate::monitor::server::serve(
             listener,
@@ -243,7 +243,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                         ReadBackend::Legacy => Some("legacy"),
                     },
                 },
-                args.read_timeout,
+                args.exec_timeout,
                 args.full_read_interval,
             )),
             verifier: Arc::new(CliVerifier::new(&args)?),
@@ -273,8 +273,9 @@ async fn watch_source(
                 .ok_or_else(|| anyhow!("--proxy-configmap: expected NAMESPACE/NAME"))?,
         ),
     };
-    let watch =
-        crate::collect::watch::ClusterWatch::start_with_config(conn.client.clone(), configmap);
+    let watch = crate::collect::watch::ClusterWatch::start_with_config(conn, configmap)
+        .await
+        .context("starting the API watches")?;
     eprintln!("monitor: waiting for the API watches' initial lists");
     tokio::select! {
         () = watch.ready() => {}
@@ -313,75 +314,89 @@ fn node_name(args: &MonitorArgs, config: &crate::state::config::ProxyConfig) -> 
         .unwrap_or_default()
 }
 
-/// Today's `verify` ([`super::verify::report_from_inputs`]) with the monitor's node facts.
+/// `verify`'s library call ([`crate::pipeline::verify::verify_node`]) with the monitor's node
+/// facts; what it says is printed once, not at every verify.
 struct CliVerifier {
-    args: super::verify::VerifyArgs,
-    /// The collector's warnings already printed: each is printed once, not at every verify.
+    facts: super::common::NodeFactArgs,
+    /// The warnings already printed.
     warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl CliVerifier {
     fn new(args: &MonitorArgs) -> anyhow::Result<CliVerifier> {
-        // verify's own defaults, as its command line gives them.
-        let cli = <super::Cli as clap::Parser>::try_parse_from(["kubectl-kproxy", "verify"])
-            .map_err(|e| anyhow!("verify's defaults: {e}"))?;
-        let super::Command::Verify(mut verify) = cli.command else {
-            bail!("verify's defaults: not a verify command line");
-        };
-        verify.facts = args.facts.clone();
         Ok(CliVerifier {
-            args: verify,
+            facts: args.facts.clone(),
             warned: Default::default(),
         })
+    }
+
+    /// Prints `warning` unless it was printed before.
+    fn warn_once(&self, warning: String) {
+        if let Ok(mut warned) = self.warned.lock()
+            && warned.insert(warning.clone())
+        {
+            super::common::warn(warning);
+        }
     }
 }
 
 impl Verifier for CliVerifier {
     fn verify(&self, mut inputs: VerifyInputs) -> Result<Verified, String> {
-        let release = self.release(&inputs);
+        use crate::pipeline::Note;
+        use crate::pipeline::verify::{NodeDumps, VerifyOptions, verify_node};
         for w in std::mem::take(&mut inputs.snapshot.warnings) {
-            if let Ok(mut warned) = self.warned.lock()
-                && warned.insert(w.clone())
-            {
-                super::common::warn(w);
-            }
+            self.warn_once(w);
         }
-        let resolved = super::live::ResolvedInputs {
-            state: inputs.state,
-            config_text: inputs.config_text,
+        let config = match &inputs.config_text {
+            Some((text, source)) => {
+                let (config, warnings) = crate::state::config::parse(text, source)
+                    .map_err(|e| format!("reading the kube-proxy configuration ({source}): {e}"))?;
+                warnings.iter().for_each(|w| self.warn_once(w.to_string()));
+                config
+            }
+            None => crate::state::config::ProxyConfig::default(),
+        };
+        let mut facts = self.facts.inputs();
+        if facts.node.is_none() && !inputs.node.is_empty() {
+            facts.node = Some(inputs.node.clone());
+        }
+        let dumps = NodeDumps {
             snapshot: inputs.snapshot,
+            ..Default::default()
+        };
+        let job = crate::pipeline::verify::VerifyInputs {
+            state: std::sync::Arc::new(inputs.state),
+            config,
+            facts,
             node: inputs.node,
         };
-        let report = super::verify::report_from_inputs(&self.args, resolved)
-            .map_err(|e| format!("{e:#}"))?;
+        let options = VerifyOptions {
+            group_alike: true,
+            ..Default::default()
+        };
+        let mut notes = Vec::new();
+        let report = verify_node(&dumps, job, &options, &mut notes);
+        let mut release = None;
+        for note in notes {
+            match note {
+                Note::Warning(w) => self.warn_once(w),
+                Note::Release(v) => release = Some(v.to_string()),
+                Note::Choice(_) | Note::Skipped(_) | Note::Mode(_) => {}
+            }
+        }
+        let report = report.map_err(|e| {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            text
+        })?;
         Ok(Verified {
-            report: report.group_alike(),
+            report,
             kube_proxy_version: release,
         })
-    }
-}
-
-impl CliVerifier {
-    /// The kube-proxy release the rules are compared with, decided as verify decides it: the
-    /// flag, the pod's image, else (iptables mode) what the rules say. `None` when nothing
-    /// says (an nftables or IPVS node without a flag or image).
-    fn release(&self, inputs: &VerifyInputs) -> Option<String> {
-        use crate::compare::version::{ReleaseSource, choose_release, infer};
-        let snap = &inputs.snapshot;
-        let texts = [
-            snap.iptables_save.as_deref(),
-            snap.ip6tables_save.as_deref(),
-        ];
-        let iptables = crate::collect::detect_mode(snap) == Some("iptables");
-        let choice = choose_release(
-            self.args.facts.kube_proxy_version,
-            snap.kube_proxy_image.as_deref(),
-            infer(texts.into_iter().flatten().filter(|_| iptables)),
-            "verifying",
-        )
-        // A release newer than this build fails the verify itself, which says why.
-        .ok()?;
-        (iptables || choice.source != ReleaseSource::Inferred).then(|| choice.version.to_string())
     }
 }
 

@@ -48,28 +48,44 @@ pub fn parse_ruleset(input: &DumpText, lenient: bool) -> anyhow::Result<nft::Rul
     Ok(rs)
 }
 
-/// Says what a ruleset without kube-proxy's table holds instead (on stderr).
-pub fn warn_without_kube_proxy_table(name: &str, rs: &nft::Ruleset<'_>) {
+/// What a ruleset without kube-proxy's table means, for stdout: its tables, and where kproxy
+/// reads iptables-nft's rules from.
+pub fn without_kube_proxy_table(rs: &nft::Ruleset<'_>) -> String {
     let tables: Vec<String> = rs
         .tables
         .iter()
         .map(|t| format!("{} {}", t.family, t.name))
         .collect();
-    let iptables_nft = rs.tables.iter().any(|t| t.managed_by_iptables_nft);
-    let mut msg = format!(
-        "{name}: no `table ip kube-proxy` nor `table ip6 kube-proxy` (tables: {})",
+    let mut note = format!(
+        "the nft listing holds no kube-proxy table (tables: {})",
         if tables.is_empty() {
             "none".to_string()
         } else {
             tables.join(", ")
         }
     );
-    if iptables_nft {
-        msg.push_str(
-            "; the iptables-nft tables suggest kube-proxy runs in iptables mode: read `iptables-save` output with --iptables-save",
+    if rs.tables.iter().any(|t| t.managed_by_iptables_nft) {
+        note.push_str(
+            ": its tables are iptables-nft's (kube-proxy in iptables mode), whose rules kproxy reads from `iptables-save` output, not from `nft list`",
         );
     }
-    warn(msg);
+    note
+}
+
+/// Says what a ruleset without kube-proxy's table holds instead (on stderr).
+pub fn warn_without_kube_proxy_table(name: &str, rs: &nft::Ruleset<'_>) {
+    warn(format!("{name}: {}", without_kube_proxy_table(rs)));
+}
+
+/// The ruleset of an input read by [`read_ruleset`] (or a part of a paste), ready to be drawn:
+/// the input's cuts are its gaps.
+pub fn ruleset_graphs(input: &DumpText, lenient: bool) -> anyhow::Result<NftGraphs<'_>> {
+    let rs = parse_ruleset(input, lenient)?;
+    let mut nft = NftGraphs::new(rs);
+    for &line in &input.cuts {
+        nft.add_gap(format!("the paste is cut at line {line}"));
+    }
+    Ok(nft)
 }
 
 /// Runs `graph --nft-ruleset FILE`.
@@ -80,11 +96,7 @@ pub fn run(
     global: &GlobalArgs,
 ) -> anyhow::Result<Outcome> {
     let input = read_ruleset(path, lenient)?;
-    let rs = parse_ruleset(&input, lenient)?;
-    let mut nft = NftGraphs::new(rs);
-    for &line in &input.cuts {
-        nft.add_gap(format!("the paste is cut at line {line}"));
-    }
+    let nft = ruleset_graphs(&input, lenient)?;
     let opts = GraphOptions {
         source: Some(input.name.clone()),
         ..GraphOptions::default()

@@ -36,10 +36,12 @@ fn run_packet(
 ) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
     let format = args.output.unwrap_or(TraceOutput::Text);
-    let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
+    // The structured document, or `None` for text (made only when asked for: a long walk's
+    // JSON value is as large as its text).
+    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
         Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value)?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value)?),
+            TraceOutput::Json => Some(crate::output::to_json(&value())?),
+            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
             _ => None,
         })
     };
@@ -64,7 +66,7 @@ fn run_packet(
             for e in &t.errors {
                 warn(format!("kube-proxy's test tracer would report: {e}"));
             }
-            match document(report::test_trace_json(&t.trace))? {
+            match document(&|| report::test_trace_json(&t.trace))? {
                 Some(doc) => doc,
                 None => report::test_trace_text(&t.trace),
             }
@@ -73,7 +75,7 @@ fn run_packet(
             let input = kernel_input(args, packet);
             let d = kernel::simulate(rules, &input)?;
             unknown = d.outcomes.iter().any(|o| o.verdict == Verdict::Unknown);
-            match document(report::distribution_json(&d))? {
+            match document(&|| report::distribution_json(&d))? {
                 Some(doc) => doc,
                 None => report::distribution_text(&d),
             }

@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn lines_fit_and_exit_codes_follow_the_contract() {
-        let clean = Report::new("n", "iptables", 14, vec![]);
+        let clean = Report::new("n", crate::state::mode::ProxyMode::Iptables, 14, vec![]);
         assert_eq!(
             report_line(&clean),
             (
@@ -66,7 +66,7 @@ mod tests {
         );
         let drift = Report::new(
             "n",
-            "iptables",
+            crate::state::mode::ProxyMode::Iptables,
             14,
             vec![cat::ENDPOINT_MISSING.finding("x").service("shop/web:http")],
         );

@@ -4,20 +4,23 @@
 use super::common::{GlobalArgs, NodeFactArgs, StateArgs};
 use crate::exit::Outcome;
 use crate::proxier::iptables::{RenderOptions, render};
+use crate::state::mode::ProxyMode;
 use crate::state::{config, load, node};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use std::io::Write;
 
-/// Which proxier to emulate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// kube-proxy's iptables mode.
-    Iptables,
-    /// kube-proxy's IPVS mode.
-    Ipvs,
-    /// kube-proxy's nftables mode.
-    Nftables,
+/// `--mode`: a [`ProxyMode`] by its name, each listed in `--help` with what it is.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = ProxyMode> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(ProxyMode::ALL.map(|m| {
+        PossibleValue::new(m.name()).help(match m {
+            ProxyMode::Iptables => "kube-proxy's iptables mode",
+            ProxyMode::Ipvs => "kube-proxy's IPVS mode",
+            ProxyMode::Nftables => "kube-proxy's nftables mode",
+        })
+    }))
+    .try_map(|name| name.parse::<ProxyMode>())
 }
 
 /// Output format of `render`.
@@ -33,8 +36,8 @@ pub enum RenderFormat {
 #[derive(Debug, Args)]
 pub struct RenderArgs {
     /// Proxier mode to emulate.
-    #[arg(long, value_enum, default_value = "iptables")]
-    pub mode: Mode,
+    #[arg(long, value_parser = mode_parser(), default_value = "iptables")]
+    pub mode: ProxyMode,
     /// Also emit the built-in chains and the jump rules kube-proxy ensures in them, so the output
     /// restores on its own into a fresh network namespace.
     #[arg(long)]
@@ -60,27 +63,32 @@ pub fn run(args: RenderArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     }
     let state = load::from_files(&args.state.state).context("loading --state")?;
     let (mut cfg, mut warnings) = super::common::load_config(args.state.config.as_deref())?;
-    let mode_name = format!("{:?}", args.mode).to_lowercase();
-    if !cfg.mode.is_empty() && cfg.mode != mode_name {
+    if let (_, Some(configured)) = crate::pipeline::mode::asked(args.mode, cfg.mode) {
         warnings.push(crate::state::Warning::new(
             "--config",
             format!(
-                "the configuration says mode {:?}; rendering {mode_name} as --mode asks",
-                cfg.mode
+                "the configuration says mode \"{configured}\"; rendering {} as --mode asks",
+                args.mode
             ),
         ));
     }
-    if args.mode == Mode::Nftables {
+    if args.mode == ProxyMode::Nftables {
         // Read the configuration as kube-proxy does in nftables mode, whatever its `mode` says.
         cfg = cfg.for_nftables();
+        // The releases' nftables layouts differ: a release nobody named is said, not assumed.
+        if args.node.kube_proxy_version.is_none() {
+            super::common::print_notes(&[format!(
+                "rendering the nftables rules of kube-proxy {} (no --kube-proxy-version given; 1.36 and later lay them out otherwise)",
+                crate::state::version::KubeProxyVersion::DEFAULT
+            )]);
+        }
     }
     let (facts, mut node_warnings) = node::build(&args.node.inputs(), &state, &cfg)?;
     warnings.append(&mut node_warnings);
-    if args.mode == Mode::Ipvs {
-        return render_ipvs(&args, &state, &cfg, &facts, warnings);
-    }
-    if args.mode == Mode::Nftables {
-        return render_nftables(&args, &state, &cfg, &facts, warnings);
+    match args.mode {
+        ProxyMode::Ipvs => return render_ipvs(&args, &state, &cfg, &facts, warnings),
+        ProxyMode::Nftables => return render_nftables(&args, &state, &cfg, &facts, warnings),
+        ProxyMode::Iptables => {}
     }
     let rendered = render(
         &state,

@@ -10,6 +10,8 @@ use crate::apply::resync::{ResyncError, ResyncOptions, run as run_loop};
 use crate::collect::local::kube_proxy_pid;
 use crate::exit::Outcome;
 use crate::kube_client;
+use crate::pipeline::mode::for_writing;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::Args;
 use std::path::PathBuf;
@@ -73,15 +75,9 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let nft = LocalNft {
         netns: args.netns.clone(),
     };
-    let nftables = match config.mode.as_str() {
-        "nftables" => true,
-        "" => nft.tables().is_ok_and(|t| {
-            t.iter()
-                .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
-        }),
-        _ => false,
-    };
-    let (config, nftables) = if nftables {
+    let decision = for_writing(config.mode, None, || nft.tables().ok());
+    tracing::info!("{}", decision.note());
+    let (config, nftables) = if decision.mode == ProxyMode::Nftables {
         (config.for_nftables(), Some(nft))
     } else {
         (config, None)
@@ -135,7 +131,7 @@ pub fn run(args: ResyncArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             }
         };
         let conn = kube_client::connect(&global.client_options()).await?;
-        run_loop(conn.client, opts, shutdown).await
+        run_loop(conn, opts, shutdown).await
     })?;
     Ok(Outcome::Clean)
 }

@@ -12,8 +12,8 @@ use crate::graph::{self, GraphOptions};
 use crate::model::Ruleset;
 use crate::output::color::Painter;
 use crate::output::trace_path::{self, PathFormat};
-use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};
-use crate::state::{config, load, node};
+use crate::proxier::iptables::ServiceDecisions;
+use crate::state::{config, load};
 use crate::trace::path::{self, ServiceSelector};
 use crate::trace::sim::{self, KernelInput, LocalAddrs, Origin, PacketSpec, report};
 use anyhow::{Context, bail};
@@ -125,6 +125,9 @@ pub struct TraceArgs {
 
 /// Runs `trace`.
 pub fn run(args: TraceArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
+    if args.live.all_nodes {
+        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
+    }
     // Bad --packet syntax is exit 2 with the expected form, before any I/O.
     if let Some(p) = args.packet.as_deref() {
         p.parse::<PacketSpec>()?;
@@ -152,9 +155,6 @@ fn live_inputs(
 ) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
     if args.dump.iptables_save.is_some() || args.dump.ip6tables_save.is_some() {
         return Ok(None);
-    }
-    if args.live.all_nodes {
-        bail!("trace works on one node (--node NODE); --all-nodes is for verify");
     }
     let inputs = super::live::resolve_inputs(
         global,
@@ -221,17 +221,24 @@ fn run_packet(
 ) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
     let input = dump_text(args, live, packet.dst.is_ipv6())?;
-    let rules = Ruleset::from_dump(parse_iptables(
-        &input,
-        args.dump.table.as_deref(),
-        args.dump.lenient,
-    )?);
+    let mut dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
+    // A paste without built-in chains is walked from kube-proxy's chains, and stdout says so.
+    let assumed = crate::trace::partial::assumptions(&dump);
+    if !assumed.restore_text.is_empty() {
+        let jumps = crate::parsers::iptables::parse_dump(
+            &assumed.restore_text,
+            &crate::parsers::iptables::ParseOptions::strict(),
+        )?;
+        dump.tables.extend(jumps.tables);
+    }
+    let rules = Ruleset::from_dump(dump);
     let format = args.output.unwrap_or(TraceOutput::Text);
-    // The structured document, or `None` for text.
-    let document = |value: serde_json::Value| -> anyhow::Result<Option<String>> {
+    // The structured document, or `None` for text (made only when asked for: a long walk's
+    // JSON value is as large as its text).
+    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
         Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value)?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value)?),
+            TraceOutput::Json => Some(crate::output::to_json(&value())?),
+            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
             _ => None,
         })
     };
@@ -241,28 +248,71 @@ fn run_packet(
     ) {
         bail!("trace --packet prints text, json or yaml, not {format:?}");
     }
+    // The walk's document or its text (each made only when printed), with what the walk
+    // assumed of a partial input.
+    let print = |json: &dyn Fn() -> serde_json::Value,
+                 text: &dyn Fn() -> String|
+     -> anyhow::Result<String> {
+        Ok(match document(&|| with_assumptions(json(), &assumed))? {
+            Some(doc) => doc,
+            None if assumed.is_empty() => text(),
+            None => assumptions_text(&assumed) + &text(),
+        })
+    };
     let out = match args.model {
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
             let t = sim::kptest::trace(&rules, &packet, &local)?;
-            match document(report::test_trace_json(&t))? {
-                Some(doc) => doc,
-                None => report::test_trace_text(&t),
-            }
+            print(&|| report::test_trace_json(&t), &|| {
+                report::test_trace_text(&t)
+            })?
         }
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
             let d = sim::kernel::simulate(&rules, &input)?;
-            match document(report::distribution_json(&d))? {
-                Some(doc) => doc,
-                None => report::distribution_text(&d),
-            }
+            print(&|| report::distribution_json(&d), &|| {
+                report::distribution_text(&d)
+            })?
         }
     };
-    anstream::stdout()
-        .write_all(out.as_bytes())
-        .context("writing output")?;
+    super::common::write_stdout(&out).context("writing output")?;
     Ok(Outcome::Clean)
+}
+
+/// The document of a walk with what it assumed of a partial input (`partial`: `gaps`,
+/// `entry_jumps`), when it did.
+fn with_assumptions(
+    mut value: serde_json::Value,
+    assumed: &crate::trace::partial::Assumptions,
+) -> serde_json::Value {
+    if !assumed.is_empty()
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert(
+            "partial".to_string(),
+            serde_json::json!({"gaps": assumed.gaps, "entry_jumps": assumed.entry_jumps}),
+        );
+    }
+    value
+}
+
+/// The lines that open a walk's text when its input is partial: its outcomes hold for the
+/// rules the input has, entered as the lines say.
+fn assumptions_text(assumed: &crate::trace::partial::Assumptions) -> String {
+    let mut out = String::from(
+        "partial input: the outcomes below are those of the rules it holds; rules it left out may change them\n",
+    );
+    for gap in &assumed.gaps {
+        out.push_str(&format!("  - {gap}\n"));
+    }
+    if !assumed.entry_jumps.is_empty() {
+        out.push_str(&format!(
+            "  - it has no built-in chains: the walk enters kube-proxy's chains by the jumps kube-proxy installs ({})\n",
+            assumed.entry_jumps.join(", ")
+        ));
+    }
+    out.push('\n');
+    out
 }
 
 /// What the kernel model needs besides the rules: the packet, where it comes from (default:
@@ -292,53 +342,41 @@ pub(super) fn kernel_input(args: &TraceArgs, packet: PacketSpec) -> KernelInput 
     }
 }
 
-/// kube-proxy's plan for the API state, when `--state` is given.
+/// kube-proxy's plan for the API state ([`crate::pipeline::trace::plan`]), when `--state` is
+/// given or the inputs were read live. Live, the node's kube-proxy image says which release's
+/// decisions to explain.
 pub(super) fn decisions_of(
     args: &TraceArgs,
     live: Option<&super::live::ResolvedInputs>,
 ) -> anyhow::Result<Option<(ServiceDecisions, String)>> {
-    let (state, (cfg, mut warnings)) = match live {
+    let loaded;
+    let (state, (cfg, warnings)) = match live {
         Some(inputs) => {
             let cfg = match &inputs.config_text {
                 Some((text, source)) => config::parse(text, source)
                     .with_context(|| format!("loading the kube-proxy configuration ({source})"))?,
                 None => (config::ProxyConfig::default(), Vec::new()),
             };
-            (inputs.state.clone(), cfg)
+            (&inputs.state, cfg)
         }
         None if args.state.state.is_empty() => return Ok(None),
         None => {
-            let state = load::from_files(&args.state.state).context("loading --state")?;
+            loaded = load::from_files(&args.state.state).context("loading --state")?;
             let cfg = super::common::load_config(args.state.config.as_deref())?;
-            (state, cfg)
+            (&loaded, cfg)
         }
     };
-    let mut fact_args = args.node.clone();
-    if let Some(inputs) = live.filter(|i| fact_args.node.is_none() && !i.node.is_empty()) {
-        fact_args.node = Some(inputs.node.clone());
-    }
-    // Live, the node's kube-proxy image says which release's decisions to explain.
-    let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
-    if let (None, Some(image)) = (fact_args.kube_proxy_version, image) {
-        match crate::state::version::KubeProxyVersion::from_image(image) {
-            Ok(v) => fact_args.kube_proxy_version = Some(v),
-            // Never explained as the newest known release: its rules may be laid out otherwise.
-            Err(e @ crate::state::version::VersionError::TooNew(_)) => {
-                anyhow::bail!("the kube-proxy pod runs {image}: {e}")
-            }
-            Err(e) => warnings.push(crate::state::Warning::new(
-                "kube-proxy version",
-                e.to_string(),
-            )),
-        }
-    }
-    let (facts, mut node_warnings) = node::build(&fact_args.inputs(), &state, &cfg)?;
-    warnings.append(&mut node_warnings);
     super::common::print_warnings(&warnings);
-    Ok(Some((
-        expected_service_ports(&state, &cfg, &facts),
-        facts.node_name,
-    )))
+    let mut given = args.node.inputs();
+    if let Some(inputs) = live.filter(|i| given.node.is_none() && !i.node.is_empty()) {
+        given.node = Some(inputs.node.clone());
+    }
+    let image = live.and_then(|i| i.snapshot.kube_proxy_image.as_deref());
+    let mut notes = Vec::new();
+    let plan = crate::pipeline::trace::plan(state, &cfg, &given, image, &mut notes);
+    super::common::print_job_notes(&notes, true);
+    let plan = plan?;
+    Ok(Some((plan.decisions, plan.node)))
 }
 
 fn run_path(
@@ -360,10 +398,10 @@ fn run_path(
     let input = dump_text(args, live, family_v6)?;
     let opts = GraphOptions {
         source: Some(input.name.clone()),
+        // Without the API state, names the selector stands for find chains by their hash.
         resolver: plan
             .as_ref()
-            .map(|(p, _)| path::resolver_for(p))
-            .unwrap_or_default(),
+            .map_or_else(|| selector.resolver(), |(p, _)| path::resolver_for(p)),
         ..GraphOptions::default()
     };
     let dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;

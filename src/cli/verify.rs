@@ -1,17 +1,23 @@
 //! `verify` command: compare what the API says kube-proxy should have installed on a node with
-//! what the node has (offline form: `--state`, `--config` and the node's dumps).
+//! what the node has (offline form: `--state`, `--config` and the node's dumps). The work is
+//! [`verify_node`]'s: this module reads what the flags name, calls it once and prints.
 
-use super::common::{DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, read_input};
-use crate::compare::{
-    DumpText, NodePlans, ReleaseCheck, Report, Severity, VerifyInput, WriterRelease,
+use super::common::{
+    DumpArgs, GlobalArgs, NodeFactArgs, StateArgs, load_config, print_job_notes, read_input,
+    read_named, with_warnings,
 };
+use crate::collect::ipvs_dumps::IpvsTexts;
+use crate::collect::{self, DumpKind, NodeSnapshot};
+use crate::compare::{Report, Severity};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::output::table::KubeTable;
-use crate::state::ip::IpFamily;
+use crate::pipeline::NamedText;
+use crate::pipeline::mode::Given;
+use crate::pipeline::verify::{NodeDumps, VerifyInputs, VerifyOptions, verify_node};
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use kproxy_parsers::iptables::ParseOptions;
 use std::path::PathBuf;
 
 /// Output formats of `verify`.
@@ -72,14 +78,14 @@ pub struct VerifyArgs {
     pub npd: bool,
 }
 
-/// Runs `verify`.
+/// Runs `verify`: reads the inputs the flags name, verifies the node with [`verify_node`]
+/// and prints what it said and the report.
 pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    args.ipvs.lenient = args.dumps.lenient;
     if args.local {
         args.live.collector = super::live::CollectorChoice::Local;
     }
     if args.npd {
-        let (line, outcome) = match build_report(&args, global) {
+        let (line, outcome) = match report(&args, global) {
             Ok(report) => super::npd::report_line(&report),
             Err(e) => super::npd::error_line(&e),
         };
@@ -89,23 +95,7 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
     if args.live.all_nodes {
         return run_all_nodes(args, global);
     }
-    let report = if args.ipvs.given() {
-        super::ipvs::verify(
-            &args.ipvs,
-            &args.state,
-            &args.facts,
-            &args.dumps,
-            args.node_name.as_deref(),
-            &args.conntrack,
-        )?
-    } else {
-        build_report(&args, global)?
-    };
-    let report = if args.all_findings {
-        report
-    } else {
-        report.group_alike()
-    };
+    let report = report(&args, global)?;
     if matches!(args.output, VerifyFormat::Json | VerifyFormat::Yaml) {
         // Streamed: with --all-findings, the report of mass drift is large.
         let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
@@ -126,283 +116,235 @@ pub fn run(mut args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome>
     Ok(report.outcome())
 }
 
-/// Reads the inputs named by the flags (offline files, a bundle or the live cluster, see
-/// [`super::live::resolve_inputs`]) and verifies the node.
-pub fn build_report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Report> {
-    if let Some(inputs) = super::verify_nftables::offline_inputs(args)? {
-        return report_with_notes(args, inputs, true);
+/// Reads the inputs the flags name and verifies the node with [`verify_node`], printing on
+/// stderr what it said.
+fn report(args: &VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Report> {
+    let (dumps, inputs) = if ipvs_given(args) {
+        ipvs_files(args)?
+    } else {
+        let resolved = match offline_nftables(args)? {
+            Some(resolved) => resolved,
+            None => super::live::resolve_inputs(
+                global,
+                &args.live,
+                &args.state,
+                &args.dumps,
+                args.node_name.as_deref(),
+            )?,
+        };
+        node_inputs(args, resolved)?
+    };
+    let mut notes = Vec::new();
+    let report = verify_node(&dumps, inputs, &options(args), &mut notes);
+    // The dumps (tens of megabytes on a large node) are not held while the report is written.
+    drop(dumps);
+    print_job_notes(&notes, true);
+    Ok(report?)
+}
+
+/// Whether `--ipvsadm` was given: it selects IPVS mode and the files as the node's dumps.
+fn ipvs_given(args: &VerifyArgs) -> bool {
+    !args.ipvs.ipvsadm.is_empty()
+}
+
+/// How the flags ask to verify.
+fn options(args: &VerifyArgs) -> VerifyOptions {
+    VerifyOptions {
+        lenient: args.dumps.lenient,
+        group_alike: !args.all_findings,
+        given: ipvs_given(args).then_some(Given {
+            mode: ProxyMode::Ipvs,
+            input: "--ipvsadm",
+        }),
     }
-    let inputs = super::live::resolve_inputs(
-        global,
-        &args.live,
-        &args.state,
-        &args.dumps,
-        args.node_name.as_deref(),
-    )?;
-    report_with_notes(args, inputs, true)
+}
+
+/// The node facts the flags give, for the node named by NODE, else the one the inputs were
+/// read for, else `--node`.
+fn fact_inputs(args: &VerifyArgs, read_for: &str) -> crate::state::node::NodeInputs {
+    let mut facts = args.facts.inputs();
+    if let Some(n) = args
+        .node_name
+        .clone()
+        .or_else(|| (!read_for.is_empty()).then(|| read_for.to_string()))
+    {
+        facts.node = Some(n);
+    }
+    facts
+}
+
+/// The dumps and the API state of `resolved`, with the files the flags name beside them
+/// (`--nft-ruleset`, `--conntrack`).
+fn node_inputs(
+    args: &VerifyArgs,
+    resolved: super::live::ResolvedInputs,
+) -> anyhow::Result<(NodeDumps, VerifyInputs)> {
+    let config = resolved.config()?;
+    let nft_listing = match &args.nft_ruleset {
+        Some(p) => {
+            let dump = collect::files::read_dump(p, args.dumps.lenient)?;
+            dump.warnings.iter().for_each(super::common::warn);
+            if dump.text.trim().is_empty() {
+                bail!(
+                    "{} is empty: there is no ruleset to compare (was the command's output saved?)",
+                    dump.name
+                );
+            }
+            Some(NamedText {
+                text: dump.text,
+                label: dump.name,
+            })
+        }
+        None => None,
+    };
+    let files = [
+        (DumpKind::IptablesSave, &args.dumps.iptables_save),
+        (DumpKind::Ip6tablesSave, &args.dumps.ip6tables_save),
+        (
+            DumpKind::IptablesLegacySave,
+            &args.dumps.iptables_legacy_save,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(kind, path)| Some((kind, path.as_ref()?.display().to_string())))
+    .collect();
+    let dumps = NodeDumps {
+        snapshot: resolved.snapshot,
+        files,
+        nft_listing,
+        conntrack: conntrack_file(args)?,
+        ip_addr: None,
+    };
+    let inputs = VerifyInputs {
+        state: std::sync::Arc::new(resolved.state),
+        config,
+        facts: fact_inputs(args, &resolved.node),
+        node: resolved.node,
+    };
+    Ok((dumps, inputs))
+}
+
+/// `--conntrack FILE`, read.
+fn conntrack_file(args: &VerifyArgs) -> anyhow::Result<Option<NamedText>> {
+    args.conntrack
+        .conntrack
+        .as_deref()
+        .map(read_named)
+        .transpose()
+}
+
+/// The inputs of `verify --nft-ruleset FILE --state FILE [--config FILE]` when no iptables dump
+/// and no bundle is given (an nftables-mode node needs none): the state and configuration files
+/// and no other dump. `None` when other inputs were given: they are resolved as usual.
+fn offline_nftables(args: &VerifyArgs) -> anyhow::Result<Option<super::live::ResolvedInputs>> {
+    use super::live::CollectorChoice;
+    let dumps = &args.dumps;
+    let has_iptables_files = dumps.iptables_save.is_some()
+        || dumps.ip6tables_save.is_some()
+        || dumps.iptables_legacy_save.is_some();
+    if args.nft_ruleset.is_none()
+        || has_iptables_files
+        || args.live.bundle.is_some()
+        || !matches!(
+            args.live.collector,
+            CollectorChoice::Auto | CollectorChoice::Files
+        )
+    {
+        return Ok(None);
+    }
+    if args.state.state.is_empty() {
+        bail!(
+            "verify --nft-ruleset FILE compares with the API state: --state FILE (kubectl get services,endpointslices,nodes,servicecidrs -A -o json)"
+        );
+    }
+    let state = crate::state::load::from_files(&args.state.state).context("reading --state")?;
+    let config_text = match &args.state.config {
+        Some(p) => Some((read_input(p)?, p.display().to_string())),
+        None => None,
+    };
+    Ok(Some(super::live::ResolvedInputs {
+        state,
+        config_text,
+        snapshot: NodeSnapshot {
+            collector: "files".into(),
+            ..NodeSnapshot::default()
+        },
+        node: args.node_name.clone().unwrap_or_default(),
+    }))
+}
+
+/// The inputs of `verify --ipvsadm FILE… [--ipset FILE] [--ip-addr FILE] [--iptables-save
+/// FILE]`: the node's IPVS dumps and the API state, from files only.
+fn ipvs_files(args: &VerifyArgs) -> anyhow::Result<(NodeDumps, VerifyInputs)> {
+    if args.state.state.is_empty() {
+        bail!(
+            "the API state is needed: --state FILE (kubectl get services,endpointslices,nodes -A -o json)"
+        );
+    }
+    let state = crate::state::load::from_files(&args.state.state).context("reading --state")?;
+    let (config, warnings) = load_config(args.state.config.as_deref())?;
+    super::common::print_warnings(&warnings);
+    let ipvs = &args.ipvs;
+    let texts = with_warnings(|w| {
+        IpvsTexts::read(
+            &ipvs.ipvsadm,
+            ipvs.ipset.as_deref(),
+            ipvs.ip_addr.as_deref(),
+            args.dumps.lenient,
+            w,
+        )
+    })?;
+    let read = |p: &Option<std::path::PathBuf>| p.as_deref().map(read_input).transpose();
+    let mut files = vec![(DumpKind::Ipvsadm, texts.ipvsadm_name.clone())];
+    files.extend(
+        texts
+            .ipset
+            .as_ref()
+            .map(|(_, name)| (DumpKind::IpsetSave, name.clone())),
+    );
+    let snapshot = NodeSnapshot {
+        iptables_save: read(&args.dumps.iptables_save)?,
+        ip6tables_save: read(&args.dumps.ip6tables_save)?,
+        ipvsadm: Some(texts.ipvsadm),
+        ipset_save: texts.ipset.map(|(text, _)| text),
+        collector: "files".into(),
+        ..NodeSnapshot::default()
+    };
+    let dumps = NodeDumps {
+        snapshot,
+        files,
+        nft_listing: None,
+        conntrack: conntrack_file(args)?,
+        ip_addr: texts.ip_addr,
+    };
+    let inputs = VerifyInputs {
+        state: std::sync::Arc::new(state),
+        config,
+        facts: fact_inputs(args, ""),
+        node: String::new(),
+    };
+    Ok((dumps, inputs))
 }
 
 /// `verify --all-nodes`: one report per node, summarised by [`super::live::run_all_nodes`].
+/// How each node's release was chosen is not printed: its row says what came of it.
 fn run_all_nodes(args: VerifyArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let args = std::sync::Arc::new(args);
     let per_node = std::sync::Arc::clone(&args);
-    super::live::run_all_nodes(global, &args.live, &args.state, move |inputs| {
-        let report = report_from_inputs(&per_node, inputs)?;
+    super::live::run_all_nodes(global, &args.live, &args.state, move |resolved| {
+        let (dumps, inputs) = node_inputs(&per_node, resolved)?;
+        let mut notes = Vec::new();
+        let report = verify_node(&dumps, inputs, &options(&per_node), &mut notes);
+        print_job_notes(&notes, false);
+        let report = report?;
         Ok(super::live::NodeSummary {
-            mode: report.mode.clone(),
+            mode: report.mode,
             service_ports_checked: report.summary.service_ports,
             errors: report.summary.errors,
             warnings: report.summary.warnings,
             outcome: report.outcome(),
         })
     })
-}
-
-/// Verifies the node described by `inputs` (flags other than the inputs come from `args`). The
-/// API state is freed once kube-proxy's plan is computed from it, on a thread of its own while
-/// the dumps are parsed.
-pub fn report_from_inputs(
-    args: &VerifyArgs,
-    inputs: super::live::ResolvedInputs,
-) -> anyhow::Result<Report> {
-    report_with_notes(args, inputs, false)
-}
-
-/// [`report_from_inputs`]; with `notes`, what decided the kube-proxy release is printed on
-/// stderr too (it is always a finding when inferred).
-fn report_with_notes(
-    args: &VerifyArgs,
-    inputs: super::live::ResolvedInputs,
-    notes: bool,
-) -> anyhow::Result<Report> {
-    if let Some(report) = super::verify_nftables::verify_if_nftables(args, &inputs, notes)? {
-        return Ok(report);
-    }
-    let super::live::ResolvedInputs {
-        state,
-        config_text,
-        snapshot,
-        node: node_name,
-    } = inputs;
-    let snap = &snapshot;
-    let Some(main_text) = snap
-        .iptables_save
-        .as_deref()
-        .or(snap.ip6tables_save.as_deref())
-    else {
-        bail!(
-            "verify needs the node's rules: --iptables-save FILE (and --ip6tables-save FILE for IPv6)"
-        );
-    };
-    for w in &snap.warnings {
-        super::common::warn(w);
-    }
-    if main_text.trim().is_empty() {
-        bail!(
-            "the node's rules are empty: there are no rules to compare (was the command's output saved?)"
-        );
-    }
-    let ipvs_node = mentions_ipvs_chains(main_text)
-        && crate::compare::ipvs::detect_mode(None, Some(main_text))
-            == crate::compare::ipvs::DetectedMode::Ipvs;
-    if ipvs_node && snap.ipvsadm.is_none() {
-        bail!(
-            "the node's rules are kube-proxy's IPVS mode (KUBE-IPVS-FILTER, KUBE-CLUSTER-IP set rules): verify it with --ipvsadm FILE (ipvsadm -Ln or -Sn) [--ipset FILE] [--ip-addr FILE] and this --iptables-save, or with a collector whose image has ipvsadm (--collector debug-pod)"
-        );
-    }
-    let config = match &config_text {
-        Some((text, source)) => {
-            let (c, warnings) = crate::state::config::parse(text, source)
-                .with_context(|| format!("reading the kube-proxy configuration ({source})"))?;
-            for w in warnings {
-                super::common::warn(w);
-            }
-            c
-        }
-        None => crate::state::config::ProxyConfig::default(),
-    };
-    let mut fact_args = args.facts.clone();
-    if let Some(n) = args
-        .node_name
-        .clone()
-        .or_else(|| (!node_name.is_empty()).then(|| node_name.clone()))
-    {
-        fact_args.node = Some(n);
-    }
-    // The kube-proxy release to compare with: the flag, the pod's image, else the rules' own.
-    let release = (!ipvs_node)
-        .then(|| {
-            let texts = [
-                snap.iptables_save.as_deref(),
-                snap.ip6tables_save.as_deref(),
-            ];
-            crate::compare::version::choose_release(
-                args.facts.kube_proxy_version,
-                snap.kube_proxy_image.as_deref(),
-                crate::compare::version::infer(texts.into_iter().flatten()).given_invalid_counter(
-                    super::common::says_counter(
-                        &args.facts,
-                        crate::state::node::NFACCT_CT_STATE_INVALID,
-                    ),
-                ),
-                "verifying",
-            )
-        })
-        .transpose()?;
-    if let Some(r) = &release {
-        fact_args.kube_proxy_version = Some(r.version);
-        if notes {
-            super::common::print_notes(&r.notes);
-        }
-    }
-    let (facts, warnings) =
-        crate::state::node::build(&fact_args.inputs(), &state, &config).context("node facts")?;
-    for w in warnings {
-        super::common::warn(w);
-    }
-    let conntrack = super::conntrack::verify_findings(
-        &args.conntrack,
-        snap.conntrack.as_deref(),
-        &snap.collector,
-        args.dumps.lenient,
-        (&state, &config, &facts),
-    )?;
-    if ipvs_node && let Some(ipvsadm) = snap.ipvsadm.as_deref() {
-        // An IPVS node read through a collector or a bundle: the same check as `--ipvsadm FILE`.
-        let proxy_inputs = crate::state::ProxyInputs {
-            state,
-            config,
-            facts,
-        };
-        let dumps = super::ipvs::IpvsNodeDumps {
-            ipvsadm: (ipvsadm, format!("ipvsadm ({})", snap.collector)),
-            ipset: snap
-                .ipset_save
-                .as_deref()
-                .map(|t| (t, format!("ipset save ({})", snap.collector))),
-            ip_addr: None,
-            iptables_save: snap.iptables_save.as_deref(),
-            ip6tables_save: snap.ip6tables_save.as_deref(),
-        };
-        return super::ipvs::verify_texts(
-            &proxy_inputs,
-            &dumps,
-            args.facts.masquerade_mark.clone(),
-        )
-        .map(|r| super::conntrack::with_findings(r, conntrack));
-    }
-    // Labels: the file names offline, the command and collector otherwise.
-    let label = |path: &Option<PathBuf>, command: &str| match path {
-        Some(p) => p.display().to_string(),
-        None => format!("{command} ({})", snap.collector),
-    };
-    let main_family = if snap.iptables_save.is_some() {
-        facts.family
-    } else {
-        IpFamily::V6
-    };
-    let mut texts: Vec<(String, &str, IpFamily)> = Vec::new();
-    if snap.iptables_save.is_some() {
-        texts.push((
-            label(&args.dumps.iptables_save, "iptables-save"),
-            main_text,
-            main_family,
-        ));
-        if let Some(t) = snap.ip6tables_save.as_deref() {
-            texts.push((
-                label(&args.dumps.ip6tables_save, "ip6tables-save"),
-                t,
-                IpFamily::V6,
-            ));
-        }
-    } else {
-        texts.push((
-            label(&args.dumps.ip6tables_save, "ip6tables-save"),
-            main_text,
-            main_family,
-        ));
-    }
-    let legacy = crate::collect::other_backend(snap).map(|(command, t)| {
-        let path = if command == "iptables-legacy-save" {
-            &args.dumps.iptables_legacy_save
-        } else {
-            &None
-        };
-        (label(path, command), t)
-    });
-    let nft = match &args.nft_ruleset {
-        Some(p) => Some(read_input(p)?),
-        None => None,
-    };
-    let node = if facts.node_name.is_empty() {
-        node_name.as_str()
-    } else {
-        facts.node_name.as_str()
-    };
-    let dumps: Vec<DumpText> = texts
-        .iter()
-        .map(|(l, t, f)| DumpText {
-            label: l,
-            text: t,
-            family: *f,
-        })
-        .collect();
-    // Planned on a thread of its own while the dumps are parsed; the state goes with it (and
-    // with the plans of the release that wrote the rules, when that is another).
-    let state = std::sync::Arc::new(state);
-    let writer = release.as_ref().and_then(|r| r.writer).map(|w| {
-        let mut facts = facts.clone();
-        facts.kube_proxy_version = w;
-        WriterRelease {
-            plans: NodePlans::start(std::sync::Arc::clone(&state), &config, &facts, &dumps),
-            facts,
-        }
-    });
-    let plans = NodePlans::start(state, &config, &facts, &dumps);
-    let input = VerifyInput {
-        node,
-        plans,
-        config: &config,
-        facts: &facts,
-        dumps,
-        legacy: legacy.as_ref().map(|(l, t)| DumpText {
-            label: l,
-            text: t,
-            family: main_family,
-        }),
-        nft_ruleset: nft.as_deref(),
-        parse: if args.dumps.lenient {
-            ParseOptions::lenient()
-        } else {
-            ParseOptions::strict()
-        },
-        group_alike: !args.all_findings,
-    };
-    let check = match release {
-        Some(r) => ReleaseCheck {
-            inferred: r.source == crate::compare::version::ReleaseSource::Inferred,
-            inference: Some(r.inference),
-            writer,
-        },
-        None => ReleaseCheck::default(),
-    };
-    let report = crate::compare::verify_release(&input, &check)?;
-    let mut conntrack = conntrack;
-    conntrack.extend(super::verify_nftables::foreign_tables(
-        args,
-        snap,
-        &report.mode,
-    ));
-    Ok(super::conntrack::with_findings(report, conntrack))
-}
-
-/// Whether the dump text names a chain only kube-proxy's IPVS mode writes: without one,
-/// [`crate::compare::ipvs::detect_mode`] cannot say IPVS, and its full canonicalisation of a big
-/// dump is skipped.
-fn mentions_ipvs_chains(text: &str) -> bool {
-    ["KUBE-IPVS-FILTER", "KUBE-CLUSTER-IP", "KUBE-LOOP-BACK"]
-        .iter()
-        .any(|m| text.contains(m))
 }
 
 /// Renders a report in `format`.
@@ -421,6 +363,8 @@ pub fn format_report(
     })
 }
 
+/// The findings table; `--no-headers` prints only its rows (no group titles, column headers,
+/// blank lines or summary), errors first, as kubectl prints rows.
 fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> String {
     let mut out = String::new();
     for sev in [Severity::Error, Severity::Warning, Severity::Info] {
@@ -442,8 +386,10 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
             Severity::Warning => "WARNINGS",
             Severity::Info => "INFO",
         };
-        out.push_str(&painter.paint(role, &format!("{title} ({})", group.len())));
-        out.push('\n');
+        if !no_headers {
+            out.push_str(&painter.paint(role, &format!("{title} ({})", group.len())));
+            out.push('\n');
+        }
         let mut headers = vec!["id", "service", "chain", "message"];
         if wide {
             headers.extend(["expected", "actual", "hint"]);
@@ -464,7 +410,12 @@ fn table(report: &Report, wide: bool, no_headers: bool, painter: Painter) -> Str
             t.row(row);
         }
         out.push_str(&t.render(no_headers));
-        out.push('\n');
+        if !no_headers {
+            out.push('\n');
+        }
+    }
+    if no_headers {
+        return out;
     }
     let summary = report.summary_line();
     let role = if report.summary.errors > 0 {

@@ -120,6 +120,8 @@ pub fn service_table(g: &ServiceGraph, wide: bool) -> KubeTable {
         headers.extend(["chains", "affinity", "firewall", "verdicts"]);
     }
     let mut t = KubeTable::new(headers);
+    // Entries, endpoints and masquerade reasons stack on a narrow terminal.
+    t.lists(&[2, 3, 4]);
     // Rows are made on every core: a large node has tens of thousands.
     let rows: Vec<Vec<String>> = g
         .service_ports
@@ -156,7 +158,7 @@ fn service_row(g: &ServiceGraph, p: &ServicePort, wide: bool) -> Vec<String> {
                     .map(|s| format!("{s}s"))
                     .unwrap_or_else(|| "?".into())
             ),
-            None => "None".into(),
+            None => "<none>".into(),
         });
         row.push(match &p.firewall {
             Some(f) if f.source_ranges.is_empty() => "<no ranges>".into(),
@@ -171,6 +173,7 @@ fn service_row(g: &ServiceGraph, p: &ServicePort, wide: bool) -> Vec<String> {
                     VerdictReason::NoEndpoints => "no-endpoints",
                     VerdictReason::NoLocalEndpoints => "no-local-endpoints",
                     VerdictReason::SourceRange => "source-range",
+                    VerdictReason::FallThrough => "fall-through",
                     VerdictReason::Other => "other",
                 };
                 format!(
@@ -212,13 +215,37 @@ pub fn anomaly_table(g: &ServiceGraph) -> KubeTable {
 
 /// The whole `-o table|wide` text of a graph: the service table, then (if any) the anomalies.
 pub fn table_text(g: &ServiceGraph, wide: bool, no_headers: bool) -> String {
-    let mut out = service_table(g, wide).render(no_headers);
+    table_text_within(g, wide, no_headers, None)
+}
+
+/// [`table_text`] for a terminal `width` columns wide: lists stack within their cells when the
+/// service table is wider, and a line says so when it is still wider.
+pub fn table_text_within(
+    g: &ServiceGraph,
+    wide: bool,
+    no_headers: bool,
+    width: Option<usize>,
+) -> String {
+    let mut out = service_table(g, wide).render_within(no_headers, width);
+    let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    if let Some(w) = width.filter(|&w| widest > w) {
+        out.push_str(&format!(
+            "(the table is {widest} columns wide, the terminal {w}: `| less -S` scrolls it; -o json has every field)\n"
+        ));
+    }
     let anomalies = anomaly_table(g);
     if !anomalies.is_empty() {
         if !out.is_empty() {
             out.push('\n');
         }
         out.push_str(&anomalies.render(no_headers));
+    }
+    if !g.gaps.is_empty() {
+        // What the input lacks is said where the answer is read, not only on stderr.
+        out.push_str("\npartial input: the graph shows only the rules it holds, and no chain is called stale or empty for what it lacks:\n");
+        for gap in &g.gaps {
+            out.push_str(&format!("  - {gap}\n"));
+        }
     }
     out
 }

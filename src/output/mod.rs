@@ -32,6 +32,12 @@ pub enum OutputError {
     Io(#[from] std::io::Error),
 }
 
+/// The width of the terminal stdout writes to, or `None` when it writes to a pipe or a file
+/// (tables are then never cut).
+pub fn stdout_width() -> Option<usize> {
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0))
+}
+
 /// Pretty-printed JSON with a trailing newline (the stable machine form of every command).
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, OutputError> {
     let mut s = serde_json::to_string_pretty(value)?;

@@ -69,10 +69,21 @@ pub fn tree(view: &PathView, p: Painter) -> String {
         header.push_str(&format!("  ({})", facts.join(", ")));
     }
     let mut root = TreeNode::new(header);
+    if !view.partial.is_empty() {
+        root.push(TreeNode::new(partial_text(view)));
+    }
     for port in &view.ports {
         root.push(port_tree(port, p));
     }
     root.render()
+}
+
+/// What a view of a partial dump says of it: it shows only what the dump holds.
+fn partial_text(view: &PathView) -> String {
+    format!(
+        "partial input: the path shows only the rules it holds ({})",
+        view.partial.join("; ")
+    )
 }
 
 /// The table form of `view`: one row per entry point and endpoint.
@@ -227,7 +238,12 @@ pub fn table(view: &PathView, no_headers: bool) -> String {
             ]);
         }
     }
-    t.render(no_headers)
+    let mut out = t.render(no_headers);
+    if !view.partial.is_empty() {
+        out.push_str(&partial_text(view));
+        out.push('\n');
+    }
+    out
 }
 
 /// Graphviz DOT: entries → chains → endpoints → pods; divergent endpoints red, missing dashed.

@@ -4,7 +4,8 @@
 //! What it serves, from JSON objects it was given (e.g. a recorded `kubectl get -o json` List):
 //! - list (with `labelSelector`, `fieldSelector`, `limit`/`continue` pagination) and watch
 //!   of Services, EndpointSlices, Nodes, Pods, ConfigMaps and Namespaces, cluster-wide and per
-//!   namespace. Objects get their `metadata.resourceVersion` from one global counter, bumped
+//!   namespace, and of ServiceCIDRs (`networking.k8s.io`, in the versions
+//!   [`FakeApiServer::serve_service_cidrs`] names: `v1` unless told, 404 for the others). Objects get their `metadata.resourceVersion` from one global counter, bumped
 //!   by every change ([`FakeApiServer::add_objects`], [`FakeApiServer::update_object`],
 //!   [`FakeApiServer::delete_object`], HTTP create/delete); a list carries the current counter.
 //!   `watch=true&resourceVersion=RV` streams the `ADDED`/`MODIFIED`/`DELETED` events newer than
@@ -153,6 +154,8 @@ struct State {
     tokens: Mutex<Vec<String>>,
     /// Events created (and patched in place), in creation order.
     api_events: Mutex<Vec<Value>>,
+    /// The versions of `networking.k8s.io` ServiceCIDRs served; `None`: `v1` only.
+    service_cidr_versions: Mutex<Option<Vec<&'static str>>>,
 }
 
 /// `(kind, namespace, name)` of an object.
@@ -422,6 +425,14 @@ impl FakeApiServer {
         *self.state.exec_delay.lock().unwrap() = d;
     }
 
+    /// Serves ServiceCIDRs (`networking.k8s.io`) in these versions only, as an API server of
+    /// that release would: `["v1"]` (1.33+, the default), `["v1beta1"]` (1.31–1.32 with the
+    /// beta API on), `[]` (older: 404). Objects given as ServiceCIDRs are served in the
+    /// version asked for.
+    pub fn serve_service_cidrs(&self, versions: &[&'static str]) {
+        *self.state.service_cidr_versions.lock().unwrap() = Some(versions.to_vec());
+    }
+
     /// Caps every list page at `n` items (forces `continue` pagination).
     pub fn set_max_page(&self, n: usize) {
         *self.state.max_page.lock().unwrap() = Some(n);
@@ -609,6 +620,7 @@ fn kind_of(resource: &str) -> Option<&'static str> {
         "pods" => "Pod",
         "configmaps" => "ConfigMap",
         "namespaces" => "Namespace",
+        "servicecidrs" => "ServiceCIDR",
         _ => return None,
     })
 }
@@ -716,10 +728,25 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
         .cloned();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     // Normalise to (namespace, resource, name, subresource).
+    // The group version objects are served in, when it is not their own (ServiceCIDRs).
+    let mut served_as: Option<String> = None;
     let rest: &[&str] = match segs.as_slice() {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => rest,
         ["apis", "events.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "networking.k8s.io", version, rest @ ..]
+            if st
+                .service_cidr_versions
+                .lock()
+                .unwrap()
+                .as_deref()
+                .unwrap_or(&["v1"])
+                .contains(version)
+                && rest.first() == Some(&"servicecidrs") =>
+        {
+            served_as = Some(format!("networking.k8s.io/{version}"));
+            rest
+        }
         _ => return error_response(404, &path, "get"),
     };
     let (namespace, resource, name, sub) = match rest {
@@ -801,6 +828,9 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                     as_text(o.pointer("/metadata/name")),
                 )
             });
+            for o in &mut items {
+                in_version(o, served_as.as_deref());
+            }
             if param("watch").as_deref() == Some("true") || param("watch").as_deref() == Some("1") {
                 let since = param("resourceVersion")
                     .and_then(|rv| rv.parse::<u64>().ok())
@@ -811,6 +841,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                         .unwrap_or(290);
                     let filter = WatchFilter {
                         kind,
+                        api_version: served_as.clone(),
                         namespace: namespace.map(str::to_string),
                         labels: param("labelSelector"),
                         fields: param("fieldSelector"),
@@ -864,10 +895,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
                 metadata["continue"] = json!(format!("offset-{end}"));
                 metadata["remainingItemCount"] = json!(items.len() - end);
             }
-            let api_version = if kind == "EndpointSlice" {
-                "discovery.k8s.io/v1"
-            } else {
-                "v1"
+            let api_version = match (&served_as, kind) {
+                (Some(v), _) => v.as_str(),
+                (None, "EndpointSlice") => "discovery.k8s.io/v1",
+                (None, _) => "v1",
             };
             json_response(
                 200,
@@ -880,7 +911,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Resp {
             match objects.iter().find(|o| {
                 in_scope(o) && o.pointer("/metadata/name").and_then(Value::as_str) == Some(n)
             }) {
-                Some(o) => json_response(200, o),
+                Some(o) => {
+                    let mut o = o.clone();
+                    in_version(&mut o, served_as.as_deref());
+                    json_response(200, &o)
+                }
                 None => json_response(
                     404,
                     &status_body(404, "NotFound", &format!("{resource} \"{n}\" not found")),
@@ -1044,9 +1079,18 @@ async fn event_request(
     }
 }
 
+/// `o` as served in `api_version`, when given (a ServiceCIDR asked for as `v1beta1`).
+fn in_version(o: &mut Value, api_version: Option<&str>) {
+    if let Some(v) = api_version {
+        o["apiVersion"] = json!(v);
+    }
+}
+
 /// Which events a watch wants.
 struct WatchFilter {
     kind: &'static str,
+    /// The version its objects are served in, when not their own.
+    api_version: Option<String>,
     namespace: Option<String>,
     labels: Option<String>,
     fields: Option<String>,
@@ -1092,7 +1136,11 @@ fn watch_stream(
                 fresh
                     .into_iter()
                     .filter(|e| filter.wants(&e.object))
-                    .map(|e| format!("{}\n", json!({"type": e.kind, "object": e.object})))
+                    .map(|e| {
+                        let mut object = e.object.clone();
+                        in_version(&mut object, filter.api_version.as_deref());
+                        format!("{}\n", json!({"type": e.kind, "object": object}))
+                    })
                     .collect()
             };
             for line in lines {

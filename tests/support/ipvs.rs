@@ -37,6 +37,7 @@ pub fn case_inputs(case_dir: &Path, shared_ipvs: &Path) -> (PathBuf, PathBuf) {
 /// in /boot), or `None` when it can.
 pub fn missing_vm_tools(extra: &[&str]) -> Option<String> {
     let vm = [
+        "bash",
         "qemu-system-x86_64",
         "busybox",
         "ipvsadm",

@@ -29,6 +29,19 @@ pub fn skip(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "skipped: {test}: {reason}");
 }
 
+/// The path of the program `name` (on `PATH` or in the sbin directories), or `None` after
+/// [`skip`]: every program a test runs besides the binary under test is a prerequisite.
+pub fn tool(test: &str, name: &str) -> Option<PathBuf> {
+    let found = netns::find_tool(name);
+    if found.is_none() {
+        skip(
+            test,
+            &format!("`{name}` is not installed (.ci/run installs it)"),
+        );
+    }
+    found
+}
+
 /// `../shared/<sub>` (the reference material beside the project), or `None` after [`skip`].
 pub fn shared(test: &str, sub: &str) -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,7 +83,96 @@ pub fn write_executable(to: &Path, text: &str) {
     std::fs::remove_file(&staged).expect("remove the staged script");
 }
 
+/// A path of the repository.
+pub fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The example cluster's API state and kube-proxy configuration, as command-line flags.
+pub const EXAMPLE_STATE: [&str; 4] = [
+    "--state",
+    "testdata/cluster/state.json",
+    "--config",
+    "testdata/cluster/config.yaml",
+];
+
 /// The release-or-debug binary under test.
 pub fn kproxy() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
+}
+
+/// What a run of the binary printed.
+pub struct Run {
+    /// Exit status (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs the binary in the repository with `NO_COLOR`, `FILE` and `FILE2` in `args` standing for
+/// files (`paste.txt`, `paste2.txt` in a temporary directory) holding `inputs`.
+pub fn run_with_files(args: &[&str], inputs: &[&[u8]]) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths: Vec<String> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let name = if i == 0 {
+                "paste.txt".to_string()
+            } else {
+                format!("paste{}.txt", i + 1)
+            };
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).expect("write");
+            p.to_string_lossy().into_owned()
+        })
+        .collect();
+    let args: Vec<&str> = args
+        .iter()
+        .map(|a| match *a {
+            "FILE" => paths[0].as_str(),
+            "FILE2" => paths[1].as_str(),
+            other => other,
+        })
+        .collect();
+    let out = kproxy()
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The service-port names of a `graph -o json` document, sorted, each once.
+pub fn service_names(doc: &serde_json::Value) -> Vec<String> {
+    let mut names: Vec<String> = doc["graphs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["service_ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The binary under test pointed at the cluster of `kubeconfig` alone: `--kubeconfig` given,
+/// `KUBECONFIG` and the in-cluster variables removed, `HOME` set to `home`, no colour.
+pub fn kproxy_on_api(kubeconfig: &Path, home: &Path) -> std::process::Command {
+    let mut cmd = kproxy();
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .env("NO_COLOR", "1");
+    cmd
 }

@@ -155,6 +155,10 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
 /// if !require_root_and_tools(&Backend::Legacy.tools()) { return; }
 /// ```
 pub fn require_root_and_tools(tools: &[&str]) -> bool {
+    DECLARED.with(|d| {
+        d.borrow_mut()
+            .extend(NETNS_TOOLS.iter().chain(tools).map(|t| t.to_string()));
+    });
     if !rustix::process::geteuid().is_root() {
         super::skip(
             "real-netfilter test",
@@ -177,6 +181,16 @@ pub fn require_root_and_tools(tools: &[&str]) -> bool {
     }
     true
 }
+
+std::thread_local! {
+    /// The tools this test thread declared with [`require_root_and_tools`]: a namespace runs
+    /// only those, so a test cannot exec a tool the machine may lack without skipping first.
+    static DECLARED: std::cell::RefCell<std::collections::BTreeSet<String>> =
+        const { std::cell::RefCell::new(std::collections::BTreeSet::new()) };
+}
+
+/// Programs of every system (coreutils) that a test may run without declaring them.
+const ALWAYS_THERE: &[&str] = &["sleep", "sh", "true", "cat"];
 
 /// A command with the harness environment (`PATH` with sbin, `LC_ALL=C`).
 fn command(program: &str) -> Command {
@@ -415,6 +429,8 @@ fn kill_pids_in(name: &str) {
 pub struct Netns {
     name: String,
     children: Mutex<Vec<Child>>,
+    /// The tools the creating test declared (see [`require_root_and_tools`]).
+    declared: std::collections::BTreeSet<String>,
 }
 
 impl fmt::Debug for Netns {
@@ -437,6 +453,7 @@ impl Netns {
         let ns = Netns {
             name,
             children: Mutex::new(Vec::new()),
+            declared: DECLARED.with(|d| d.borrow().clone()),
         };
         ns.ip_batch("link set lo up\n")?;
         Ok(ns)
@@ -454,7 +471,19 @@ impl Netns {
 
     /// A `Command` running `args` inside the namespace (`ip netns exec <name> args…`), with the
     /// harness `PATH`. For callers that need full control (env, cwd, …).
+    ///
+    /// Panics when the program is a tool the test did not pass to [`require_root_and_tools`]:
+    /// on a machine without it the test would fail instead of skipping.
     pub fn command(&self, args: &[&str]) -> Command {
+        if let Some(program) = args.first()
+            && !program.contains('/')
+            && !ALWAYS_THERE.contains(program)
+            && !self.declared.contains(*program)
+        {
+            panic!(
+                "this test runs `{program}` in a namespace without require_root_and_tools(&[\"{program}\", …]): on a machine without it, it would fail instead of skipping"
+            );
+        }
         let mut cmd = command("ip");
         cmd.args(["netns", "exec", &self.name]).args(args);
         cmd

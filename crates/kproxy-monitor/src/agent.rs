@@ -244,7 +244,7 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
     }
     let grace = mem.tracker.grace();
     let at = SystemTime::now();
-    let mode = verified.report.mode.clone();
+    let mode = verified.report.mode.to_string();
     let a = mem.tracker.assess(verified.report, started);
     shared.metrics.verified(&a, took, at);
     shared.verified(&a, at, grace);

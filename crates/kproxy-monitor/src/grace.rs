@@ -7,6 +7,7 @@
 
 use kproxy_core::state::config::ProxyConfig;
 use kproxy_core::state::duration;
+use kproxy_core::state::mode::ProxyMode;
 use std::time::Duration;
 
 /// What the grace period adds to kube-proxy's periods.
@@ -14,16 +15,16 @@ pub const MARGIN: Duration = Duration::from_secs(5);
 
 /// The grace period for `config` (of the mode it configures) and how it was made, for logs.
 pub fn from_config(config: &ProxyConfig) -> (Duration, String) {
-    let (min_sync, sync) = match config.mode.as_str() {
-        "nftables" => {
+    let (min_sync, sync) = match ProxyMode::or_default(config.mode) {
+        ProxyMode::Nftables => {
             let n = config.for_nftables();
             (n.min_sync_period, n.sync_period)
         }
-        "ipvs" => (
+        ProxyMode::Ipvs => (
             non_empty(&config.ipvs.min_sync_period, &config.min_sync_period),
             non_empty(&config.ipvs.sync_period, &config.sync_period),
         ),
-        _ => (config.min_sync_period.clone(), config.sync_period.clone()),
+        ProxyMode::Iptables => (config.min_sync_period.clone(), config.sync_period.clone()),
     };
     // The configuration reader refused durations kube-proxy refuses; unset is zero.
     let min_sync_d = duration::parse(&min_sync).unwrap_or_default();

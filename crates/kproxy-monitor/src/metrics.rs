@@ -330,7 +330,7 @@ mod tests {
         use kproxy_analysis::compare::conntrack::STALE_ENDPOINT;
         let report = kproxy_analysis::compare::Report::new(
             "n",
-            "iptables",
+            kproxy_core::state::mode::ProxyMode::Iptables,
             1,
             vec![
                 STALE_ENDPOINT.finding("4 UDP flows to 10.96.0.10:53 still DNAT to 10.244.1.5:53"),

@@ -174,8 +174,15 @@ mod tests {
     use kproxy_analysis::compare::Report;
 
     fn assessment() -> Assessment {
-        Tracker::new(Duration::from_secs(1))
-            .assess(Report::new("n", "iptables", 1, vec![]), Instant::now())
+        Tracker::new(Duration::from_secs(1)).assess(
+            Report::new(
+                "n",
+                kproxy_core::state::mode::ProxyMode::Iptables,
+                1,
+                vec![],
+            ),
+            Instant::now(),
+        )
     }
 
     #[test]

@@ -228,7 +228,12 @@ mod tests {
     use kproxy_analysis::compare::catalogue as cat;
 
     fn report(findings: Vec<Finding>) -> Report {
-        Report::new("n", "iptables", 3, findings)
+        Report::new(
+            "n",
+            kproxy_core::state::mode::ProxyMode::Iptables,
+            3,
+            findings,
+        )
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! 3. the in-cluster service account (when `KUBERNETES_SERVICE_HOST` is set).
 //!
 //! `--context`, `--cluster` and `--user` select inside the kubeconfig; `--request-timeout`
-//! bounds connect, read and write of every request. API failures are turned into
+//! bounds connect, read and write of every request, and connecting (TCP and the TLS
+//! handshake) takes at most [`HANDSHAKE_TIMEOUT`] whatever it says. API failures are turned into
 //! [`ApiError`], which names the verb and resource that failed so that a 403 says which
 //! RBAC rule is missing.
 //!
@@ -94,6 +95,12 @@ pub fn install_crypto_provider() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
+
+/// How long connecting to the API server (TCP and the TLS handshake) may take, also with
+/// `--request-timeout 0` (no request timeout): a server that accepts and never answers fails
+/// then, as with kubectl, whose transport bounds the handshake to the same 10 s (client-go
+/// `transport.go`, `TLSHandshakeTimeout` of `utilnet.SetTransportDefaults`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Parses a kubectl `--request-timeout` value: `0` (none), a plain number of seconds, or a
 /// number with a unit `ms`, `s`, `m`, `h` (also combined, e.g. `1m30s`).
@@ -185,8 +192,9 @@ pub async fn connect(global: &ClientOptions) -> Result<Connection, ClientError> 
             }
         },
     };
+    // kube wraps its TLS connector in this connect timeout: it bounds the handshake too.
+    config.connect_timeout = Some(timeout.map_or(HANDSHAKE_TIMEOUT, |t| t.min(HANDSHAKE_TIMEOUT)));
     if let Some(t) = timeout {
-        config.connect_timeout = Some(t);
         config.read_timeout = Some(t);
         config.write_timeout = Some(t);
     }
@@ -390,11 +398,20 @@ impl ApiError {
                     call,
                 )
             }
-            E::HyperError(_) | E::Service(_) => ApiError::Unreachable {
-                server: server.to_string(),
-                call,
-                detail: innermost(&err),
-            },
+            E::HyperError(_) | E::Service(_) => {
+                let mut detail = innermost(&err);
+                if detail.contains("deadline has elapsed") {
+                    detail = format!(
+                        "no answer in time (connecting and the TLS handshake may take {}s, each request --request-timeout)",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    );
+                }
+                ApiError::Unreachable {
+                    server: server.to_string(),
+                    call,
+                    detail,
+                }
+            }
             other => ApiError::Other {
                 call,
                 detail: innermost(&other),

@@ -99,6 +99,23 @@ pub enum Gap<'a> {
         /// The table the rules were read into.
         table: &'a str,
     },
+    /// Rules before the first `*table` line of a dump, closed by a `COMMIT`: the paste starts
+    /// after their table's `*table` line.
+    Headless {
+        /// The table the rules were read into (the one their chains and targets show).
+        table: &'a str,
+    },
+    /// `iptables -S` text whose last declared chains have no rules, kube-proxy service chains
+    /// among them (kube-proxy never leaves one empty): `-S` prints every `-N` line first, then
+    /// the rules chain by chain in that order, so the listing stops after `after`'s rules.
+    Unlisted {
+        /// The table.
+        table: &'a str,
+        /// How many declared chains follow `after` without rules.
+        chains: usize,
+        /// The last chain with rules, if any has one.
+        after: Option<&'a str>,
+    },
 }
 
 impl std::fmt::Display for Gap<'_> {
@@ -122,6 +139,27 @@ impl std::fmt::Display for Gap<'_> {
                 f,
                 "rules of table {table} without its built-in chains: a filtered paste (grep?), only part of the rules"
             ),
+            Gap::Headless { table } => write!(
+                f,
+                "the rules before the first `*table` line have none (the paste starts after it): read as table {table}, which their chains and targets show; what came before them is missing"
+            ),
+            Gap::Unlisted {
+                table,
+                chains,
+                after,
+            } => {
+                write!(f, "table {table}: {chains} declared chain(s) ")?;
+                match after {
+                    Some(c) => write!(
+                        f,
+                        "after {c} have no rules: the listing stops after {c}'s rules (cut), the rest is missing"
+                    ),
+                    None => write!(
+                        f,
+                        "and no rules at all: the listing stops after its declarations (cut), the rules are missing"
+                    ),
+                }
+            }
         }
     }
 }

@@ -548,9 +548,18 @@ fn expect_end(body: &str, rest: &str) -> Result<(), Fail> {
 /// not iptables text is an error; in lenient mode it is recorded in [`Dump::skipped`].
 pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, ParseError> {
     // Only `-S` text (no `*table` line; a dump has one near its start) needs a table inferred.
-    let save_form =
-        text.starts_with('*') || memchr::memmem::find(text.as_bytes(), b"\n*").is_some();
-    let inferred = (opts.default_table.is_none() && !save_form).then(|| infer_spec_table(text));
+    let table_line = if text.starts_with('*') {
+        Some(0)
+    } else {
+        memchr::memmem::find(text.as_bytes(), b"\n*")
+    };
+    // Rules before the first `*table` line: `-S` text, or a dump whose first `*table` line was
+    // cut off (its rules then end at a `COMMIT`); either is read as the table its rules show.
+    let inferred = match (opts.default_table.is_some(), table_line) {
+        (true, _) | (false, Some(0)) => None,
+        (false, None) => Some(infer_spec_table(text)),
+        (false, Some(at)) => Some(infer_spec_table(&text[..at])),
+    };
     let implicit_table = match opts.default_table.as_deref() {
         None => inferred.unwrap_or("filter"),
         Some(t) => TABLES
@@ -615,6 +624,9 @@ pub fn parse_dump<'a>(text: &'a str, opts: &ParseOptions) -> Result<Dump<'a>, Pa
             found: "end of input".to_string(),
             line_text: String::new(),
         });
+    }
+    if p.saw_table_line {
+        p.dump.form = DumpForm::Save;
     }
     p.dump.gaps = gaps(&p.dump, text);
     if p.dump.form == DumpForm::Spec && !p.dump.tables.is_empty() {
@@ -686,8 +698,16 @@ fn gaps<'a>(dump: &Dump<'a>, text: &'a str) -> Vec<Gap<'a>> {
         // chains' `-P` lines, or save text that lost its table lines to a filter. (Restore input
         // with a `*table` line may leave the built-in chains out: kube-proxy's does.)
         let has_builtin = t.chains.iter().any(|c| BUILTIN.contains(&c.name));
-        if t.line == 0 && !t.rules.is_empty() && !has_builtin {
+        if t.line == 0 && dump.form == DumpForm::Save {
+            gaps.push(Gap::Headless { table: t.name });
+        } else if t.line == 0 && !t.rules.is_empty() && !has_builtin {
             gaps.push(Gap::Filtered { table: t.name });
+        }
+        if t.line == 0
+            && dump.form == DumpForm::Spec
+            && let Some(gap) = unlisted(t)
+        {
+            gaps.push(gap);
         }
     }
     // The last line of text: a skipped line, or a rule jumping to an undeclared chain in an
@@ -698,20 +718,67 @@ fn gaps<'a>(dump: &Dump<'a>, text: &'a str) -> Vec<Gap<'a>> {
     }
     let newlines = memchr::memchr_iter(b'\n', body.as_bytes()).count();
     let last_no = u32::try_from(newlines + 1).unwrap_or(u32::MAX);
-    let cut = dump.skipped.iter().any(|s| s.line == last_no)
+    // A skipped last line is a cut rule when it starts as one (not the `}` after a dump pasted
+    // as a JSON string).
+    let cut = dump
+        .skipped
+        .iter()
+        .any(|s| s.line == last_no && s.text.trim_start().starts_with(['-', ':', '*', '[']))
         || dump.tables.iter().any(|t| {
             let declares = !t.chains.is_empty();
-            t.rules.last().is_some_and(|r| {
+            t.rules_with_chain().last().is_some_and(|(chain, r)| {
+                let target = r.jump_target();
                 r.line == last_no
-                    && declares
-                    && r.jump_target()
-                        .is_some_and(|j| !t.chains.iter().any(|c| c.name == j))
+                    && ((declares && target.is_some_and(|j| !t.chains.iter().any(|c| c.name == j)))
+                        || target.is_some_and(cut_hash)
+                        || cut_hash(chain))
             })
         });
     if cut {
         gaps.push(Gap::CutLastLine { line: last_no });
     }
     gaps
+}
+
+/// The prefixes of kube-proxy's per-service chains, which end in a 16-character hash
+/// (`proxier.go` `servicePortChainName` and friends).
+const SERVICE_CHAIN_PREFIXES: [&str; 6] = [
+    "KUBE-SVC-",
+    "KUBE-SEP-",
+    "KUBE-SVL-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-XLB-",
+];
+
+/// The hash of a kube-proxy service chain name, if `name` is one.
+fn service_chain_hash(name: &str) -> Option<&str> {
+    SERVICE_CHAIN_PREFIXES
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+}
+
+/// A kube-proxy service chain name whose hash is shorter than kube-proxy writes it: the line
+/// was cut inside the name.
+fn cut_hash(name: &str) -> bool {
+    service_chain_hash(name).is_some_and(|h| h.len() < 16)
+}
+
+/// [`Gap::Unlisted`] of `-S` text (`t`), when its last declared chains have no rules and
+/// kube-proxy service chains are among them.
+fn unlisted<'a>(t: &super::ast::Table<'a>) -> Option<Gap<'a>> {
+    let listed = |name: &str| t.rule_chains.iter().any(|(c, _)| *c == name);
+    let last = t.chains.iter().rposition(|c| listed(c.name));
+    let rest = &t.chains[last.map_or(0, |i| i + 1)..];
+    let service_chains = rest
+        .iter()
+        .filter(|c| service_chain_hash(c.name).is_some())
+        .count();
+    (service_chains > 0).then(|| Gap::Unlisted {
+        table: t.name,
+        chains: rest.len(),
+        after: last.map(|i| t.chains[i].name),
+    })
 }
 
 /// Parses one rule line, `[ "[" P ":" B "] " ] ( "-A" | "-I" ) CHAIN spec` (line number 1).
@@ -971,8 +1038,31 @@ mod tests {
         let cut_word =
             "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SEP-CAFE - [0:0]\n-A PREROUTING -j KUBE-SEP-C\n";
         assert!(lenient(cut_word).contains(&Gap::CutLastLine { line: 4 }));
-        let filtered = "-A KUBE-SVC-X -j KUBE-SEP-Y\n-A KUBE-SVC-X -j KUBE-SEP-Z\n";
+        let filtered = "-A KUBE-SVC-XXXXXXXXXXXXXXXX -j KUBE-SEP-YYYYYYYYYYYYYYYY\n-A KUBE-SVC-XXXXXXXXXXXXXXXX -j KUBE-SEP-ZZZZZZZZZZZZZZZZ\n";
         assert_eq!(lenient(filtered), vec![Gap::Filtered { table: "nat" }]);
+        // Without declarations a cut chain name shows by its hash: kube-proxy's are 16 long.
+        let cut_hash = "-A KUBE-SVC-XXXXXXXXXXXXXXXX -j KUBE-SEP-YYYYYYYYYYYYYYYY\n-A KUBE-SVC-XXXXXXXXXXXXXXXX -j KUBE-SEP-ZZZ";
+        assert!(lenient(cut_hash).contains(&Gap::CutLastLine { line: 2 }));
+        // A dump whose `*nat` line was cut off: its rules before the first COMMIT are nat's.
+        let headless = "-A KUBE-SERVICES -d 10.96.0.1/32 -j KUBE-SVC-NPX46M4PTMTKRN6Y\n-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -j DNAT --to-destination 10.0.0.1:80\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\nCOMMIT\n";
+        let d = parse_dump(headless, &ParseOptions::lenient()).unwrap();
+        assert_eq!(d.gaps, vec![Gap::Headless { table: "nat" }]);
+        assert_eq!(d.form, DumpForm::Save);
+        let tables: Vec<_> = d.tables.iter().map(|t| (t.name, t.rules.len())).collect();
+        assert_eq!(tables, vec![("nat", 2), ("filter", 1)]);
+        // `-S` text that stops after a chain's rules: the chains declared after it are empty.
+        let unlisted = "-P PREROUTING ACCEPT\n-P POSTROUTING ACCEPT\n-N KUBE-SEP-AAAAAAAAAAAAAAAA\n-N KUBE-SERVICES\n-N KUBE-SVC-BBBBBBBBBBBBBBBB\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -j DNAT --to-destination 10.0.0.1:80\n";
+        assert_eq!(
+            lenient(unlisted),
+            vec![Gap::Unlisted {
+                table: "nat",
+                chains: 2,
+                after: Some("KUBE-SEP-AAAAAAAAAAAAAAAA")
+            }]
+        );
+        // A whole `-S` listing whose last chains are kube-proxy's empty fixed chains is whole.
+        let whole_s = "-P INPUT ACCEPT\n-N KUBE-FORWARD\n-N KUBE-PROXY-CANARY\n-A INPUT -j KUBE-FORWARD\n-A KUBE-FORWARD -j ACCEPT\n";
+        assert_eq!(lenient(whole_s), vec![]);
     }
 
     /// Fuzzing (`round_trip`) found `:KUBE-FIREWALL\x0c - [0:0]` … `-X KUBE-FIREWALL\x0c`: the line

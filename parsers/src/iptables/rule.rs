@@ -763,6 +763,32 @@ mod tests {
     }
 
     #[test]
+    fn nat_ports_iptables_refuses_are_errors_at_the_range() {
+        // `:-1` would read as the range 0-1: a trace would DNAT to port 0.
+        for (line, range) in [
+            (
+                "-p tcp -j DNAT --to-destination 10.244.0.5:-1",
+                "10.244.0.5:-1",
+            ),
+            ("-j DNAT --to-destination [fd00::5]:-1", "[fd00::5]:-1"),
+            (
+                "-j DNAT --to-destination 10.244.0.5:90-80",
+                "10.244.0.5:90-80",
+            ),
+            ("-j SNAT --to-source 10.0.0.1:-1", "10.0.0.1:-1"),
+        ] {
+            let e = spec(line)
+                .err()
+                .unwrap_or_else(|| panic!("{line}: accepted"));
+            assert_eq!(e.at, line.find(range).unwrap_or_default(), "{line}");
+            assert!(e.expected.contains("NAT port from 1 to 65535"), "{line}");
+            assert_eq!(e.found, format!("`{range}`"), "{line}");
+        }
+        assert!(spec("-j DNAT --to-destination 10.244.0.5:80-90").is_ok());
+        assert!(spec("-j DNAT --to-destination [fd00::5]:8080").is_ok());
+    }
+
+    #[test]
     fn undecodable_targets_are_unreadable() {
         fn t(l: &'static str) -> Target<'static> {
             spec(l).unwrap().target().unwrap()

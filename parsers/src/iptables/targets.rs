@@ -75,6 +75,32 @@ fn nat_range<'a>(opts: &[OptView<'_, 'a>], option: &str) -> Result<NatRange<'a>,
     }
 }
 
+/// Refuses a NAT range whose ports iptables never prints and iptables-restore refuses
+/// (`10.0.0.1:-1`, `10.0.0.1:9-1`): the first port must be written and the last must not come
+/// before it (libxt_DNAT's `parse_to`). Read on, `:-1` would be the range 0–1 and a trace
+/// would DNAT to port 0.
+fn nat_ports_valid(to: &NatRange<'_>, opts: &[OptView<'_, '_>], option: &str) -> Result<(), Fail> {
+    let Some(ports) = to.ports else {
+        return Ok(());
+    };
+    // The port part: after the closing bracket of an IPv6 address, else after the last `:`.
+    let after_addr = to.raw.rsplit_once(']').map_or(to.raw, |(_, rest)| rest);
+    let port_text = after_addr.rsplit_once(':').map_or("", |(_, p)| p);
+    if !port_text.starts_with('-') && ports.last >= ports.first {
+        return Ok(());
+    }
+    let at = opts
+        .iter()
+        .find(|o| o.name == option)
+        .and_then(|o| o.values.first())
+        .map_or(0, |v| v.start);
+    Err(Fail::new(
+        at,
+        "a NAT port from 1 to 65535 (or a range FIRST-LAST with FIRST ≤ LAST)",
+        to.raw,
+    ))
+}
+
 /// Whether flag option `name` is present (and written without values).
 fn has_flag(opts: &[OptView<'_, '_>], name: &str) -> bool {
     opts.iter().any(|o| o.name == name)
@@ -167,6 +193,7 @@ pub(crate) fn build_target<'a>(
                 Ok(to) => to,
                 Err(reason) => return Ok(Target::Unreadable { raw, reason }),
             };
+            nat_ports_valid(&to, opts, option)?;
             let (random, persistent) = (has_flag(opts, "random"), has_flag(opts, "persistent"));
             if name == "DNAT" {
                 if has_flag(opts, "random-fully") {

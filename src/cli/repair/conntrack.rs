@@ -5,9 +5,11 @@
 use super::RepairArgs;
 use super::report::PlanDoc;
 use crate::apply::conntrack::{self as ct, ConntrackHost, ConntrackRepair, LocalConntrack};
-use crate::cli::conntrack::{ConntrackText, check_listing, parse_listing};
+use crate::cli::conntrack::parse_listing;
 use crate::collect::NodeSnapshot;
 use crate::output::color::{Painter, Role};
+use crate::pipeline::NamedText;
+use crate::pipeline::conntrack::check_listing;
 use crate::state::ProxyInputs;
 use std::fmt::Write as _;
 
@@ -27,7 +29,7 @@ pub(super) fn repair_step(
     let text = match args.conntrack.text(None, "")? {
         Some(t) => t,
         None if on_host => match ct::list(&host) {
-            Ok(text) => ConntrackText {
+            Ok(text) => NamedText {
                 text,
                 label: format!(
                     "conntrack {} on {}",
@@ -69,7 +71,7 @@ pub(super) fn remote_repair_step(
 fn plan_and_apply(
     args: &RepairArgs,
     inputs: &ProxyInputs,
-    text: &ConntrackText,
+    text: &NamedText,
     host: Option<&impl ConntrackHost>,
     refused: &[String],
 ) -> anyhow::Result<ConntrackRepair> {

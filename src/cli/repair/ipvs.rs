@@ -15,7 +15,7 @@ use crate::apply::ipvs::plan::IpvsPlan;
 use crate::apply::ipvs::repair::{IpvsRepairOptions, IpvsTarget, repair};
 use crate::apply::ipvs::state::{Ipvs0Text, IpvsState};
 use crate::apply::repair::Rotation;
-use crate::cli::common::{load_config, load_proxy_inputs, read_input};
+use crate::cli::common::{load_proxy_inputs, read_input};
 use crate::exit::Outcome;
 use crate::model::Ruleset;
 use crate::output::color::{Painter, Role};
@@ -50,16 +50,6 @@ pub struct IpvsRepairArgs {
         requires = "ipvsadm_save"
     )]
     pub kube_ipvs0: Option<PathBuf>,
-}
-
-/// Whether `repair` should take the IPVS path: the offline IPVS dumps were given, or the
-/// configuration says `mode: ipvs`.
-pub(super) fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
-    if args.ipvs.ipvsadm_save.is_some() {
-        return Ok(true);
-    }
-    let (config, _) = load_config(args.state.config.as_deref())?;
-    Ok(config.mode == "ipvs")
 }
 
 /// Runs `repair` for an IPVS-mode node.

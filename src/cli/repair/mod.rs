@@ -20,10 +20,12 @@ use crate::apply::guard::InputConditions;
 use crate::apply::host::IptablesHost;
 use crate::apply::repair::RepairOptions;
 use crate::apply::rollback::RollbackPolicy;
-use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs};
-use crate::compare::version::{Inference, ReleaseChoice};
+use crate::cli::common::{BackendArg, GlobalArgs, NodeFactArgs, StateArgs, load_config};
+use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
+use crate::pipeline::mode::{Given, ModeDecision, for_writing};
 use crate::state::ProxyInputs;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -189,11 +191,13 @@ pub fn run(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
 /// offline plan. Every `Ok` has printed the plan and its outcome; an `Err` printed nothing on
 /// stdout.
 fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
-    if ipvs::selected(&args)? {
-        return ipvs::run(args);
+    if args.live.all_nodes {
+        bail!("repair works on one node at a time (--all-nodes is for verify): name the node");
     }
-    if nftables::selected(&args)? {
-        return nftables::run(args, global);
+    match mode(&args)?.mode {
+        ProxyMode::Ipvs => return ipvs::run(args),
+        ProxyMode::Nftables => return nftables::run(args, global),
+        ProxyMode::Iptables => {}
     }
     if !args.local && args.iptables_save.is_none() {
         if args.node_name.is_some() {
@@ -207,6 +211,38 @@ fn run_path(args: RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     local::run(args)
 }
 
+/// The mode whose rules `repair` writes ([`for_writing`]): the offline dumps of one mode given
+/// (`--ipvsadm-save`, `--nft-ruleset`), else the configured mode; when the configuration names
+/// none, nftables if this host (`--local`, no `--iptables-save`) has kube-proxy's table.
+fn mode(args: &RepairArgs) -> anyhow::Result<ModeDecision> {
+    let (config, _) = load_config(args.state.config.as_deref())?;
+    let given = [
+        (
+            args.ipvs.ipvsadm_save.is_some(),
+            ProxyMode::Ipvs,
+            "--ipvsadm-save",
+        ),
+        (
+            args.nftables.nft_ruleset.is_some(),
+            ProxyMode::Nftables,
+            "--nft-ruleset",
+        ),
+    ]
+    .into_iter()
+    .find(|(given, _, _)| *given)
+    .map(|(_, mode, input)| Given { mode, input });
+    let decision = for_writing(config.mode, given, || {
+        let host = crate::apply::nftables::host::LocalNft {
+            netns: args.netns.clone(),
+        };
+        (args.local && args.iptables_save.is_none())
+            .then(|| host.tables().ok())
+            .flatten()
+    });
+    tracing::info!("{}", decision.note());
+    Ok(decision)
+}
+
 /// The kube-proxy release whose rules `repair` writes: `--kube-proxy-version`, else the
 /// kube-proxy pod's `image`, else the release that wrote the node's rules (`current` reads
 /// them): a repair never rewrites a node's rules into another release's behind its kube-proxy's
@@ -216,18 +252,22 @@ fn choose_release(
     image: Option<&str>,
     current: impl FnOnce() -> anyhow::Result<String>,
 ) -> anyhow::Result<ReleaseChoice> {
-    let flag = args.facts.kube_proxy_version;
-    let inference = if flag.is_some() {
-        Inference::default()
-    } else {
-        crate::compare::version::infer([current()?.as_str()]).given_invalid_counter(
-            crate::cli::common::says_counter(
-                &args.facts,
-                crate::state::node::NFACCT_CT_STATE_INVALID,
-            ),
-        )
+    let given = args.facts.inputs();
+    let current = match given.kube_proxy_version {
+        Some(_) => None,
+        None => {
+            let current = current()?;
+            // Said before a release is inferred from text that holds no rules.
+            if crate::parsers::paste::is_json_document(&current) {
+                anyhow::bail!(
+                    "the node's rules: expected iptables-save text, found a JSON document (API objects go to --state)"
+                );
+            }
+            Some(current)
+        }
     };
-    let release = crate::compare::version::choose_release(flag, image, inference, "repairing")?;
+    let rules = current.as_deref().map(std::iter::once);
+    let release = crate::pipeline::release::choose(&given, image, rules, "repairing")?;
     crate::cli::common::print_notes(&release.notes);
     Ok(release)
 }
@@ -245,10 +285,7 @@ fn local_iptables(args: &RepairArgs, ipv6: bool) -> IptablesHost {
 /// What the guard knows of the inputs: the configured mode, the age of the `--state` files,
 /// `--max-age` (parsed), and on this host (`--local`) a kube-proxy process writing the rules of
 /// the network namespace repaired.
-fn input_facts<'a>(
-    args: &RepairArgs,
-    inputs: &'a ProxyInputs,
-) -> anyhow::Result<InputConditions<'a>> {
+fn input_facts(args: &RepairArgs, inputs: &ProxyInputs) -> anyhow::Result<InputConditions> {
     let max_age = crate::kube_client::parse_duration(&args.max_age).with_context(|| {
         format!(
             "bad --max-age {:?}: expected e.g. 30s, 10m, 2h",

@@ -15,6 +15,7 @@ use crate::cli::common::{GlobalArgs, load_config};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use crate::state::ProxyInputs;
+use crate::state::mode::ProxyMode;
 use anyhow::{Context, bail};
 use clap::Args;
 use kproxy_parsers::nft::Family;
@@ -29,33 +30,6 @@ pub struct NftRepairArgs {
     /// list table ip kube-proxy`) file instead of the host (dry run only).
     #[arg(long = "nft-ruleset", value_name = "FILE", conflicts_with = "apply")]
     pub nft_ruleset: Option<PathBuf>,
-}
-
-/// Whether `repair` should take the nftables path: `--nft-ruleset` given, the configuration
-/// says `mode: nftables`, or it names no mode and this host (`--local`) has kube-proxy's
-/// nftables table.
-pub fn selected(args: &RepairArgs) -> anyhow::Result<bool> {
-    if args.nftables.nft_ruleset.is_some() {
-        return Ok(true);
-    }
-    let (config, _) = load_config(args.state.config.as_deref())?;
-    Ok(match config.mode.as_str() {
-        "nftables" => true,
-        "" if args.local && args.iptables_save.is_none() => host_has_table(args),
-        _ => false,
-    })
-}
-
-/// Whether this host has `table ip kube-proxy` or `table ip6 kube-proxy`.
-fn host_has_table(args: &RepairArgs) -> bool {
-    LocalNft {
-        netns: args.netns.clone(),
-    }
-    .tables()
-    .is_ok_and(|t| {
-        t.iter()
-            .any(|t| t == "ip kube-proxy" || t == "ip6 kube-proxy")
-    })
 }
 
 /// The node's tables from a saved listing: what an offline plan is made against.
@@ -124,8 +98,8 @@ pub fn run(args: RepairArgs, _global: &GlobalArgs) -> anyhow::Result<Outcome> {
     let inputs = load_nftables_inputs(&args, release)?;
     let mut guard_facts = input_facts(&args, &inputs)?;
     // Selected from the host's table when the configuration names no mode.
-    if inputs.config.mode.is_empty() {
-        guard_facts.configured_mode = "nftables";
+    if inputs.config.mode.is_none() {
+        guard_facts.configured_mode = Some(ProxyMode::Nftables);
     }
     let targets = Target::both(&inputs.state, &inputs.config, &inputs.facts);
     crate::cli::common::print_warnings_once(targets.iter().flat_map(|t| &t.expected.warnings));
@@ -250,7 +224,7 @@ fn load_nftables_inputs(
     let state = crate::state::load::from_files(&args.state.state).context("reading --state")?;
     let (config, warnings) = load_config(args.state.config.as_deref())?;
     crate::cli::common::print_warnings(&warnings);
-    let mode = config.mode.clone();
+    let mode = config.mode;
     let mut config = config.for_nftables();
     // Keep what the configuration said, for the guard.
     config.mode = mode;

@@ -30,9 +30,6 @@ pub fn run(args: &RepairArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
     if args.live.bundle.is_some() {
         bail!("--bundle is a snapshot: repair needs the live node (name it, without --bundle)");
     }
-    if args.live.all_nodes {
-        bail!("repair works on one node at a time: name the node");
-    }
     if args.netns.is_some() {
         bail!("--netns works with --local only");
     }

@@ -65,6 +65,29 @@ pub struct GroupExample {
     pub actual: Option<String>,
 }
 
+/// At most this many items of a list are named in a finding's `expected` or `actual`.
+pub const LISTED: usize = 10;
+
+/// `a, b, c and 7 more`: the first [`LISTED`] items, the rest counted. A finding per stale
+/// endpoint that named every endpoint of its service would make a report grow with the square
+/// of the endpoints.
+pub fn listed<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    use std::fmt::Write;
+    let mut items = items.into_iter();
+    let mut out = String::new();
+    for (i, item) in items.by_ref().take(LISTED).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{item}");
+    }
+    let more = items.count();
+    if more > 0 {
+        let _ = write!(out, " and {more} more");
+    }
+    out
+}
+
 impl Severity {
     /// The lower-case word used in every output form (`error`, `warning`, `info`).
     pub fn as_str(self) -> &'static str {
@@ -111,5 +134,17 @@ impl Finding {
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_lists_are_cut_and_counted() {
+        assert_eq!(super::listed(["a", "b"].iter()), "a, b");
+        let many: Vec<String> = (0..25).map(|i| format!("10.0.0.{i}:80")).collect();
+        let text = super::listed(many.iter());
+        assert!(text.starts_with("10.0.0.0:80, 10.0.0.1:80, "), "{text}");
+        assert!(text.ends_with("10.0.0.9:80 and 15 more"), "{text}");
     }
 }

@@ -7,7 +7,7 @@
 
 use super::catalogue::{self as cat, Check};
 use super::expected::{ExpectedEndpoints, ExpectedPort, Verdict};
-use super::finding::Finding;
+use super::finding::{Finding, listed};
 use crate::graph::{
     AnomalyKind, ChainKind, EntryKind, MasqueradeReason, ServiceGraph, ServicePort, VerdictReason,
 };
@@ -715,11 +715,7 @@ fn endpoints(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort)
                         if picked.is_empty() {
                             "no endpoints".to_string()
                         } else {
-                            picked
-                                .iter()
-                                .map(|p| p.destination.unwrap_or(p.chain))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            listed(picked.iter().map(|p| p.destination.unwrap_or(p.chain)))
                         },
                     );
                     comparison.explained.chains.insert(w.chain.to_string());
@@ -767,14 +763,7 @@ fn endpoints(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort)
                 )
             };
             let f = comparison.push(check, e, ep.chain, msg);
-            set(
-                f,
-                want.iter()
-                    .map(|w| w.endpoint)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                dest,
-            );
+            set(f, listed(want.iter().map(|w| w.endpoint)), dest);
             comparison.explained.chains.insert(chain.clone());
         }
         if all_found && !extra && !want.is_empty() {
@@ -1084,10 +1073,15 @@ fn firewall(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) 
                 v.reason == VerdictReason::SourceRange
                     && parse_addr(v.address.as_deref()) == Some(*l)
                     && v.port == Some(e.port)
-            }) || a
-                .verdicts
-                .iter()
-                .any(|v| v.table == "nat" && v.reason == VerdictReason::SourceRange);
+            }) || a.verdicts.iter().any(|v| {
+                // Old releases close every firewall chain with KUBE-MARK-DROP, with or
+                // without ranges (a fall-through then).
+                v.table == "nat"
+                    && matches!(
+                        v.reason,
+                        VerdictReason::SourceRange | VerdictReason::FallThrough
+                    )
+            });
             if !present {
                 let f = comparison.push(
                     cat::FIREWALL_MISMATCH,

@@ -329,7 +329,10 @@ impl Cause {
                     .take_while(|&i| e.get(e.len() - i) == a.get(a.len() - i))
                     .count();
                 let middle = |o: &Options<'_>| {
-                    general_words(o.words_of(same_start..o.len() - same_end).iter().copied())
+                    general_words(
+                        o.words_of(same_start..o.len() - same_end).iter().copied(),
+                        false,
+                    )
                 };
                 What::Rule {
                     removed: middle(&e),
@@ -338,8 +341,10 @@ impl Cause {
             }
             _ => {
                 let text = |t: &str| match &f.service {
-                    Some(s) => general_words(t.replace(s.as_str(), "<service>").split(' ')),
-                    None => general_words(t.split(' ')),
+                    Some(s) => {
+                        general_words(t.replace(s.as_str(), "<service>").split(BLANKS), true)
+                    }
+                    None => general_words(t.split(BLANKS), true),
                 };
                 What::Other {
                     message: text(&f.message),
@@ -351,7 +356,10 @@ impl Cause {
         Cause {
             id: f.id,
             severity: f.severity,
-            chain_kind: f.chain.as_deref().map(|c| general_words(c.split(' '))),
+            chain_kind: f
+                .chain
+                .as_deref()
+                .map(|c| general_words(c.split(' '), false)),
             hint: f.hint.clone(),
             what,
         }
@@ -472,16 +480,41 @@ impl<'a> Options<'a> {
     }
 }
 
-/// The words with what differs between service ports left out ([`general`]), joined by spaces.
-fn general_words<'w>(words: impl Iterator<Item = &'w str>) -> String {
-    let mut out = String::new();
-    for (i, w) in words.enumerate() {
-        if i > 0 {
-            out.push(' ');
+/// The words with what differs between service ports left out ([`general`]), joined by spaces;
+/// with `numbers`, counts and ports too. A list of such values (`10.0.0.1:80, 10.0.0.2:80`),
+/// cut by [`super::finding::listed`] or not (`… and 7 more`), is one: how long it is differs
+/// between service ports as well.
+fn general_words<'w>(words: impl Iterator<Item = &'w str>, numbers: bool) -> String {
+    let mut shown: Vec<std::borrow::Cow<'w, str>> = Vec::new();
+    let mut last_general = false;
+    for w in words {
+        let g = general(w, numbers);
+        let is_general = g != w;
+        if is_general
+            && last_general
+            && let Some(last) = shown.last_mut()
+            && last.strip_suffix(',').unwrap_or(last) == g.strip_suffix(',').unwrap_or(&g)
+        {
+            *last = g;
+            continue;
         }
-        out.push_str(&general(w));
+        // `… and <n> more` after a list: the rest of the list (punctuation after it kept).
+        if let Some(after) = w.strip_prefix("more")
+            && after.chars().all(|c| WRAPPING.contains(&c))
+            && let [.., list, and, count] = shown.as_slice()
+            && (and, count) == (&"and".into(), &"<n>".into())
+            && (list.starts_with('<') || list.contains('…'))
+        {
+            shown.truncate(shown.len() - 2);
+            if let Some(list) = shown.last_mut() {
+                list.to_mut().push_str(after);
+            }
+            continue;
+        }
+        last_general = is_general;
+        shown.push(g);
     }
-    out
+    shown.join(" ")
 }
 
 /// The words of a rule; a double-quoted comment is one word.
@@ -503,13 +536,61 @@ fn words(rule: &str) -> Vec<&str> {
     out
 }
 
+/// The prefix of a per-service object of kube-proxy's nftables table
+/// (`endpoint-2GI6SST5-ns/svc/tcp/http__10.0.0.1/80`): one of its prefixes, then the eight
+/// base32 characters of `hashAndTruncate` and a hyphen.
+fn nft_object_prefix(word: &str) -> Option<&'static str> {
+    use crate::model::nft_names as n;
+    let prefix = [
+        n::SERVICE_PREFIX,
+        n::LOCAL_PREFIX,
+        n::EXTERNAL_PREFIX,
+        n::FIREWALL_PREFIX,
+        n::ENDPOINT_PREFIX,
+        n::AFFINITY_PREFIX,
+    ]
+    .into_iter()
+    .find(|p| word.starts_with(p))?;
+    let hash = word.get(prefix.len()..prefix.len() + 9)?;
+    let base32 = |b: u8| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b);
+    (hash.ends_with('-') && hash.bytes().take(8).all(base32)).then_some(prefix)
+}
+
+/// Punctuation that wraps a value in a message: `(10.0.0.1:80)`, `KUBE-SVC-…:`, `:KUBE-SEP-…`.
+const WRAPPING: &[char] = &['(', ')', ',', ';', ':', '.', '`', '\'', '@'];
+
+/// What separates the words of a finding's texts (an nft rule per line).
+const BLANKS: &[char] = &[' ', '\n'];
+
 /// A word with what differs between service ports left out: a chain's hash (`KUBE-SEP-…`), a
-/// quoted text (`"…"`), an address, network or `address:port` (`<address>`).
-fn general(word: &str) -> std::borrow::Cow<'_, str> {
+/// quoted text (`"…"`), an address, network or `address:port` (`<address>`), and with `numbers`
+/// a number (`<n>`); punctuation around it is kept.
+fn general(word: &str, numbers: bool) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
     if word.starts_with('"') {
         return Cow::Borrowed("\"…\"");
     }
+    if let Some(g) = general_value(word, numbers) {
+        return g;
+    }
+    let core = word.trim_matches(WRAPPING);
+    if core.is_empty() || core.len() == word.len() {
+        return Cow::Borrowed(word);
+    }
+    match general_value(core, numbers) {
+        Some(g) => {
+            let before = word.len() - word.trim_start_matches(WRAPPING).len();
+            let after = &word[before + core.len()..];
+            Cow::Owned(format!("{}{g}{after}", &word[..before]))
+        }
+        None => Cow::Borrowed(word),
+    }
+}
+
+/// [`general`] of a word without punctuation around it; `None` when nothing in it differs
+/// between service ports.
+fn general_value(word: &str, numbers: bool) -> Option<std::borrow::Cow<'static, str>> {
+    use std::borrow::Cow;
     if let Some((prefix, hash)) = word.rsplit_once('-')
         && prefix.starts_with("KUBE-")
         && hash.len() == 16
@@ -517,7 +598,16 @@ fn general(word: &str) -> std::borrow::Cow<'_, str> {
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
     {
-        return Cow::Owned(format!("{prefix}-…"));
+        return Some(Cow::Owned(format!("{prefix}-…")));
+    }
+    if let Some(prefix) = nft_object_prefix(word) {
+        return Some(Cow::Owned(format!("{prefix}…")));
+    }
+    if numbers
+        && word.bytes().next().is_some_and(|b| b.is_ascii_digit())
+        && word.bytes().all(|b| b.is_ascii_digit() || b == b',')
+    {
+        return Some(Cow::Borrowed("<n>"));
     }
     // Only a word of digits, dots, colons, hex and brackets can be an address.
     let host = word.split('/').next().unwrap_or(word);
@@ -532,11 +622,7 @@ fn general(word: &str) -> std::borrow::Cow<'_, str> {
                 h.trim_end_matches(']').parse::<std::net::IpAddr>().is_ok()
                     && p.parse::<u16>().is_ok()
             }));
-    if is_address {
-        Cow::Borrowed("<address>")
-    } else {
-        Cow::Borrowed(word)
-    }
+    is_address.then_some(Cow::Borrowed("<address>"))
 }
 
 #[cfg(test)]
@@ -615,7 +701,8 @@ mod tests {
         assert_eq!((g.count, g.chains, left_out), (400, 400, 399));
         let chains: Vec<_> = g.examples.iter().map(|e| e.chain.clone()).collect();
         assert_eq!(chains, [0, 1, 2].map(|n| Some(sep_rule(n).0)));
-        let report = super::super::Report::new("node", "iptables", 1, out);
+        let report =
+            super::super::Report::new("node", crate::state::mode::ProxyMode::Iptables, 1, out);
         // The canary finding and the 400 of the group.
         assert_eq!(
             report.summary.warnings, 401,
@@ -625,6 +712,67 @@ mod tests {
         let mut all = Folder::new(false);
         all.extend((0..300).map(sep));
         assert_eq!(all.finish().0.len(), 300);
+    }
+
+    /// KP905 as the rule level makes it for a chain of `rules` rules of service port `n`.
+    fn chain_missing(chain: &str, rules: usize, n: usize) -> Finding {
+        cat::CHAIN_MISSING
+            .finding(format!("nat {chain} is missing ({rules} rule(s) expected)"))
+            .chain(format!("nat {chain}"))
+            .expected(format!(":{chain} with {rules} rule(s)"))
+            .actual("no such chain")
+            .service(format!("ns-{}/svc-{n}:http", n % 20))
+    }
+
+    #[test]
+    fn chains_missing_per_endpoint_and_per_service_port_are_one_finding_each() {
+        // One KUBE-SEP chain per endpoint (two rules each), one KUBE-SVC chain per service port
+        // (a rule per endpoint, so the counts differ): the hash, the `:` before it, the rule
+        // count and the service port are what differ.
+        let mut findings: Vec<Finding> = (0..5_000)
+            .map(|n| chain_missing(&format!("KUBE-SEP-{n:016}"), 2, n / 100))
+            .collect();
+        findings.extend((0..60).map(|n| chain_missing(&format!("KUBE-SVC-{n:016}"), 1 + n % 7, n)));
+        let (out, left_out) = group(findings);
+        assert_eq!(out.len(), 2, "{out:#?}");
+        assert_eq!(left_out, 4_999 + 59);
+        let sep = out[0].group.as_deref().unwrap_or_else(|| panic!("a group"));
+        assert_eq!((sep.count, sep.chains, sep.services), (5_000, 5_000, 50));
+        assert_eq!(out[0].chain.as_deref(), Some("nat KUBE-SEP-…"));
+        assert!(
+            out[0].message.starts_with(
+                "5,000 findings alike in 5,000 chains and 50 service ports: nat KUBE-SEP-… is missing (<n> rule(s) expected)"
+            ),
+            "{}",
+            out[0].message
+        );
+        let svc = out[1].group.as_deref().unwrap_or_else(|| panic!("a group"));
+        assert_eq!(svc.count, 60);
+    }
+
+    #[test]
+    fn endpoints_in_parentheses_and_lists_do_not_split_a_cause() {
+        // KP201 as the graph level makes it: the endpoint in parentheses, the chain's picks
+        // listed in `actual`, as many as the dump has for that service port.
+        let findings: Vec<Finding> = (0..200)
+            .map(|n| {
+                let chain = format!("KUBE-SVC-{n:016}");
+                let endpoint = format!("10.64.{}.{}:8080", n / 250, n % 250);
+                let picked: Vec<String> = (0..1 + n % 12)
+                    .map(|i| format!("10.65.0.{i}:8080"))
+                    .collect();
+                cat::ENDPOINT_MISSING
+                    .finding(format!(
+                        "ready endpoint {endpoint} is not reached from {chain}"
+                    ))
+                    .service(format!("ns/svc-{n}:http"))
+                    .chain(chain.clone())
+                    .expected(format!("{chain} -> KUBE-SEP-{n:016} ({endpoint})"))
+                    .actual(super::super::finding::listed(picked))
+            })
+            .collect();
+        let (out, left_out) = group(findings);
+        assert_eq!((out.len(), left_out), (1, 199), "{out:#?}");
     }
 
     #[test]
@@ -683,13 +831,49 @@ mod tests {
 
     #[test]
     fn general_words_leave_out_what_differs_per_port() {
-        assert_eq!(general("KUBE-SEP-ABCDEFGH12345678"), "KUBE-SEP-…");
-        assert_eq!(general("10.0.0.1/32"), "<address>");
-        assert_eq!(general("10.0.0.1:8080"), "<address>");
-        assert_eq!(general("[fd00::1]:80"), "<address>");
-        assert_eq!(general("\"ns/a:http\""), "\"…\"");
-        assert_eq!(general("0x4000/0x4000"), "0x4000/0x4000");
-        assert_eq!(general("KUBE-MARK-MASQ"), "KUBE-MARK-MASQ");
+        assert_eq!(general("KUBE-SEP-ABCDEFGH12345678", false), "KUBE-SEP-…");
+        assert_eq!(general("10.0.0.1/32", false), "<address>");
+        assert_eq!(general("10.0.0.1:8080", false), "<address>");
+        assert_eq!(general("[fd00::1]:80", false), "<address>");
+        assert_eq!(general("\"ns/a:http\"", false), "\"…\"");
+        assert_eq!(general("0x4000/0x4000", false), "0x4000/0x4000");
+        assert_eq!(general("KUBE-MARK-MASQ", false), "KUBE-MARK-MASQ");
+        // Punctuation around a value, numbers (with `numbers`), lists of values.
+        assert_eq!(general("(10.0.0.1:8080)", false), "(<address>)");
+        assert_eq!(general(":KUBE-SEP-ABCDEFGH12345678", false), ":KUBE-SEP-…");
+        assert_eq!(general("KUBE-SVC-ABCDEFGH12345678:", false), "KUBE-SVC-…:");
+        assert_eq!(general("[fd00::1]:80,", false), "<address>,");
+        assert_eq!(general("(2", true), "(<n>");
+        assert_eq!(general("1,234", true), "<n>");
+        assert_eq!(general("(2", false), "(2");
+        assert_eq!(general("0x4000", true), "0x4000");
+        assert_eq!(general("::1", false), "<address>");
+        assert_eq!(
+            general(
+                "endpoint-2GI6SST5-ns-00/svc-00000/tcp/http__10.64.0.25/8080",
+                false
+            ),
+            "endpoint-…"
+        );
+        assert_eq!(
+            general("(local-DNINUHYX-ns/svc/tcp/http)", false),
+            "(local-…)"
+        );
+        assert_eq!(general("service-ips", false), "service-ips");
+        assert_eq!(
+            general_words(
+                "to 10.0.0.1:80, 10.0.0.2:80, 10.0.0.3:80 and 4 more, not 2".split(' '),
+                true
+            ),
+            "to <address>, not <n>"
+        );
+        assert_eq!(
+            general_words(
+                "to KUBE-SEP-ABCDEFGH12345678, KUBE-SEP-BBCDEFGH12345678".split(' '),
+                false
+            ),
+            "to KUBE-SEP-…"
+        );
         assert_eq!(
             {
                 let o = Options::of("-A X ! -s 10.0.0.1 -m comment --comment \"a b\" -j Y");

@@ -8,6 +8,7 @@ use super::catalogue::Check;
 use super::finding::{Finding, Severity};
 use crate::proxier::ipvs::{ExpectedIpvs, ExpectedVs, iptables as ipvs_rules, sets};
 use crate::state::ip::IpFamily;
+use crate::state::mode::ProxyMode;
 use kproxy_parsers::ipset::{self, IpSet};
 use kproxy_parsers::ipvsadm::{
     Forward, IpvsDump, Protocol, RealServer, ServiceKey, SocketText, VirtualService,
@@ -795,54 +796,9 @@ pub fn verify(expected: &ExpectedIpvs, actual: &ActualIpvs<'_>) -> Vec<Finding> 
     out
 }
 
-/// Which proxy mode a node's dumps show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DetectedMode {
-    /// IPVS virtual servers, or the IPVS-mode chains/sets.
-    Ipvs,
-    /// iptables-mode service chains.
-    Iptables,
-    /// Evidence of both (e.g. after a mode switch without cleanup).
-    Both,
-    /// No kube-proxy state found.
-    Unknown,
-}
-
-/// Detects the proxy mode from an ipvsadm dump and/or an iptables-save text.
-pub fn detect_mode(dump: Option<&IpvsDump<'_>>, iptables_save: Option<&str>) -> DetectedMode {
-    let chains = iptables_save
-        .map(|s| chains_of(s, IpFamily::V4))
-        .unwrap_or_default();
-    let ipvs = dump.is_some_and(|d| d.listings.iter().any(|l| !l.services.is_empty()))
-        || chains.keys().any(|(_, c)| c == "KUBE-IPVS-FILTER")
-        || chains
-            .values()
-            .flatten()
-            .any(|r| r.contains("KUBE-CLUSTER-IP") || r.contains("KUBE-LOOP-BACK"));
-    let ipt = chains.keys().any(|(_, c)| {
-        is_iptables_mode_chain(c) && c != "KUBE-NODEPORTS" && c != "KUBE-EXTERNAL-SERVICES"
-    });
-    match (ipvs, ipt) {
-        (true, true) => DetectedMode::Both,
-        (true, false) => DetectedMode::Ipvs,
-        (false, true) => DetectedMode::Iptables,
-        (false, false) => DetectedMode::Unknown,
-    }
-}
-
-/// A KP523 finding when the configured mode (`""` = iptables) and the detected one disagree.
-pub fn mode_finding(configured: &str, detected: DetectedMode) -> Option<Finding> {
-    let configured = if configured.is_empty() {
-        "iptables"
-    } else {
-        configured
-    };
-    let node = match detected {
-        DetectedMode::Ipvs => "ipvs",
-        DetectedMode::Iptables => "iptables",
-        DetectedMode::Both | DetectedMode::Unknown => return None,
-    };
+/// A KP523 finding when the configured mode (kube-proxy's default when none is configured)
+/// and the one the node's dumps show disagree.
+pub fn mode_finding(configured: ProxyMode, node: ProxyMode) -> Option<Finding> {
     (configured != node).then(|| {
         with(
             MODE_MISMATCH.finding(format!("kube-proxy is configured for mode {configured}, but the node's dumps show {node} mode")),

@@ -8,6 +8,7 @@
 
 use super::catalogue as cat;
 use super::finding::Finding;
+use crate::state::mode::ProxyMode;
 use kproxy_parsers::iptables::{
     Dump, MarkOp, MarkValue, Match, Module, Neg, Rule, Table, Target, TargetKind,
 };
@@ -84,8 +85,8 @@ pub struct ServiceAddresses {
 pub struct NodeContext<'x> {
     /// The masquerade mark bit value (`1 << masqueradeBit`).
     pub mark: u32,
-    /// The configured proxy mode (`iptables`, `ipvs`, `nftables`).
-    pub mode: &'x str,
+    /// The configured proxy mode (kube-proxy's default when none is configured).
+    pub mode: ProxyMode,
     /// Service addresses and ports.
     pub services: &'x ServiceAddresses,
     /// Large-cluster mode (> 1000 endpoints): stale chains are expected for a while.
@@ -222,7 +223,7 @@ pub fn tables_present(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding
 
 /// KP004: chains, ipset matches or tables of a proxy mode other than the configured one.
 pub fn foreign_mode(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
-    if context.mode != "iptables" && !context.mode.is_empty() {
+    if context.mode != ProxyMode::Iptables {
         // Other modes' leftovers of iptables mode are the IPVS/nftables checks' business.
         return Vec::new();
     }
@@ -274,8 +275,8 @@ pub fn foreign_mode(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> 
 }
 
 /// KP004 for an `nft list ruleset` text: a `kube-proxy` table under iptables mode.
-pub fn foreign_nft_tables(nft_ruleset: &str, mode: &str) -> Vec<Finding> {
-    if mode != "iptables" && !mode.is_empty() {
+pub fn foreign_nft_tables(nft_ruleset: &str, mode: ProxyMode) -> Vec<Finding> {
+    if mode != ProxyMode::Iptables {
         return Vec::new();
     }
     nft_ruleset
@@ -307,7 +308,7 @@ fn jump_position(t: &Table<'_>, chain: &str, target: &str) -> Option<usize> {
 
 /// KP005: the jumps of [`BASE_JUMPS`].
 pub fn base_jumps(dump: &Dump<'_>, context: &NodeContext<'_>) -> Vec<Finding> {
-    if context.mode != "iptables" && !context.mode.is_empty() {
+    if context.mode != ProxyMode::Iptables {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -723,7 +724,7 @@ mod tests {
             .insert(("tcp".into(), 80), "ns1/svc1:p80".into());
         let context = NodeContext {
             mark: 0x4000,
-            mode: "iptables",
+            mode: ProxyMode::Iptables,
             services: &services,
             large_cluster: false,
             label: "t",
@@ -801,10 +802,10 @@ mod tests {
         assert_eq!(ids(&t), ["KP004"]);
         let f = foreign_nft_tables(
             "table ip filter {\n}\ntable ip kube-proxy {\n\tcomment \"x\"\n}\n",
-            "iptables",
+            ProxyMode::Iptables,
         );
         assert_eq!(f.len(), 1);
-        assert!(foreign_nft_tables("table ip kube-proxy {\n}\n", "nftables").is_empty());
+        assert!(foreign_nft_tables("table ip kube-proxy {\n}\n", ProxyMode::Nftables).is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::finding::{Finding, Severity};
 use crate::exit::Outcome;
+use crate::state::mode::ProxyMode;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -32,8 +33,8 @@ fn is_zero(n: &usize) -> bool {
 pub struct Report {
     /// The node checked.
     pub node: String,
-    /// The proxy mode checked (`iptables`, `ipvs`).
-    pub mode: String,
+    /// The proxy mode checked (`iptables`, `ipvs`, `nftables`).
+    pub mode: ProxyMode,
     /// Counts.
     pub summary: Summary,
     /// Findings, most severe first, then by ID, service and chain.
@@ -48,7 +49,7 @@ impl Report {
     /// Builds a report: sorts the findings, drops exact duplicates and counts them.
     pub fn new(
         node: impl Into<String>,
-        mode: impl Into<String>,
+        mode: ProxyMode,
         service_ports: usize,
         mut findings: Vec<Finding>,
     ) -> Report {
@@ -74,7 +75,7 @@ impl Report {
         };
         Report {
             node: node.into(),
-            mode: mode.into(),
+            mode,
             summary,
             findings,
             findings_truncated: None,
@@ -169,7 +170,7 @@ mod tests {
     fn summary_line_counts_and_pluralises() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             1234,
             vec![
                 cat::CLUSTER_IP_MISSING.finding("a"),
@@ -190,7 +191,7 @@ mod tests {
     fn info_only_is_clean() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             1,
             vec![cat::STALE_CHAIN_LARGE_CLUSTER.finding("x")],
         );
@@ -205,7 +206,7 @@ mod tests {
     fn json_schema_is_stable() {
         let r = Report::new(
             "n",
-            "iptables",
+            ProxyMode::Iptables,
             0,
             vec![cat::CANARY_MISSING.finding("m").chain("c")],
         );

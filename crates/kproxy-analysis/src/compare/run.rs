@@ -15,6 +15,7 @@ use crate::proxier::iptables as ipt;
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::ip::IpFamily;
+use crate::state::mode::ProxyMode;
 use crate::state::node::NodeFacts;
 use crate::state::validate::InvalidObject;
 use kproxy_parsers::ParseError;
@@ -369,11 +370,7 @@ pub fn verify_release(
     input: &VerifyInput<'_>,
     release: &ReleaseCheck,
 ) -> Result<Report, VerifyError> {
-    let mode = if input.config.mode.is_empty() {
-        "iptables"
-    } else {
-        input.config.mode.as_str()
-    };
+    let mode = ProxyMode::or_default(input.config.mode);
     // Telling another release's rules from drift (KP906) compares every finding of both.
     let mut findings = Folder::new(input.group_alike && release.writer.is_none());
     let mut service_ports = 0usize;
@@ -451,9 +448,7 @@ pub fn verify_release(
     }
     // The node's rules are kube-proxy's iptables mode (an IPVS node takes the IPVS path): a
     // configuration that says otherwise is drift, whatever the rules hold.
-    if main_has_rules
-        && let Some(f) =
-            crate::compare::ipvs::mode_finding(mode, crate::compare::ipvs::DetectedMode::Iptables)
+    if main_has_rules && let Some(f) = crate::compare::ipvs::mode_finding(mode, ProxyMode::Iptables)
     {
         findings.push(f);
     }
@@ -482,7 +477,7 @@ fn verify_dump(
     input: &VerifyInput<'_>,
     (plans, facts): (&NodePlans, &NodeFacts),
     d: &DumpText<'_>,
-    mode: &str,
+    mode: ProxyMode,
     found: &mut Folder,
 ) -> Result<DumpChecked, VerifyError> {
     let t0 = std::time::Instant::now();

@@ -2,5 +2,6 @@
 
 pub mod conntrack;
 pub mod ipvs;
+pub mod partial;
 pub mod path;
 pub mod sim;

@@ -78,7 +78,8 @@ impl<'a> Step<'a> {
 
 /// All anomalies of a dump (in no particular order: the caller sorts them).
 /// `whole` says the input is all the command printed: in a cut or filtered paste, a chain whose
-/// callers are missing is not stale and a jump target may be declared outside it.
+/// callers are missing is not stale, an empty chain or an endpoint chain without its DNAT may
+/// have lost its rules to the cut, and a jump target may be declared outside it.
 pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool, whole: bool) -> Vec<Anomaly> {
     let mut out = Vec::new();
     let mut steps = Vec::new();
@@ -104,13 +105,15 @@ pub(crate) fn find(rs: &Ruleset<'_>, save_form: bool, whole: bool) -> Vec<Anomal
             steps.extend(ti.rules_with_jumps(ci).map(|(r, to)| Step::of(r, to)));
             duplicates(table, c, &steps, ti.family, &mut out);
             unreachable(table, c, &steps, ti, &mut out);
+            // In a cut or filtered paste the DNAT rule may be in what is missing.
             if let Some((ChainKind::Sep, _)) = service_chain(c.name)
+                && whole
                 && table == "nat"
                 && !steps.is_empty()
                 && !steps.iter().any(|s| s.dnat)
             {
                 // The chain's own comment names its service port when nothing else does (a
-                // paste that holds only the endpoint chains' masquerade rules).
+                // chain no service chain jumps to any more).
                 let first = c.rules.first();
                 let mut a = anomaly(
                     AnomalyKind::MissingDnat,
@@ -411,7 +414,14 @@ fn unreachable(
         || "an unconditional terminating rule".to_string(),
         |t| format!("the unconditional jump to {t}"),
     );
-    for r in c.rules.iter().skip(pos + 1) {
+    for (r, s) in c.rules.iter().zip(steps).skip(pos + 1) {
+        // kube-proxy closes every old firewall chain with `-j KUBE-MARK-DROP` (`proxier.go`
+        // before 1.25), unreachable when the service has no source ranges: its layout, not drift.
+        if s.jump() == Some("KUBE-MARK-DROP")
+            && matches!(service_chain(c.name), Some((ChainKind::Fw, _)))
+        {
+            continue;
+        }
         out.push(anomaly(
             AnomalyKind::UnreachableRule,
             table,

@@ -125,8 +125,30 @@ pub struct IpvsGraph {
     pub connection_entries: Option<usize>,
     /// Persistence templates among them (client port 0).
     pub persistence_templates: Option<usize>,
-    /// Lines of the capture that were skipped (prompts).
+    /// Lines of the capture that were skipped: prompts, and under `--lenient` lines no reader
+    /// could read (see [`IpvsGraph::gaps`] for what that leaves out).
     pub skipped_lines: Vec<usize>,
+    /// Why the capture is not all of what the commands printed (a `...` cut, a cut ipset
+    /// listing, unreadable lines), in words; empty for a whole capture. The graph shows only
+    /// what the capture holds: what these name is unknown, not absent.
+    pub gaps: Vec<String>,
+    /// Connection-table rows (`-Lnc`) to virtual addresses the capture lists no virtual
+    /// server for (all of them when it holds only a connection listing), per virtual address
+    /// and destination.
+    pub connections_without_virtual_server: Vec<ConnectionGroup>,
+}
+
+/// Connection-table rows of one protocol, virtual address and destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectionGroup {
+    /// `TCP`, `UDP`, `SCTP`, …
+    pub protocol: String,
+    /// The virtual address and port (`ADDR:PORT`, IPv6 as `[ADDR]:PORT`).
+    pub virtual_address: String,
+    /// The destination (real server) address and port.
+    pub destination: String,
+    /// Rows, persistence templates included.
+    pub entries: usize,
 }
 
 fn set_mentions(set: &IpSet<'_>, proto: &str, addr: IpAddr, port: u16) -> bool {
@@ -219,6 +241,7 @@ pub fn build(dump: &IpvsDump<'_>, ipsets: Option<&[IpSet<'_>]>) -> IpvsGraph {
             )
         })
         .collect();
+    let connections_without_virtual_server = unlisted_connections(dump, &vss);
     IpvsGraph {
         schema: SCHEMA,
         virtual_servers: vss,
@@ -228,7 +251,38 @@ pub fn build(dump: &IpvsDump<'_>, ipsets: Option<&[IpSet<'_>]>) -> IpvsGraph {
             .has_connection_table
             .then(|| dump.connections.iter().filter(|c| c.is_template()).count()),
         skipped_lines: dump.skipped.iter().map(|s| s.line).collect(),
+        gaps: Vec::new(),
+        connections_without_virtual_server,
     }
+}
+
+/// The connection rows whose virtual address and port no listed virtual server has.
+fn unlisted_connections(dump: &IpvsDump<'_>, vss: &[GraphVs]) -> Vec<ConnectionGroup> {
+    type Socket = (IpAddr, u16);
+    let mut groups: BTreeMap<(&str, Socket, Socket), usize> = BTreeMap::new();
+    for c in &dump.connections {
+        let listed = vss.iter().any(|v| {
+            v.address == Some(c.virtual_addr.0)
+                && v.port == Some(c.virtual_addr.1)
+                && v.protocol.eq_ignore_ascii_case(c.protocol)
+        });
+        if !listed {
+            *groups
+                .entry((c.protocol, c.virtual_addr, c.dest))
+                .or_insert(0) += 1;
+        }
+    }
+    groups
+        .into_iter()
+        .map(
+            |((protocol, (va, vp), (da, dp)), entries)| ConnectionGroup {
+                protocol: protocol.to_ascii_uppercase(),
+                virtual_address: SocketText(va, vp).to_string(),
+                destination: SocketText(da, dp).to_string(),
+                entries,
+            },
+        )
+        .collect()
 }
 
 /// `-` for `None`, else the value.
@@ -240,8 +294,83 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     opt_text(v)
 }
 
-/// The table form: one row per real server (a virtual server without real servers gets one row).
+/// The table form: one row per real server (a virtual server without real servers gets one
+/// row); then the connection rows to virtual addresses the capture lists no virtual server for,
+/// and what the capture lacks. Empty when the capture holds none of these.
 pub fn table(g: &IpvsGraph, no_headers: bool) -> String {
+    let mut out = servers_table(g, no_headers);
+    if let (true, true, Some(rows)) = (
+        g.virtual_servers.is_empty(),
+        g.connections_without_virtual_server.is_empty(),
+        g.connection_entries,
+    ) {
+        let _ = writeln!(
+            out,
+            "No IPVS virtual servers: the input holds an `ipvsadm -Lnc` connection table ({rows} rows) and no listing of virtual servers (`ipvsadm -Ln` prints one)."
+        );
+    }
+    if !g.connections_without_virtual_server.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let total: usize = g
+            .connections_without_virtual_server
+            .iter()
+            .map(|c| c.entries)
+            .sum();
+        let _ = writeln!(
+            out,
+            "{total} connection-table row(s) (`ipvsadm -Lnc`) to virtual addresses the input lists no virtual server for (`ipvsadm -Ln` lists them):"
+        );
+        let mut rows = Vec::new();
+        if !no_headers {
+            rows.push(["PROTOCOL", "VIRTUAL", "DESTINATION", "ENTRIES"].map(String::from));
+        }
+        for c in &g.connections_without_virtual_server {
+            rows.push([
+                c.protocol.clone(),
+                c.virtual_address.clone(),
+                c.destination.clone(),
+                c.entries.to_string(),
+            ]);
+        }
+        out.push_str(&aligned(&rows));
+    }
+    if !out.is_empty() && !g.gaps.is_empty() {
+        out.push_str("\npartial input: the graph shows only what it holds:\n");
+        for gap in &g.gaps {
+            let _ = writeln!(out, "  - {gap}");
+        }
+    }
+    out
+}
+
+/// Rows padded to their columns' widths, three blanks apart; the last column unpadded.
+fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, (c, w)) in r.iter().zip(widths.iter()).enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                let _ = write!(line, "{c:<w$}   ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The virtual servers and their real servers, one row per real server.
+fn servers_table(g: &IpvsGraph, no_headers: bool) -> String {
     let mut rows: Vec<[String; 9]> = Vec::new();
     if !no_headers {
         rows.push(
@@ -328,29 +457,10 @@ pub fn table(g: &IpvsGraph, no_headers: bool) -> String {
             ]);
         }
     }
-    if rows.is_empty() {
+    if g.virtual_servers.is_empty() {
         return String::new();
     }
-    let mut widths = [0usize; 9];
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r.iter()) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for r in &rows {
-        let mut line = String::new();
-        for (i, (c, w)) in r.iter().zip(widths.iter()).enumerate() {
-            if i + 1 == r.len() {
-                line.push_str(c);
-            } else {
-                let _ = write!(line, "{c:<w$}   ");
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    aligned(&rows)
 }
 
 /// Graphviz DOT: virtual servers → real servers, edges labelled with weights.

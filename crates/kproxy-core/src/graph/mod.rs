@@ -393,6 +393,9 @@ pub enum VerdictReason {
     NoLocalEndpoints,
     /// Load-balancer source range firewall (DROP in `KUBE-PROXY-FIREWALL`, old `KUBE-MARK-DROP` in FW).
     SourceRange,
+    /// The closing `KUBE-MARK-DROP` of an old firewall chain (`KUBE-FW-…`) of a service without
+    /// source ranges: it takes what no rule above it does.
+    FallThrough,
     /// Not classified.
     Other,
 }

@@ -5,6 +5,7 @@
 
 use super::Warning;
 use super::load::{StateError, parse_documents};
+use super::mode::ProxyMode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -71,8 +72,8 @@ impl Default for NftablesConfig {
 /// The parts of KubeProxyConfiguration that shape the rules, with kube-proxy's defaults applied.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProxyConfig {
-    /// `mode` ("" means iptables on Linux).
-    pub mode: String,
+    /// `mode`; `None` when it is unset or `""` (iptables on Linux, [`ProxyMode::DEFAULT`]).
+    pub mode: Option<ProxyMode>,
     /// `hostnameOverride` (trimmed, lower-cased; "" = unset).
     pub hostname_override: String,
     /// `bindAddress` (default `0.0.0.0`).
@@ -114,7 +115,7 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
-            mode: String::new(),
+            mode: None,
             hostname_override: String::new(),
             bind_address: "0.0.0.0".into(),
             cluster_cidrs: Vec::new(),
@@ -152,7 +153,7 @@ impl ProxyConfig {
     /// `platformApplyDefaults`).
     pub fn for_nftables(&self) -> ProxyConfig {
         let mut c = self.clone();
-        c.mode = "nftables".into();
+        c.mode = Some(ProxyMode::Nftables);
         c.masquerade_all = self.nftables.masquerade_all;
         c.masquerade_bit = self.nftables.masquerade_bit;
         c.sync_period = self.nftables.sync_period.clone();
@@ -492,14 +493,16 @@ pub fn parse(text: &str, source_name: &str) -> Result<(ProxyConfig, Vec<Warning>
 
 /// `mode` as kube-proxy's `validateProxyMode` accepts it on Linux: `""` (iptables), `iptables`,
 /// `ipvs`, `nftables`, spelled exactly so.
-fn valid_mode(r: &Reader<'_>, mode: String) -> Result<String, ConfigError> {
-    const MODES: [&str; 3] = ["iptables", "ipvs", "nftables"];
-    if mode.is_empty() || MODES.contains(&mode.as_str()) {
-        return Ok(mode);
+fn valid_mode(r: &Reader<'_>, mode: String) -> Result<Option<ProxyMode>, ConfigError> {
+    if mode.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(m) = mode.parse::<ProxyMode>() {
+        return Ok(Some(m));
     }
     let hint = if mode == "kernelspace" {
         " (kernelspace is kube-proxy's Windows mode)".to_string()
-    } else if MODES.contains(&mode.to_lowercase().as_str()) {
+    } else if mode.to_lowercase().parse::<ProxyMode>().is_ok() {
         format!(" (modes are lower case: {:?})", mode.to_lowercase())
     } else {
         String::new()

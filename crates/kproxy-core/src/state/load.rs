@@ -16,15 +16,9 @@ use std::path::{Path, PathBuf};
 /// Why state could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// A file could not be read.
-    #[error("reading {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file could not be read, is not text, or is past the input limits.
+    #[error(transparent)]
+    Input(#[from] kproxy_parsers::input::InputError),
     /// The text is not valid JSON/YAML.
     #[error("{source_name}:{line}:{column}: {message}")]
     Syntax {
@@ -95,25 +89,10 @@ pub fn thread_cpu_time() -> std::time::Duration {
         .unwrap_or_default()
 }
 
-/// Reads a file, or stdin for `-`; returns the text and the name to use in messages.
+/// Reads a file, or stdin for `-`, within the input limits ([`kproxy_parsers::input`]); returns
+/// the text and the name to use in messages.
 pub fn read_source(path: &Path) -> Result<(String, String), StateError> {
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| {
-            StateError::Io {
-                path: "<stdin>".into(),
-                source: e,
-            }
-        })?;
-        Ok((s, "<stdin>".into()))
-    } else {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| StateError::Io {
-            path: name.clone(),
-            source: e,
-        })?;
-        Ok((text, name))
-    }
+    Ok(kproxy_parsers::input::read_text(path)?)
 }
 
 /// Parses JSON (one value or a stream of values) or YAML (one or more documents) into values.

@@ -60,6 +60,7 @@ pub mod config;
 pub mod duration;
 pub mod ip;
 pub mod load;
+pub mod mode;
 pub mod node;
 pub mod validate;
 pub mod version;

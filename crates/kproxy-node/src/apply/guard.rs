@@ -6,6 +6,7 @@
 
 use crate::model::Ruleset;
 use crate::state::config::ProxyConfig;
+use crate::state::mode::ProxyMode;
 use kproxy_parsers::iptables::Target;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,20 +21,20 @@ const IPVS_MODE_CHAINS: &[&str] = &[
 
 /// The facts the guard looks at.
 #[derive(Debug, Clone)]
-pub struct GuardInput<'a> {
+pub struct GuardInput {
     /// Service ports the state implies on this node.
     pub expected_service_ports: usize,
     /// Endpoints the state implies (summed over service ports).
     pub expected_endpoints: usize,
     /// The configured mode and the state's age.
-    pub facts: InputConditions<'a>,
+    pub facts: InputConditions,
 }
 
 /// What every guard knows of its inputs besides what they imply on the node.
 #[derive(Debug, Clone)]
-pub struct InputConditions<'a> {
-    /// The configured proxy mode (`iptables`, `ipvs`, `nftables`, or empty for the default).
-    pub configured_mode: &'a str,
+pub struct InputConditions {
+    /// The configured proxy mode (`None`: kube-proxy's default).
+    pub configured_mode: Option<ProxyMode>,
     /// Age of the API state (file modification time, bundle time), when known.
     pub state_age: Option<Duration>,
     /// `--max-age`.
@@ -43,16 +44,12 @@ pub struct InputConditions<'a> {
     pub kube_proxy_pid: Option<u32>,
 }
 
-impl<'a> InputConditions<'a> {
+impl InputConditions {
     /// What the guard knows of inputs read from `config` and the API state files `state_files`
     /// (`-` is stdin, of no age), refused when older than `max_age`.
-    pub fn new(
-        config: &'a ProxyConfig,
-        state_files: &[PathBuf],
-        max_age: Option<Duration>,
-    ) -> Self {
+    pub fn new(config: &ProxyConfig, state_files: &[PathBuf], max_age: Option<Duration>) -> Self {
         InputConditions {
-            configured_mode: &config.mode,
+            configured_mode: config.mode,
             state_age: newest_age(state_files),
             max_age,
             kube_proxy_pid: None,
@@ -69,16 +66,12 @@ impl<'a> InputConditions<'a> {
         })
     }
 
-    /// The refusal when kube-proxy is configured for another mode than `wanted` (an empty mode
-    /// is kube-proxy's default, `iptables`); `writes` says what the repair would write.
-    pub fn mode_refusal(&self, wanted: &str, writes: &str) -> Option<String> {
-        let mode = if self.configured_mode.is_empty() {
-            "iptables"
-        } else {
-            self.configured_mode
-        };
+    /// The refusal when kube-proxy is configured for another mode than `wanted` (no mode is
+    /// kube-proxy's default, `iptables`); `writes` says what the repair would write.
+    pub fn mode_refusal(&self, wanted: ProxyMode, writes: &str) -> Option<String> {
+        let mode = ProxyMode::or_default(self.configured_mode);
         (mode != wanted).then(|| {
-            format!("kube-proxy is configured for mode {mode:?}; this repair writes {writes}")
+            format!("kube-proxy is configured for mode \"{mode}\"; this repair writes {writes}")
         })
     }
 
@@ -111,7 +104,7 @@ fn newest_age(files: &[PathBuf]) -> Option<Duration> {
 }
 
 /// Reasons not to apply, one sentence each.
-pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
+pub fn refusals(input: &GuardInput, current: &Ruleset<'_>) -> Vec<String> {
     let mut out = Vec::new();
     let nat = current.table("nat");
     let chains = |prefix: &str| {
@@ -133,7 +126,11 @@ pub fn refusals(input: &GuardInput<'_>, current: &Ruleset<'_>) -> Vec<String> {
             "the API state has no endpoints but the node has {node_endpoints} endpoint chains: are EndpointSlices missing from the state?"
         ));
     }
-    out.extend(input.facts.mode_refusal("iptables", "iptables-mode rules"));
+    out.extend(
+        input
+            .facts
+            .mode_refusal(ProxyMode::Iptables, "iptables-mode rules"),
+    );
     let ipvs_chains = nat.map_or(0, |t| {
         t.chains
             .iter()
@@ -168,12 +165,12 @@ mod tests {
     use super::*;
     use kproxy_parsers::iptables::ParseOptions;
 
-    fn input() -> GuardInput<'static> {
+    fn input() -> GuardInput {
         GuardInput {
             expected_service_ports: 5,
             expected_endpoints: 10,
             facts: InputConditions {
-                configured_mode: "iptables",
+                configured_mode: Some(ProxyMode::Iptables),
                 state_age: None,
                 max_age: None,
                 kube_proxy_pid: None,
@@ -195,7 +192,7 @@ mod tests {
         let rs = Ruleset::parse(NODE, &ParseOptions::default()).expect("parses");
         let mut i = input();
         i.expected_service_ports = 0;
-        i.facts.configured_mode = "ipvs";
+        i.facts.configured_mode = Some(ProxyMode::Ipvs);
         i.facts.state_age = Some(Duration::from_secs(7200));
         i.facts.max_age = Some(Duration::from_secs(600));
         i.facts.kube_proxy_pid = Some(4242);

@@ -217,10 +217,7 @@ pub fn pause_before_rollback(file: Option<&Path>) {
 
 /// The rules kube-proxy would install for `inputs` (a render with base jumps, as
 /// `iptables-restore` text) and the guard's view of them, with what it knows of the inputs.
-pub fn expected_and_guard<'a>(
-    inputs: &'a ProxyInputs,
-    facts: InputConditions<'a>,
-) -> (String, GuardInput<'a>) {
+pub fn expected_and_guard(inputs: &ProxyInputs, facts: InputConditions) -> (String, GuardInput) {
     let rendered = render(
         &inputs.state,
         &inputs.config,
@@ -242,7 +239,7 @@ pub fn expected_and_guard<'a>(
 pub fn guarded_repair(
     host: &impl RulesHost,
     expected_text: &str,
-    guard: &GuardInput<'_>,
+    guard: &GuardInput,
     opts: &RepairOptions,
     force: bool,
 ) -> Result<(RepairReport, Vec<String>), RepairError> {

@@ -19,13 +19,13 @@ use super::nftables::repair::{Target, sync as nft_sync};
 use super::plan::{ChainAction, plan};
 use crate::collect::watch::ClusterWatch;
 use crate::compare::conntrack::{ServiceIndex, check};
+use crate::kube_client::Connection;
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, render};
 use crate::state::ClusterState;
 use crate::state::config::ProxyConfig;
 use crate::state::node::NodeFacts;
 use kproxy_parsers::iptables::ParseOptions;
-use kube::Client;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -284,12 +284,12 @@ fn flow_lines(flows: &FlowCleanup, last_failure: &mut Option<String>) -> Vec<Str
 /// progress is finished first, so that the node is never left half-written). Every change the
 /// watch sees (add, update, delete, re-list) triggers a sync.
 pub async fn run(
-    client: Client,
+    conn: Connection,
     opts: ResyncOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let watch = ClusterWatch::start(client);
+    let watch = ClusterWatch::start(&conn).await?;
     let ready_timeout = Duration::from_secs(60);
     tokio::select! {
         _ = &mut shutdown => {
@@ -303,6 +303,8 @@ pub async fn run(
     let mut last_full = Instant::now();
     let mut full = true;
     let mut conntrack_failure = None;
+    // A failure that repeats on every retry (a table this build does not know) is said once.
+    let mut last_failure: Option<String> = None;
     loop {
         let state = watch.state();
         let started = Instant::now();
@@ -325,10 +327,15 @@ pub async fn run(
                     last_full = Instant::now();
                 }
                 full = false;
+                last_failure = None;
             }
             Err(e) => {
                 // As kube-proxy: a failed sync makes the next one full.
-                (opts.log)(&format!("sync failed: {e:#}"));
+                let message = format!("sync failed: {e:#}");
+                if last_failure.as_deref() != Some(message.as_str()) {
+                    (opts.log)(&message);
+                    last_failure = Some(message);
+                }
                 full = true;
             }
         }

@@ -1,6 +1,6 @@
-//! The live form of [`ClusterState`]: Services, EndpointSlices and Nodes listed through the
-//! API (paginated, all namespaces, as kube-proxy's informers see them), and the text of
-//! kube-proxy's configuration from its ConfigMap.
+//! The live form of [`ClusterState`]: Services, EndpointSlices, Nodes and ServiceCIDRs listed
+//! through the API (paginated, all namespaces, as kube-proxy's informers see them), and the
+//! text of kube-proxy's configuration from its ConfigMap.
 
 use crate::kube_client::{ApiCall, ApiError, Connection};
 use crate::state::ClusterState;
@@ -81,18 +81,111 @@ pub async fn fetch_cluster_state(conn: &Connection) -> Result<ClusterState, ApiE
         &conn.server,
     );
     let nodes = list_nodes(conn, None);
-    let (services, endpoint_slices, nodes) = futures::try_join!(services, slices, nodes)?;
+    let cidrs = list_service_cidrs(conn);
+    let (services, endpoint_slices, nodes, service_cidrs) =
+        futures::try_join!(services, slices, nodes, cidrs)?;
     let mut state = ClusterState {
         services,
         endpoint_slices,
         nodes,
-        // Not fetched: only the nftables proxier reads them, and clusters before 1.33 lack the API.
-        service_cidrs: Vec::new(),
+        service_cidrs,
         invalid: Vec::new(),
     };
     // What an API endpoint serves is checked as a file is: it may not be a real API server.
     crate::state::validate::leave_out_invalid(&mut state);
     Ok(state)
+}
+
+/// The version of `servicecidrs.networking.k8s.io` that kube-proxy reads, as the API server
+/// serves it: `v1` from Kubernetes 1.33 (where the API server always makes the default
+/// ServiceCIDR), `v1beta1` on 1.31–1.32 (where kube-proxy reads it with the
+/// MultiCIDRServiceAllocator gate, `cmd/kube-proxy/app/server.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceCidrApi {
+    /// `networking.k8s.io/v1`.
+    V1,
+    /// `networking.k8s.io/v1beta1`.
+    V1beta1,
+}
+
+/// The resource in messages and RBAC.
+const SERVICE_CIDRS: &str = "servicecidrs.networking.k8s.io";
+
+/// Which version of ServiceCIDRs the API server serves: `v1`, else `v1beta1`, else `None`
+/// (a 404 for both: a server from before ServiceCIDRs, whose clusters have none).
+pub async fn service_cidr_api(conn: &Connection) -> Result<Option<ServiceCidrApi>, ApiError> {
+    use k8s_openapi::api::networking::{v1, v1beta1};
+    let one = ListParams::default().limit(1);
+    let call = || ApiCall::new("list", SERVICE_CIDRS);
+    let classify = |e| ApiError::classify(e, call(), &conn.server);
+    match Api::<v1::ServiceCIDR>::all(conn.client.clone())
+        .list(&one)
+        .await
+    {
+        Ok(_) => return Ok(Some(ServiceCidrApi::V1)),
+        Err(e) => match classify(e) {
+            ApiError::NotFound { .. } => {}
+            other => return Err(other),
+        },
+    }
+    match Api::<v1beta1::ServiceCIDR>::all(conn.client.clone())
+        .list(&one)
+        .await
+    {
+        Ok(_) => Ok(Some(ServiceCidrApi::V1beta1)),
+        Err(e) => match classify(e) {
+            ApiError::NotFound { .. } => Ok(None),
+            other => Err(other),
+        },
+    }
+}
+
+/// Lists the ServiceCIDRs in the version the API server serves ([`service_cidr_api`]); none on
+/// a server without them. Any other failure is an error: without them the render would lack
+/// kube-proxy's rule dropping traffic to unallocated cluster IPs, and verify, repair and
+/// resync would take that rule of kube-proxy's for drift.
+pub async fn list_service_cidrs(
+    conn: &Connection,
+) -> Result<Vec<k8s_openapi::api::networking::v1::ServiceCIDR>, ApiError> {
+    use k8s_openapi::api::networking::{v1, v1beta1};
+    let lp = ListParams::default();
+    let call = ApiCall::new("list", SERVICE_CIDRS);
+    match service_cidr_api(conn).await? {
+        Some(ServiceCidrApi::V1) => {
+            list_all(
+                &Api::<v1::ServiceCIDR>::all(conn.client.clone()),
+                &lp,
+                call,
+                &conn.server,
+            )
+            .await
+        }
+        Some(ServiceCidrApi::V1beta1) => Ok(list_all(
+            &Api::<v1beta1::ServiceCIDR>::all(conn.client.clone()),
+            &lp,
+            call,
+            &conn.server,
+        )
+        .await?
+        .into_iter()
+        .map(service_cidr_from_beta)
+        .collect()),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A `v1beta1` ServiceCIDR as the `v1` one it stands for (the same fields).
+pub fn service_cidr_from_beta(
+    beta: k8s_openapi::api::networking::v1beta1::ServiceCIDR,
+) -> k8s_openapi::api::networking::v1::ServiceCIDR {
+    use k8s_openapi::api::networking::v1;
+    v1::ServiceCIDR {
+        metadata: beta.metadata,
+        spec: beta.spec.map(|s| v1::ServiceCIDRSpec { cidrs: s.cidrs }),
+        status: beta.status.map(|s| v1::ServiceCIDRStatus {
+            conditions: s.conditions,
+        }),
+    }
 }
 
 /// Lists Nodes, optionally filtered by a label selector (`-l`).

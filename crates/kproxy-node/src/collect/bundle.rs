@@ -7,7 +7,7 @@
 //! | entry | content |
 //! |-------|---------|
 //! | `manifest.json` | `{"format":1,"node":…,"collector":…,"config_source":…,"warnings":[…],"created_unix":…,"kube_proxy_image":…}` (the last when the collector saw the kube-proxy pod) |
-//! | `state.json` | a `v1 List` of the Services, EndpointSlices and Nodes (readable by `--state`), with those the API server would reject as served |
+//! | `state.json` | a `v1 List` of the Services, EndpointSlices, Nodes and ServiceCIDRs (readable by `--state`), with those the API server would reject as served (last) |
 //! | `config.conf` | the KubeProxyConfiguration text (readable by `--config`), when known |
 //! | `iptables-save.txt`, `ip6tables-save.txt`, `iptables-legacy-save.txt`, `iptables-nft-save.txt`, `ipset-save.txt`, `ipvsadm.txt`, `conntrack.txt` | the dumps that were collected |
 //! | `nft-ip-kube-proxy.json`, `nft-ip6-kube-proxy.json` | `nft -j list table ip\|ip6 kube-proxy` (nftables mode), when `nft` ran (empty: the node has no such table) |
@@ -16,15 +16,15 @@
 
 use super::{CollectError, DumpKind, NodeSnapshot};
 use crate::state::ClusterState;
-use std::io::Read;
 use std::path::Path;
 
 /// Directory inside the archive.
 pub const ROOT: &str = "kproxy-bundle";
 /// Current format number.
 pub const FORMAT: u32 = 1;
-/// Upper bound on one entry, against decompression bombs (1 GiB).
-const MAX_ENTRY: u64 = 1 << 30;
+/// Most entries a bundle may hold: the format writes at most 13, so an archive with more is
+/// not one (and cannot make a reader walk millions of empty entries).
+const MAX_ENTRIES: usize = 64;
 
 /// A bundle's content.
 #[derive(Debug, Clone, Default)]
@@ -125,6 +125,9 @@ pub fn state_to_list_json(state: &ClusterState) -> Result<Vec<u8>, serde_json::E
     for n in &state.nodes {
         items.push(serde_json::to_value(n)?);
     }
+    for c in &state.service_cidrs {
+        items.push(serde_json::to_value(c)?);
+    }
     // What the API served that the API server would reject: recorded as served, left out
     // again (and reported) when the bundle is read.
     items.extend(state.invalid.iter().map(|o| o.object.clone()));
@@ -136,28 +139,47 @@ pub fn state_to_list_json(state: &ClusterState) -> Result<Vec<u8>, serde_json::E
     }))
 }
 
-/// Reads a bundle written by [`write()`].
+/// Reads a bundle written by [`write()`], within the input limits ([`crate::parsers::input`]):
+/// the archive as read, and what it unpacks to (every entry, read or skipped), each hold at most
+/// the size limit, and it has at most [`MAX_ENTRIES`] entries. An entry that says it is larger
+/// than what is left is refused before it is unpacked, so a decompression bomb costs neither
+/// the memory nor the time of its content.
 pub fn read(path: &Path) -> Result<Bundle, CollectError> {
+    use crate::parsers::input::{self, Capped, InputError};
     let shown = path.display().to_string();
-    let io = |source| CollectError::Io {
-        path: shown.clone(),
-        source,
-    };
     let bad = |detail: String| CollectError::Bundle {
         path: shown.clone(),
         detail,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let limit = input::limits().max_size;
+    let source = input::open(path)?;
+    // What the archive unpacks to, under its own name in messages.
+    let unpacked = format!("{shown} (unpacked)");
+    let mut archive = tar::Archive::new(Capped::new(
+        flate2::read::GzDecoder::new(source),
+        &unpacked,
+        limit,
+    ));
+    // A limit passed by the archive (as read, or unpacked) is said as such; anything else
+    // means the file is not a tar.gz archive.
+    let not_archive = |e: InputError| match e {
+        InputError::Io { source, .. } => bad(format!("not a tar.gz archive: {source}")),
+        limit => limit.into(),
+    };
+    let archive_error = |e: std::io::Error| not_archive(InputError::from_io(&unpacked, e));
     let mut manifest: Option<Manifest> = None;
     let mut state_text: Option<String> = None;
     let mut config_text: Option<String> = None;
     let mut snapshot = NodeSnapshot::default();
-    let entries = archive
-        .entries()
-        .map_err(|e| bad(format!("not a tar.gz archive: {e}")))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| bad(format!("not a tar.gz archive: {e}")))?;
+    let mut held = 0u64;
+    let entries = archive.entries().map_err(archive_error)?;
+    for (i, entry) in entries.enumerate() {
+        if i >= MAX_ENTRIES {
+            return Err(bad(format!(
+                "more than {MAX_ENTRIES} entries: not a kproxy bundle"
+            )));
+        }
+        let mut entry = entry.map_err(archive_error)?;
         if !entry.header().entry_type().is_file() {
             continue;
         }
@@ -169,14 +191,27 @@ pub fn read(path: &Path) -> Result<Bundle, CollectError> {
         let Some(file_name) = name.strip_prefix(&format!("{ROOT}/")) else {
             continue;
         };
-        if entry.header().size().unwrap_or(0) > MAX_ENTRY {
-            return Err(bad(format!("{name} is larger than 1 GiB")));
+        // Refused by what the header says, before anything of it is unpacked: one entry too
+        // large for the limit, or all read so far together.
+        let size = entry.header().size().unwrap_or(u64::MAX);
+        held = held.saturating_add(size);
+        if held > limit {
+            let name = if size > limit {
+                format!("{shown}:{name}")
+            } else {
+                unpacked.clone()
+            };
+            return Err(InputError::TooLarge { name, limit }.into());
         }
-        let mut text = String::new();
-        entry
-            .take(MAX_ENTRY)
-            .read_to_string(&mut text)
-            .map_err(|e| bad(format!("{name}: {e}")))?;
+        let bytes = input::read_all(
+            &mut entry,
+            &format!("{shown}:{name}"),
+            limit,
+            usize::try_from(size).unwrap_or(0),
+        )
+        .map_err(not_archive)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| bad(format!("{name}: not UTF-8 text: {}", e.utf8_error())))?;
         match file_name {
             "manifest.json" => {
                 manifest =

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// Default namespace searched for the kube-proxy pod.
 pub const PROXY_NAMESPACE: &str = "kube-system";
@@ -122,10 +122,18 @@ impl PodExec {
                 _ => Ok(()),
             }
         };
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let reading =
-            async { tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err)) };
+        // Each stream within the input size limit: past it the exec ends (the process is
+        // dropped, closing the stream) and the run is an error.
+        let names = (
+            format!("the output of `{command}` in {}", self.location()),
+            format!("the error output of `{command}` in {}", self.location()),
+        );
+        let reading = async {
+            tokio::try_join!(
+                super::read_output(&mut stdout, &names.0),
+                super::read_output(&mut stderr, &names.1)
+            )
+        };
         let (reading_done, fed, status, stream) = {
             tokio::pin!(feed, reading, status);
             // Feed stdin and read until the status comes (or the stream task ends without one,
@@ -136,7 +144,10 @@ impl PodExec {
             let status = loop {
                 tokio::select! {
                     r = &mut feed, if fed.is_none() => fed = Some(r),
-                    r = &mut reading, if read.is_none() => read = Some(r),
+                    r = &mut reading, if read.is_none() => match r {
+                        Err(e) => return Err(RunError::Fatal(e.into())),
+                        Ok(r) => read = Some(Ok(r)),
+                    },
                     s = &mut status => break s,
                 }
             };
@@ -157,10 +168,10 @@ impl PodExec {
         if let Err(e) = stream {
             return Err(no_status(e.to_string()));
         }
-        if let Some((r_out, r_err)) = reading_done {
-            r_out.map_err(|e| exec_error(format!("reading stdout: {e}")))?;
-            r_err.map_err(|e| exec_error(format!("reading stderr: {e}")))?;
-        }
+        let (out, err) = match reading_done {
+            Some(read) => read.map_err(|e| RunError::Fatal(e.into()))?,
+            None => (Vec::new(), Vec::new()),
+        };
         if stdin.is_some() && status.is_none() {
             let detail = match fed {
                 Some(Err(e)) => format!("writing stdin: {e}"),

@@ -32,25 +32,10 @@ pub struct DumpText {
 
 /// Reads one dump file (`-` = stdin): its bytes decoded (a byte-order mark skipped, bytes that
 /// are not UTF-8 replaced, each with a warning naming the lines), and under `lenient` cleaned of
-/// what a paste wraps around the commands' output. The one reader of node text files.
+/// what a paste wraps around the commands' output. The one reader of node text files (read
+/// within the input limits, [`crate::parsers::input`]).
 pub fn read_dump(path: &std::path::Path, lenient: bool) -> Result<DumpText, CollectError> {
-    use std::io::Read;
-    let (name, bytes) = if path.as_os_str() == "-" {
-        let mut b = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut b)
-            .map_err(|source| CollectError::Io {
-                path: "stdin".into(),
-                source,
-            })?;
-        ("<stdin>".to_string(), b)
-    } else {
-        let b = std::fs::read(path).map_err(|source| CollectError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        (path.display().to_string(), b)
-    };
+    let crate::parsers::input::Input { name, bytes } = crate::parsers::input::read(path)?;
     let decoded = crate::parsers::paste::decode(bytes);
     let mut warnings: Vec<String> = decoded
         .notes
@@ -107,6 +92,28 @@ pub fn collect(files: &DumpFiles) -> Result<NodeSnapshot, CollectError> {
     };
     for (kind, path) in &files.files {
         let dump = read_dump(path, files.lenient)?;
+        let iptables = match kind {
+            DumpKind::IptablesSave | DumpKind::IptablesNftSave => Some("iptables-save"),
+            DumpKind::Ip6tablesSave => Some("ip6tables-save"),
+            DumpKind::IptablesLegacySave => Some("iptables-legacy-save"),
+            _ => None,
+        };
+        if let Some(command) = iptables
+            && crate::parsers::paste::is_json_document(&dump.text)
+        {
+            // Said before anything reads the text as rules (a release inferred from no rules).
+            return Err(CollectError::Parse(
+                crate::parsers::ParseError {
+                    source_name: Some(dump.name),
+                    line: 1,
+                    col: 1,
+                    expected: format!("{command} text"),
+                    found: "a JSON document (API objects go to --state)".to_string(),
+                    line_text: dump.text.lines().next().unwrap_or("").to_string(),
+                }
+                .into(),
+            ));
+        }
         snap.warnings.extend(dump.warnings);
         *kind.slot(&mut snap) = Some(dump.text);
     }

@@ -53,6 +53,8 @@ async fn run_local(
             })
         }
     };
+    let what = |stream: &str| format!("the {stream} of `{}` on this host", argv.join(" "));
+    let (out_name, err_name) = (what("output"), what("error output"));
     let work = async {
         let mut child = tokio::process::Command::new(program)
             .args(args)
@@ -64,24 +66,32 @@ async fn run_local(
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
-            .spawn()?;
+            .spawn()
+            .map_err(io_error)?;
         let pipe = child.stdin.take();
         let feed = async move {
             if let (Some(input), Some(mut pipe)) = (stdin, pipe) {
                 // A failing command may close stdin early; its exit status reports the real error.
                 let _ = pipe.write_all(input).await;
             }
+            Ok::<(), RunError>(())
         };
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         // Feed and drain at the same time: a command may print before it has read everything.
-        let ((), output) = tokio::join!(feed, child.wait_with_output());
-        output
+        // A stream past the size limit ends the run (the child is killed when dropped).
+        let ((), out, err, status) = tokio::try_join!(
+            feed,
+            drain(stdout, &out_name),
+            drain(stderr, &err_name),
+            async { child.wait().await.map_err(io_error) }
+        )?;
+        Ok::<_, RunError>((status, out, err))
     };
-    let output = match tokio::time::timeout(timeout, work).await {
+    let (status, stdout, stderr) = match tokio::time::timeout(timeout, work).await {
         Err(_) => return Err(RunError::Timeout(timeout)),
-        Ok(Err(e)) => return Err(io_error(e)),
-        Ok(Ok(o)) => o,
+        Ok(r) => r?,
     };
-    Ok(output_of(output.status, &output.stdout, &output.stderr))
+    Ok(output_of(status, &stdout, &stderr))
 }
 
 /// A finished process's output; killed by signal N, its status is 128 + N as a shell says.
@@ -96,6 +106,19 @@ fn output_of(status: std::process::ExitStatus, stdout: &[u8], stderr: &[u8]) -> 
         signal,
         stdout: String::from_utf8_lossy(stdout).into_owned(),
         stderr: String::from_utf8_lossy(stderr).into_owned(),
+    }
+}
+
+/// What a child printed on one stream ([`super::read_output`]).
+async fn drain(
+    stream: Option<impl tokio::io::AsyncRead + Unpin>,
+    name: &str,
+) -> Result<Vec<u8>, RunError> {
+    match stream {
+        Some(s) => super::read_output(s, name)
+            .await
+            .map_err(|e| RunError::Fatal(e.into())),
+        None => Ok(Vec::new()),
     }
 }
 
@@ -145,8 +168,37 @@ pub fn run_blocking(
         // A failing restore may close stdin early; its exit status reports the real error.
         let _ = pipe.write_all(input.as_bytes());
     }
-    let out = child.wait_with_output()?;
-    Ok(output_of(out.status, &out.stdout, &out.stderr))
+    // Both streams drained at once. Standard output within the input size limit: past it the
+    // command is stopped and the run is an error. Error output is only shown, so only the
+    // limit's worth of it is kept and the rest read away (a thread that stopped reading would
+    // leave the command blocked on it).
+    use crate::parsers::input::{limits, read_all};
+    use std::io::Read;
+    let limit = limits().max_size;
+    let what = |stream: &str| format!("the {stream} of `{program}` on this host");
+    let errors = child.stderr.take().map(|mut s| {
+        let name = what("error output");
+        std::thread::spawn(move || {
+            let kept = read_all(&mut (&mut s).take(limit), &name, limit, 0);
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+            kept.unwrap_or_default()
+        })
+    });
+    let stdout = match child.stdout.take() {
+        Some(mut s) => read_all(&mut s, &what("output"), limit, 0),
+        None => Ok(Vec::new()),
+    };
+    let stdout = match stdout {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(e));
+        }
+    };
+    let stderr = errors.and_then(|t| t.join().ok()).unwrap_or_default();
+    let status = child.wait()?;
+    Ok(output_of(status, &stdout, &stderr))
 }
 
 /// The pid of a kube-proxy process (`/proc/*/comm`) running in the network namespace whose

@@ -11,6 +11,7 @@
 //! | `local`     | [`local::LocalRunner`]: this host |
 //! | `files`     | [`files`]: the offline `--iptables-save …` flags (no runner) |
 //!
+//! [`ipvs_dumps`] reads an IPVS node's dumps given as files (`--ipvsadm`, `--ipset`, …).
 //! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz;
 //! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them;
 //! [`events`] follows the changes of the node's nf_tables rules, so that a reader can keep
@@ -23,6 +24,7 @@ pub mod debug_pod;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod ipvs_dumps;
 pub mod local;
 pub mod netns;
 pub mod watch;
@@ -454,6 +456,10 @@ pub enum CollectError {
     /// An input file is not text a parser can read (a NUL byte).
     #[error(transparent)]
     Parse(Box<crate::parsers::ParseError>),
+    /// An input could not be read, or is larger than the limit or silent longer than the wait
+    /// ([`crate::parsers::input`]).
+    #[error(transparent)]
+    Input(#[from] crate::parsers::input::InputError),
     /// Reading an input file or bundle.
     #[error("reading {path}")]
     Io {
@@ -476,6 +482,26 @@ pub enum CollectError {
 impl From<crate::kube_client::ApiError> for CollectError {
     fn from(e: crate::kube_client::ApiError) -> Self {
         CollectError::Api(Box::new(e))
+    }
+}
+
+/// Reads what a command prints on one of its streams to the end, within the input size limit
+/// ([`crate::parsers::input::limits`]): a command that prints more is an error naming it (`what`,
+/// e.g. `` `iptables-save` on this host ``), whoever prints it, and the caller stops the command.
+pub async fn read_output(
+    mut stream: impl tokio::io::AsyncRead + Unpin,
+    what: &str,
+) -> Result<Vec<u8>, crate::parsers::input::InputError> {
+    use crate::parsers::input::{Gather, InputError, limits};
+    use tokio::io::AsyncReadExt;
+    let mut gather = Gather::new(what, limits().max_size, 0);
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) => return Ok(gather.finish()),
+            Ok(n) => gather.push(&chunk[..n])?,
+            Err(e) => return Err(InputError::from_io(what, e)),
+        }
     }
 }
 
@@ -743,41 +769,6 @@ pub fn shorten(s: &str, max: usize) -> String {
     }
 }
 
-/// The proxy mode the dumps show, for when the configuration does not say:
-/// `ipvs` when IPVS virtual services or `KUBE-IPVS`/`KUBE-CLUSTER-IP` ipsets exist,
-/// `iptables` when `KUBE-SERVICES` has `KUBE-SVC-`/`KUBE-SVL-` jumps or `KUBE-SEP-` chains
-/// exist, `nftables` when an nft listing holds kube-proxy's table, None otherwise (nothing
-/// installed).
-pub fn detect_mode(s: &NodeSnapshot) -> Option<&'static str> {
-    let ipvs_services = s.ipvsadm.as_deref().is_some_and(|t| {
-        t.lines()
-            .any(|l| l.starts_with("TCP ") || l.starts_with("UDP ") || l.starts_with("SCTP "))
-    });
-    let ipvs_sets = s
-        .ipset_save
-        .as_deref()
-        .is_some_and(|t| t.contains("create KUBE-CLUSTER-IP ") || t.contains("KUBE-IPVS"));
-    if ipvs_services || ipvs_sets {
-        return Some("ipvs");
-    }
-    let iptables = [
-        &s.iptables_save,
-        &s.iptables_legacy_save,
-        &s.iptables_nft_save,
-    ]
-    .into_iter()
-    .flatten()
-    .any(|t| t.contains(":KUBE-SVC-") || t.contains(":KUBE-SEP-") || t.contains(":KUBE-SVL-"));
-    if iptables {
-        return Some("iptables");
-    }
-    [&s.nft_kube_proxy, &s.nft_kube_proxy6]
-        .into_iter()
-        .flatten()
-        .any(|t| holds_kube_proxy_table(t))
-        .then_some("nftables")
-}
-
 /// Whether an nft listing (`nft list`, `nft -j list` or `nft -f` text) holds a `kube-proxy`
 /// table of family `ip` or `ip6` (a look at the text, not a parse).
 pub fn holds_kube_proxy_table(text: &str) -> bool {
@@ -867,18 +858,10 @@ mod tests {
     }
 
     #[test]
-    fn mode_detection() {
-        let mut s = NodeSnapshot::default();
-        assert_eq!(detect_mode(&s), None);
-        s.iptables_save = Some("*nat\n:KUBE-SVC-ABC - [0:0]\nCOMMIT\n".into());
-        assert_eq!(detect_mode(&s), Some("iptables"));
-        s.ipset_save = Some("create KUBE-CLUSTER-IP hash:ip,port family inet\n".into());
-        assert_eq!(detect_mode(&s), Some("ipvs"));
-        let nft = NodeSnapshot {
-            nft_kube_proxy: Some("{\"nftables\": [{\"table\": {\"family\": \"ip\", \"name\": \"kube-proxy\", \"handle\": 1}}]}".into()),
-            ..NodeSnapshot::default()
-        };
-        assert_eq!(detect_mode(&nft), Some("nftables"));
+    fn kube_proxy_tables_are_seen_in_every_listing_form() {
+        assert!(holds_kube_proxy_table(
+            "{\"nftables\": [{\"table\": {\"family\": \"ip\", \"name\": \"kube-proxy\", \"handle\": 1}}]}"
+        ));
         assert!(holds_kube_proxy_table("table ip kube-proxy {\n}\n"));
         assert!(holds_kube_proxy_table(
             "add table ip6 kube-proxy { comment \"x\" ; }\n"

@@ -1,25 +1,31 @@
-//! Watching the API objects kube-proxy watches (Services, EndpointSlices, Nodes, and optionally
-//! the ConfigMap holding its configuration): kube runtime watchers feeding reflector stores, a
-//! notification on every change, and the last watch error while the watches are broken. The
-//! resync loop (`crate::apply::resync`) syncs from it; the monitor verifies from it.
+//! Watching the API objects kube-proxy watches (Services, EndpointSlices, Nodes, ServiceCIDRs,
+//! and optionally the ConfigMap holding its configuration): kube runtime watchers feeding
+//! reflector stores, a notification on every change, and the last watch error while the
+//! watches are broken. The resync loop (`crate::apply::resync`) syncs from it; the monitor
+//! verifies from it.
 
+use super::api::{ServiceCidrApi, service_cidr_api, service_cidr_from_beta};
+use crate::kube_client::{ApiError, Connection};
 use crate::state::ClusterState;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::{v1, v1beta1};
+use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
-/// The watches of Services, EndpointSlices and Nodes. Deletions are seen because the reflector
-/// stores drop deleted objects, and a re-list after a broken watch replaces a store's content.
-/// The stores keep what kube-proxy reads of each object ([`lean_meta`], [`lean_node`]).
+/// The watches of Services, EndpointSlices, Nodes and ServiceCIDRs. Deletions are seen because
+/// the reflector stores drop deleted objects, and a re-list after a broken watch replaces a
+/// store's content. The stores keep what kube-proxy reads of each object ([`lean_meta`],
+/// [`lean_node`]).
 pub struct ClusterWatch {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     nodes: Store<Node>,
+    service_cidrs: ServiceCidrs,
     config: Option<Store<ConfigMap>>,
     changed: Arc<Notify>,
     problems: Problems,
@@ -28,60 +34,79 @@ pub struct ClusterWatch {
 /// The last error of each watch that is failing now (cleared by its next event).
 type Problems = Arc<Mutex<Vec<(&'static str, String)>>>;
 
+/// The ServiceCIDRs watched, in the version the API server serves.
+enum ServiceCidrs {
+    /// `networking.k8s.io/v1`.
+    V1(Store<v1::ServiceCIDR>),
+    /// `networking.k8s.io/v1beta1`, read as v1.
+    V1beta1(Store<v1beta1::ServiceCIDR>),
+    /// The server has none (no such API).
+    Absent,
+}
+
 impl ClusterWatch {
-    /// Starts the watches, as tasks of the current tokio runtime.
-    pub fn start(client: Client) -> ClusterWatch {
-        ClusterWatch::start_with_config(client, None)
+    /// Starts the watches, as tasks of the current tokio runtime, after asking the API server
+    /// which version of ServiceCIDRs it serves ([`service_cidr_api`]; an error when it cannot
+    /// say: a render without them would lack kube-proxy's rule for unallocated cluster IPs,
+    /// and the sync would delete it).
+    pub async fn start(conn: &Connection) -> Result<ClusterWatch, ApiError> {
+        ClusterWatch::start_with_config(conn, None).await
     }
 
-    /// Starts the watches, and one of the ConfigMap `(namespace, name)` holding kube-proxy's
-    /// configuration when given.
-    pub fn start_with_config(client: Client, configmap: Option<(&str, &str)>) -> ClusterWatch {
+    /// As [`ClusterWatch::start`], and a watch of the ConfigMap `(namespace, name)` holding
+    /// kube-proxy's configuration when given.
+    pub async fn start_with_config(
+        conn: &Connection,
+        configmap: Option<(&str, &str)>,
+    ) -> Result<ClusterWatch, ApiError> {
+        let client = conn.client.clone();
         let changed = Arc::new(Notify::new());
         let problems = Problems::default();
+        let watch = |what| Feed {
+            what,
+            notify: changed.clone(),
+            problems: problems.clone(),
+        };
+        let all = watcher::Config::default;
+        let service_cidrs = match service_cidr_api(conn).await? {
+            Some(ServiceCidrApi::V1) => ServiceCidrs::V1(spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                lean_meta,
+                watch("servicecidrs"),
+            )),
+            Some(ServiceCidrApi::V1beta1) => ServiceCidrs::V1beta1(spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                lean_meta,
+                watch("servicecidrs"),
+            )),
+            None => ServiceCidrs::Absent,
+        };
         let config = configmap.map(|(namespace, name)| {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
             let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            spawn_reflector(
-                (api, only),
-                lean_meta,
-                "configmaps",
-                changed.clone(),
-                problems.clone(),
-            )
+            spawn_reflector(api, only, lean_meta, watch("configmaps"))
         });
-        ClusterWatch {
+        Ok(ClusterWatch {
             services: spawn_reflector(
-                (
-                    Api::<Service>::all(client.clone()),
-                    watcher::Config::default(),
-                ),
+                Api::<Service>::all(client.clone()),
+                all(),
                 lean_meta,
-                "services",
-                changed.clone(),
-                problems.clone(),
+                watch("services"),
             ),
             slices: spawn_reflector(
-                (
-                    Api::<EndpointSlice>::all(client.clone()),
-                    watcher::Config::default(),
-                ),
+                Api::<EndpointSlice>::all(client.clone()),
+                all(),
                 lean_meta,
-                "endpointslices",
-                changed.clone(),
-                problems.clone(),
+                watch("endpointslices"),
             ),
-            nodes: spawn_reflector(
-                (Api::<Node>::all(client), watcher::Config::default()),
-                lean_node,
-                "nodes",
-                changed.clone(),
-                problems.clone(),
-            ),
+            nodes: spawn_reflector(Api::<Node>::all(client), all(), lean_node, watch("nodes")),
+            service_cidrs,
             config,
             changed,
             problems,
-        }
+        })
     }
 
     /// Completes when every watch has delivered its initial list.
@@ -89,6 +114,15 @@ impl ClusterWatch {
         let _ = self.services.wait_until_ready().await;
         let _ = self.slices.wait_until_ready().await;
         let _ = self.nodes.wait_until_ready().await;
+        match &self.service_cidrs {
+            ServiceCidrs::V1(store) => {
+                let _ = store.wait_until_ready().await;
+            }
+            ServiceCidrs::V1beta1(store) => {
+                let _ = store.wait_until_ready().await;
+            }
+            ServiceCidrs::Absent => {}
+        }
         if let Some(c) = &self.config {
             let _ = c.wait_until_ready().await;
         }
@@ -120,7 +154,14 @@ impl ClusterWatch {
             services: snapshot(&self.services),
             endpoint_slices: snapshot(&self.slices),
             nodes: snapshot(&self.nodes),
-            service_cidrs: Vec::new(),
+            service_cidrs: match &self.service_cidrs {
+                ServiceCidrs::V1(store) => snapshot(store),
+                ServiceCidrs::V1beta1(store) => snapshot(store)
+                    .into_iter()
+                    .map(service_cidr_from_beta)
+                    .collect(),
+                ServiceCidrs::Absent => Vec::new(),
+            },
             invalid: Vec::new(),
         };
         crate::state::validate::leave_out_invalid(&mut state);
@@ -128,7 +169,7 @@ impl ClusterWatch {
     }
 
     /// A number that changes when what kube-proxy reads for `node` changes, without copying the
-    /// stores: each Service's and EndpointSlice's name and resourceVersion (its whole content
+    /// stores: each Service's, EndpointSlice's and ServiceCIDR's name and resourceVersion (its whole content
     /// when it has none), and that node's labels, pod CIDRs and addresses (kube-proxy reads
     /// nothing else of Nodes; other nodes' heartbeats change nothing here). The order the stores
     /// list their objects in does not count.
@@ -152,6 +193,11 @@ impl ClusterWatch {
         let mut h = DefaultHasher::new();
         of(&self.services).hash(&mut h);
         of(&self.slices).hash(&mut h);
+        match &self.service_cidrs {
+            ServiceCidrs::V1(store) => of(store).hash(&mut h),
+            ServiceCidrs::V1beta1(store) => of(store).hash(&mut h),
+            ServiceCidrs::Absent => {}
+        }
         for n in self.nodes.state() {
             if n.metadata.name.as_deref() == Some(node) {
                 let own = (
@@ -208,16 +254,22 @@ fn lean_node(node: &mut Node) {
     });
 }
 
-/// Spawns a reflector for `api` (watched as its config says: a field selector) and returns its
-/// store, keeping each object as `lean` leaves it; every change (an added, updated or deleted
-/// object, a completed re-list) pokes `notify`, and a failing watch leaves its last error in
-/// `problems` until its next event.
-fn spawn_reflector<K>(
-    (api, config): (Api<K>, watcher::Config),
-    lean: fn(&mut K),
+/// Where a watch reports: its name in messages, the change notification, the problems list.
+struct Feed {
     what: &'static str,
     notify: Arc<Notify>,
     problems: Problems,
+}
+
+/// Spawns a reflector for `api` (watched as `config` says: a field selector) and returns its
+/// store, keeping each object as `lean` leaves it; every change (an added, updated or deleted
+/// object, a completed re-list) pokes the feed's notification, and a failing watch leaves its
+/// last error in the feed's problems until its next event.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    lean: fn(&mut K),
+    feed: Feed,
 ) -> Store<K>
 where
     K: kube::Resource
@@ -229,6 +281,11 @@ where
         + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
+    let Feed {
+        what,
+        notify,
+        problems,
+    } = feed;
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, config).modify(lean)).default_backoff();
     let set_problem = move |problem: Option<String>| {

@@ -120,6 +120,9 @@ pub struct TableDiff<'t, 'e, 'a> {
     pub sets: Vec<SetDiff<'t, 'e, 'a>>,
     /// Named objects (counters, quotas, …) of the node's table that the render does not have.
     pub extra_objects: Vec<&'t kproxy_parsers::nft::Object<'a>>,
+    /// Named objects of the render that the node's table lacks (a table that is missing as a
+    /// whole lists none: it is made with everything in it).
+    pub missing_objects: Vec<&'t kproxy_parsers::nft::Object<'e>>,
 }
 
 impl TableDiff<'_, '_, '_> {
@@ -129,6 +132,7 @@ impl TableDiff<'_, '_, '_> {
             && self.chains.is_empty()
             && self.sets.is_empty()
             && self.extra_objects.is_empty()
+            && self.missing_objects.is_empty()
     }
 }
 
@@ -175,6 +179,7 @@ pub fn diff<'t, 'e, 'a>(
                 .map(|s| SetDiff::Missing { expected: s })
                 .collect(),
             extra_objects: Vec::new(),
+            missing_objects: Vec::new(),
         };
     };
     let mut chains = Vec::new();
@@ -263,14 +268,22 @@ pub fn diff<'t, 'e, 'a>(
         extra_objects: actual
             .objects
             .iter()
-            .filter(|o| {
-                !expected
-                    .objects
-                    .iter()
-                    .any(|e| e.kind == o.kind && e.name == o.name)
-            })
+            .filter(|o| !has_object(&expected.objects, o))
+            .collect(),
+        missing_objects: expected
+            .objects
+            .iter()
+            .filter(|o| !has_object(&actual.objects, o))
             .collect(),
     }
+}
+
+/// Whether `objects` has one of `o`'s kind and name (bodies hold the kernel's counts).
+fn has_object(
+    objects: &[kproxy_parsers::nft::Object<'_>],
+    o: &kproxy_parsers::nft::Object<'_>,
+) -> bool {
+    objects.iter().any(|x| x.kind == o.kind && x.name == o.name)
 }
 
 /// Missing, extra and changed elements (compared by key, then value; comments ignored).

@@ -138,6 +138,18 @@ pub fn findings(
     for s in &d.sets {
         set_findings(s, index, &mut out);
     }
+    for o in &d.missing_objects {
+        out.push(
+            OBJECT_MISSING
+                .finding(format!(
+                    "{} `{}` missing from kube-proxy's {table}",
+                    o.kind, o.name
+                ))
+                .chain(format!("{} {}", o.kind, o.name))
+                .expected(format!("{} {}", o.kind, o.name))
+                .actual("absent"),
+        );
+    }
     for o in &d.extra_objects {
         out.push(
             FOREIGN_OBJECT
@@ -422,26 +434,32 @@ fn rule_findings(
                 of(&extra, Topic::Shares),
             ));
         } else {
-            for c in et.iter().filter(|c| !at_.contains(c)) {
+            // One finding per endpoint, each naming its own map entry: with both maps in each,
+            // a service port's findings would grow with the square of its endpoints.
+            let (in_et, in_at): (HashSet<&String>, HashSet<&String>) =
+                (et.iter().collect(), at_.iter().collect());
+            let entry = |c: &str| format!("goto {c} in the numgen map of {name}");
+            let without = |n: usize| format!("not in the map ({n} entries)");
+            for c in et.iter().filter(|c| !in_at.contains(c)) {
                 out.push(one(
                     &ENDPOINT_MISSING,
                     format!(
                         "endpoint {} is not in the load-balancing map of {name}",
                         endpoint_of(c)
                     ),
-                    of(&missing, Topic::Shares),
-                    of(&extra, Topic::Shares),
+                    vec![entry(c)],
+                    vec![without(at_.len())],
                 ));
             }
-            for c in at_.iter().filter(|c| !et.contains(c)) {
+            for c in at_.iter().filter(|c| !in_et.contains(c)) {
                 out.push(one(
                     &ENDPOINT_EXTRA,
                     format!(
                         "{name} sends traffic to endpoint {}, which the service port does not have",
                         endpoint_of(c)
                     ),
-                    of(&missing, Topic::Shares),
-                    of(&extra, Topic::Shares),
+                    vec![without(et.len())],
+                    vec![entry(c)],
                 ));
             }
         }

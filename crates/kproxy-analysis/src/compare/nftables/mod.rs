@@ -77,6 +77,10 @@ checks! {
     /// build knows writes: the service ports whose path holds them are not checked.
     UNKNOWN_LAYOUT = "KP711", Warning, "kube-proxy's table holds what this build does not know (a newer kube-proxy's layout?); those service ports not checked", "F02, F07",
         "the node's kube-proxy may be newer than this build: verify with a kubectl-kproxy that knows its release; if another program wrote these objects, move them to a table of its own";
+    /// A named object the render has (1.37+: the localhost NodePort reject counters) is
+    /// missing: the rules that name it cannot be loaded.
+    OBJECT_MISSING = "KP712", Error, "named object (counter) kube-proxy writes is missing", "F04",
+        "the rules that name it cannot exist without it: resync kube-proxy (or kubectl kproxy repair)";
 
     // ---- service entries ----
     /// A `service-ips` element is missing.
@@ -335,5 +339,11 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     if input.iptables.is_empty() {
         out.extend(leftovers::iptables_nft_tables(&rulesets));
     }
-    Ok(Report::new(input.node, "nftables", service_ports, out).with_unchecked(unchecked))
+    Ok(Report::new(
+        input.node,
+        crate::state::mode::ProxyMode::Nftables,
+        service_ports,
+        out,
+    )
+    .with_unchecked(unchecked))
 }

@@ -65,8 +65,9 @@ pub fn verify_release(
     }
     Ok(Report::new(
         input.node,
-        "nftables",
+        crate::state::mode::ProxyMode::Nftables,
         report.summary.service_ports,
         findings,
-    ))
+    )
+    .with_unchecked(report.summary.unchecked))
 }

@@ -86,7 +86,7 @@ fn edited(drop: impl Fn(&str) -> bool, add: &str) -> String {
 fn the_render_itself_is_clean() {
     let r = verify_text(&rendered());
     assert!(r.findings.is_empty(), "{:#?}", r.findings);
-    assert_eq!(r.mode, "nftables");
+    assert_eq!(r.mode, crate::state::mode::ProxyMode::Nftables);
     assert!(r.summary.service_ports >= 9, "{:?}", r.summary);
 }
 

@@ -45,9 +45,30 @@ pub fn build(
             .filter_map(|p| p.name.as_deref())
             .map(|n| n.split(':').next().unwrap_or(n).to_string())
             .collect();
+        let elsewhere: Vec<&str> = known
+            .iter()
+            .filter_map(|k| k.split_once('/'))
+            .filter(|(_, name)| *name == selector.name)
+            .map(|(ns, _)| ns)
+            .collect();
+        let unnamed = graph.service_ports.iter().any(|p| p.name.is_none());
+        let hint = match elsewhere.as_slice() {
+            [ns] => Some(format!("it exists as {ns}/{}: add -n {ns}", selector.name)),
+            [] if unnamed => Some(format!(
+                "the dump names some services only by their chains' hash (no comments): {} is found by the hash of its port name, so give it (--port NAME) or the API state (--state)",
+                service
+            )),
+            [] => None,
+            many => Some(format!(
+                "a service {} exists in namespaces {}: choose one with -n",
+                selector.name,
+                many.join(", ")
+            )),
+        };
         return Err(PathError::NotFound {
             service,
             known: known.into_iter().take(10).collect(),
+            hint,
         });
     }
     let mut ports: Vec<PortPath> = Vec::new();
@@ -101,6 +122,7 @@ pub fn build(
         compared_with_api: plan.is_some(),
         ports,
         divergence_count,
+        partial: graph.gaps.clone(),
     })
 }
 
@@ -555,6 +577,9 @@ fn verdict_why(reason: VerdictReason, verdict: &str) -> String {
         VerdictReason::SourceRange => {
             format!("{verdict}: sources outside loadBalancerSourceRanges")
         }
+        VerdictReason::FallThrough => format!(
+            "{verdict}: the firewall chain's closing rule; the service has no loadBalancerSourceRanges, so the rule above it takes all traffic and this one drops none"
+        ),
         VerdictReason::Other => verdict.to_string(),
     }
 }

@@ -74,6 +74,30 @@ impl ServiceSelector {
     pub fn service(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// The service port names the selector can stand for without API state, to find the
+    /// service's chains by their hash in a dump without comments (`proxier.go`
+    /// `servicePortChainName`: the hash of `ns/name[:port]` and the protocol): `ns/name` (an
+    /// unnamed port), `ns/name:PORT` for a `--port` name, and `default/kubernetes:https`, the
+    /// API server's port in every cluster.
+    pub fn resolver(&self) -> NameResolver {
+        let service = self.service();
+        let mut names = vec![service.clone()];
+        match &self.port {
+            Some(p) if !p.chars().all(|c| c.is_ascii_digit()) => {
+                names.push(format!("{service}:{p}"))
+            }
+            None if service == "default/kubernetes" => names.push(format!("{service}:https")),
+            _ => {}
+        }
+        let mut resolver = NameResolver::new();
+        for name in &names {
+            for proto in ["tcp", "udp", "sctp"] {
+                resolver.add(name, proto);
+            }
+        }
+        resolver
+    }
 }
 
 /// Why a path view could not be built.
@@ -83,12 +107,15 @@ pub enum PathError {
     #[error("expected svc/NAME (with -n NAMESPACE) or NAMESPACE/NAME, found `{0}`")]
     BadSelector(String),
     /// Neither the dump nor the API state knows the service.
-    #[error("service {service} not found in the dump{}", if known.is_empty() { String::new() } else { format!(" (services with rules: {})", known.join(", ")) })]
+    #[error("service {service} not found in the dump{}{}", if known.is_empty() { String::new() } else { format!(" (services with rules: {})", known.join(", ")) }, hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     NotFound {
         /// `ns/name`.
         service: String,
         /// Some services the dump does have.
         known: Vec<String>,
+        /// What to try: the namespace that has a service of that name, or how to find one
+        /// by its chains' hash in a dump without comments.
+        hint: Option<String>,
     },
     /// The service has no port matching the selector.
     #[error("service {service} has no port `{port}` (ports: {})", ports.join(", "))]
@@ -350,6 +377,10 @@ pub struct PathView {
     pub ports: Vec<PortPath>,
     /// Number of divergences in the whole view.
     pub divergence_count: usize,
+    /// Why the dump is not all of the node's rules (a cut or filtered paste), in words: the
+    /// view shows only what it holds. Absent for a whole dump.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partial: Vec<String>,
 }
 
 impl PathView {

@@ -26,7 +26,7 @@ use super::engine::{
 use super::packet::PacketSpec;
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{GenericOpt, MarkOp, Match, Module, RecentAction, Rule, Target};
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Where the packet comes from.
@@ -294,8 +294,8 @@ struct Branch<'d, 'a> {
     table_idx: usize,
     route: Option<Route>,
     stack: Vec<Frame<'a>>,
-    /// How often this branch entered each user chain (`table`, chain, count): the loop guard.
-    entered: Vec<(&'a str, &'a str, u32)>,
+    /// How often this branch entered each user chain: the loop guard.
+    entered: Entries<'a>,
     filter_decision: Option<String>,
     path: Vec<Step<'d, 'a>>,
 }
@@ -305,7 +305,7 @@ struct Walker<'r, 'd, 'a> {
     input: &'r KernelInput,
     pending: VecDeque<Branch<'d, 'a>>,
     outcomes: Vec<Outcome<'d, 'a>>,
-    notes: Vec<String>,
+    notes: Notes,
     /// Rules evaluated so far, over all branches.
     steps: usize,
 }
@@ -334,7 +334,7 @@ pub fn simulate<'d, 'a>(
         table_idx: 0,
         route: None,
         stack: Vec::new(),
-        entered: Vec::new(),
+        entered: Entries::default(),
         filter_decision: None,
         path: Vec::new(),
     };
@@ -343,7 +343,7 @@ pub fn simulate<'d, 'a>(
         input,
         pending: VecDeque::from([start]),
         outcomes: Vec::new(),
-        notes: Vec::new(),
+        notes: Notes::default(),
         steps: 0,
     };
     if input.local.ips().is_empty() {
@@ -368,15 +368,13 @@ pub fn simulate<'d, 'a>(
         packet: p,
         origin: input.origin,
         outcomes: walker.outcomes,
-        notes: walker.notes,
+        notes: walker.notes.into_list(),
     })
 }
 
 impl<'d, 'a> Walker<'_, 'd, 'a> {
     fn note(&mut self, text: String) {
-        if !self.notes.contains(&text) {
-            self.notes.push(text);
-        }
+        self.notes.add(text);
     }
 
     fn finish(
@@ -586,7 +584,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                             depth: MAX_DEPTH,
                         });
                     }
-                    enter(&mut b.entered, table, next)?;
+                    b.entered.enter(table, next)?;
                     if matches!(target, Target::Goto(_)) {
                         if depth == 1 {
                             // The goto'd chain's end ends the built-in chain: policy next.
@@ -697,32 +695,47 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
     }
 }
 
-/// Counts one more entry of `table`/`chain` in a branch; a loop error past [`MAX_ENTRIES`].
-pub(super) fn enter<'a>(
-    entered: &mut Vec<(&'a str, &'a str, u32)>,
-    table: &'a str,
-    chain: &'a str,
-) -> Result<(), SimError> {
-    let times = match entered
-        .iter_mut()
-        .find(|(t, c, _)| *t == table && *c == chain)
-    {
-        Some((_, _, n)) => {
-            *n += 1;
-            *n
+/// How often one branch entered each user chain (table, chain): the loop guard. A map, so that
+/// each jump costs the same however many chains the walk has already been through.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Entries<'a>(HashMap<(&'a str, &'a str), u32>);
+
+impl<'a> Entries<'a> {
+    /// Counts one more entry of `table`/`chain`; a loop error past [`MAX_ENTRIES`].
+    pub(super) fn enter(&mut self, table: &'a str, chain: &'a str) -> Result<(), SimError> {
+        let times = self.0.entry((table, chain)).or_insert(0);
+        *times += 1;
+        if *times > MAX_ENTRIES {
+            return Err(SimError::Loop {
+                chain: format!("{table}/{chain}"),
+                times: *times,
+            });
         }
-        None => {
-            entered.push((table, chain, 1));
-            1
-        }
-    };
-    if times > MAX_ENTRIES {
-        return Err(SimError::Loop {
-            chain: format!("{table}/{chain}"),
-            times,
-        });
+        Ok(())
     }
-    Ok(())
+}
+
+/// A walk's notes, each once, in the order they were first made (a set beside the list, so a
+/// walk that makes one note per rule stays linear).
+#[derive(Debug, Default)]
+pub(super) struct Notes {
+    list: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Notes {
+    /// Adds `text` unless it was noted already.
+    pub(super) fn add(&mut self, text: String) {
+        if !self.seen.contains(&text) {
+            self.seen.insert(text.clone());
+            self.list.push(text);
+        }
+    }
+
+    /// The notes, in order.
+    pub(super) fn into_list(self) -> Vec<String> {
+        self.list
+    }
 }
 
 /// `recent --set` adds the source to the list for the rest of the walk; `--remove` takes it off.
@@ -855,6 +868,66 @@ mod tests {
 -A KUBE-SVC-A -j DNAT --to-destination 10.244.2.7:8080
 COMMIT
 ";
+
+    /// `n` chains jumped to in sequence from KUBE-SERVICES, each holding a rule that cannot be
+    /// decided (an ipset of its own, so each makes a note of its own) and returns.
+    fn chain_sequence(n: usize) -> String {
+        let mut text = String::from("*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n");
+        for i in 0..n {
+            text.push_str(&format!(":C{i} - [0:0]\n"));
+        }
+        text.push_str("-A PREROUTING -j KUBE-SERVICES\n");
+        for i in 0..n {
+            text.push_str(&format!("-A KUBE-SERVICES -j C{i}\n"));
+        }
+        for i in 0..n {
+            text.push_str(&format!("-A C{i} -m set --match-set S{i} dst -j RETURN\n"));
+        }
+        text.push_str("COMMIT\n");
+        text
+    }
+
+    /// The fastest of three walks of `rules` (the machine may be busy with other work).
+    fn walk_time(rules: &Ruleset<'_>) -> (std::time::Duration, usize, usize) {
+        let input = KernelInput {
+            packet: "10.1.1.1->10.96.0.1:80/tcp".parse().unwrap(),
+            origin: Origin::Pod,
+            local: LocalAddrs::kernel(Vec::new()),
+            in_iface: None,
+            out_iface: None,
+        };
+        let mut best = std::time::Duration::MAX;
+        let mut shape = (0, 0);
+        for _ in 0..3 {
+            let t0 = std::time::Instant::now();
+            let d = simulate(rules, &input).unwrap();
+            best = best.min(t0.elapsed());
+            shape = (d.outcomes[0].path.len(), d.notes.len());
+        }
+        (best, shape.0, shape.1)
+    }
+
+    #[test]
+    fn walk_time_grows_linearly_with_the_chains_jumped_to() {
+        // A loop guard or note list searched from the start at each step makes the walk
+        // quadratic: four times the chains would take sixteen times as long.
+        let (small, large) = (5_000, 20_000);
+        let (small_text, large_text) = (chain_sequence(small), chain_sequence(large));
+        let opts = ParseOptions::strict();
+        let small_rules = Ruleset::parse(&small_text, &opts).unwrap();
+        let large_rules = Ruleset::parse(&large_text, &opts).unwrap();
+        let (t_small, steps, notes) = walk_time(&small_rules);
+        // PREROUTING's jump and policy, and per chain the jump to it and its rule; one note per
+        // chain plus the one about missing node addresses.
+        assert_eq!((steps, notes), (2 + 2 * small, small + 1));
+        let (t_large, steps, notes) = walk_time(&large_rules);
+        assert_eq!((steps, notes), (2 + 2 * large, large + 1));
+        let ratio = t_large.as_secs_f64() / t_small.as_secs_f64().max(1e-6);
+        assert!(
+            ratio < 8.0,
+            "4x the chains took {ratio:.1}x as long ({t_small:?} for {small}, {t_large:?} for {large})"
+        );
+    }
 
     #[test]
     fn statistic_splits_into_a_distribution_and_marks_drive_masquerade() {

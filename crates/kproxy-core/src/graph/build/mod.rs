@@ -621,13 +621,21 @@ impl<'a> Builder<'a> {
             }
         }
         if kind == ChainKind::Fw {
-            self.ports
-                .at(port)
-                .firewall
-                .get_or_insert_with(|| Firewall {
-                    chain: chain.to_string(),
-                    source_ranges: Vec::new(),
-                });
+            let p = self.ports.at(port);
+            let fw = p.firewall.get_or_insert_with(|| Firewall {
+                chain: chain.to_string(),
+                source_ranges: Vec::new(),
+            });
+            // Without source ranges the chain's closing `KUBE-MARK-DROP` (kube-proxy writes it
+            // in every firewall chain, `proxier.go` before 1.25) drops no range's outsiders: it
+            // catches what the rules above it do not take.
+            if fw.source_ranges.is_empty() {
+                for v in p.verdicts.iter_mut().filter(|v| {
+                    v.chain == chain && v.table == "nat" && v.reason == VerdictReason::SourceRange
+                }) {
+                    v.reason = VerdictReason::FallThrough;
+                }
+            }
         }
     }
 

@@ -8,24 +8,28 @@ use crate::model::Ruleset;
 
 /// The facts the guard looks at.
 #[derive(Debug, Clone)]
-pub struct IpvsGuardInput<'a> {
+pub struct IpvsGuardInput {
     /// Virtual servers kube-proxy should have.
     pub expected_virtual_servers: usize,
     /// Real servers kube-proxy should have (summed over virtual servers).
     pub expected_real_servers: usize,
     /// The configured mode and the state's age.
-    pub facts: InputConditions<'a>,
+    pub facts: InputConditions,
 }
 
 /// Reasons not to apply, one sentence each.
 pub fn refusals(
-    input: &IpvsGuardInput<'_>,
+    input: &IpvsGuardInput,
     current: &IpvsState,
     ownership: &Ownership,
     current_rules: &Ruleset<'_>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    out.extend(input.facts.mode_refusal("ipvs", "IPVS-mode state"));
+    out.extend(
+        input
+            .facts
+            .mode_refusal(crate::state::mode::ProxyMode::Ipvs, "IPVS-mode state"),
+    );
     let owned: Vec<_> = current
         .of_family(ownership.family)
         .filter(|(k, _)| ownership.virtual_server(k) == Disposal::Remove)
@@ -60,6 +64,7 @@ mod tests {
     use super::*;
     use crate::apply::ipvs::state::{FwdMethod, Ipvs0, RsAttrs, RsState, VsAttrs, VsState};
     use crate::state::ip::IpFamily;
+    use crate::state::mode::ProxyMode;
     use kproxy_parsers::iptables::ParseOptions;
     use kproxy_parsers::ipvsadm::Protocol;
     use std::net::IpAddr;
@@ -110,7 +115,7 @@ mod tests {
         }
     }
 
-    fn input(mode: &str, vss: usize, rss: usize) -> IpvsGuardInput<'_> {
+    fn input(mode: Option<ProxyMode>, vss: usize, rss: usize) -> IpvsGuardInput {
         IpvsGuardInput {
             expected_virtual_servers: vss,
             expected_real_servers: rss,
@@ -128,12 +133,12 @@ mod tests {
         let empty = Ruleset::parse("*nat\nCOMMIT\n", &ParseOptions::default()).expect("rules");
         let n = node(4);
         let o = ownership(&n);
-        assert!(refusals(&input("ipvs", 4, 4), &n, &o, &empty).is_empty());
-        let r = refusals(&input("", 4, 4), &n, &o, &empty);
+        assert!(refusals(&input(Some(ProxyMode::Ipvs), 4, 4), &n, &o, &empty).is_empty());
+        let r = refusals(&input(None, 4, 4), &n, &o, &empty);
         assert!(r.len() == 1 && r[0].contains("\"iptables\""), "{r:?}");
-        let r = refusals(&input("ipvs", 0, 0), &n, &o, &empty);
+        let r = refusals(&input(Some(ProxyMode::Ipvs), 0, 0), &n, &o, &empty);
         assert!(r.len() == 1 && r[0].contains("no virtual servers"), "{r:?}");
-        let r = refusals(&input("ipvs", 4, 0), &n, &o, &empty);
+        let r = refusals(&input(Some(ProxyMode::Ipvs), 4, 0), &n, &o, &empty);
         assert!(r.len() == 1 && r[0].contains("no endpoints"), "{r:?}");
         let ipt = Ruleset::parse(
             "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n",
@@ -141,7 +146,12 @@ mod tests {
         )
         .expect("rules");
         let none = node(0);
-        let r = refusals(&input("ipvs", 4, 4), &none, &ownership(&none), &ipt);
+        let r = refusals(
+            &input(Some(ProxyMode::Ipvs), 4, 4),
+            &none,
+            &ownership(&none),
+            &ipt,
+        );
         assert!(r.len() == 1 && r[0].contains("iptables mode"), "{r:?}");
     }
 }

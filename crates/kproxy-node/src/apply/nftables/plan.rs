@@ -543,6 +543,16 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
             };
             out.push(change);
         }
+        for o in &d.missing_objects {
+            out.push(Change {
+                object: o.kind.to_string(),
+                name: o.name.to_string(),
+                action: Action::Create,
+                removed: Vec::new(),
+                added: Vec::new(),
+                note: None,
+            });
+        }
         for o in &d.extra_objects {
             out.push(Change {
                 object: o.kind.to_string(),
@@ -597,7 +607,11 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
         for o in &d.extra_objects {
             let _ = writeln!(s, "{}", self.head("delete", &o.kind, &o.name));
         }
-        // 4.–5. The render's lines for what is added.
+        // 4. Named objects before the rules that name them (`counter name "…"`).
+        for o in &d.missing_objects {
+            let _ = writeln!(s, "{}", self.head("add", &o.kind, &o.name));
+        }
+        // 5.–6. The render's lines for what is added.
         let refill: BTreeSet<&str> = self
             .rewrite
             .iter()
@@ -621,7 +635,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                 let _ = writeln!(s, "{l}");
             }
         }
-        // 6. Elements.
+        // 7. Elements.
         for n in self.create_sets.iter().chain(&self.recreate_sets) {
             if let Some(set) = self.expected.set(n) {
                 let head = self.head("add", "element", n);

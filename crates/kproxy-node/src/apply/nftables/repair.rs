@@ -81,6 +81,9 @@ pub enum NftRepairError {
     /// A sync's plan named objects that are not kube-proxy's; nothing was applied.
     #[error("refusing to apply a plan that is not kube-proxy's: {}", .0.join("; "))]
     NotKubeProxys(Vec<String>),
+    /// The node's tables hold what this build does not know; a sync changes nothing.
+    #[error("refusing to sync: {0}")]
+    UnknownLayout(String),
     /// A sync's transaction failed; `nft -f` applies all of it or nothing, so that family's
     /// table is as it was (families synced before it keep their change).
     #[error("syncing table {family} kube-proxy failed (its transaction changed nothing): {error}")]
@@ -221,7 +224,7 @@ impl NodeCounts {
 /// that hold what this build does not know (a kube-proxy newer than this build: a repair planned
 /// from an older release's rules would rewrite its layout).
 pub fn refusals(
-    facts: &crate::apply::guard::InputConditions<'_>,
+    facts: &crate::apply::guard::InputConditions,
     expected_service_ports: usize,
     expected_endpoints: usize,
     node: &NodeCounts,
@@ -239,28 +242,37 @@ pub fn refusals(
             node.endpoint_chains
         ));
     }
-    out.extend(facts.mode_refusal("nftables", "nftables-mode tables"));
+    out.extend(facts.mode_refusal(
+        crate::state::mode::ProxyMode::Nftables,
+        "nftables-mode tables",
+    ));
     out.extend(facts.age_refusal());
     out.extend(facts.writer_refusal());
-    if !node.unknown.is_empty() {
-        const SHOWN: usize = 3;
-        let mut list: Vec<&str> = node
-            .unknown
-            .iter()
-            .take(SHOWN)
-            .map(String::as_str)
-            .collect();
-        let more = node.unknown.len().saturating_sub(SHOWN);
-        let more = format!("and {more} more");
-        if node.unknown.len() > SHOWN {
-            list.push(&more);
-        }
-        out.push(format!(
-            "the node's kube-proxy tables hold what this build does not know ({}): the node's kube-proxy may be newer than this build, and a repair planned from the rules this build knows would rewrite them",
-            list.join(", ")
-        ));
-    }
+    out.extend(unknown_refusal(node));
     out
+}
+
+/// The refusal when the node's tables hold what this build does not know.
+fn unknown_refusal(node: &NodeCounts) -> Option<String> {
+    if node.unknown.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 3;
+    let mut list: Vec<&str> = node
+        .unknown
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect();
+    let more = node.unknown.len().saturating_sub(SHOWN);
+    let more = format!("and {more} more");
+    if node.unknown.len() > SHOWN {
+        list.push(&more);
+    }
+    Some(format!(
+        "the node's kube-proxy tables hold what this build does not know ({}): the node's kube-proxy may be newer than this build, and a repair planned from the rules this build knows would rewrite them",
+        list.join(", ")
+    ))
 }
 
 /// One family as read from the node.
@@ -324,8 +336,11 @@ fn plan_all(
             counts.add(t);
         }
         let d = diff(expected, actual);
-        remaining +=
-            d.chains.len() + d.sets.len() + d.extra_objects.len() + usize::from(d.table_missing);
+        remaining += d.chains.len()
+            + d.sets.len()
+            + d.extra_objects.len()
+            + d.missing_objects.len()
+            + usize::from(d.table_missing);
         let cx = PlanContext {
             render: &target.expected.text,
             same_transaction_delete,
@@ -544,7 +559,10 @@ pub fn sync(
     full: bool,
 ) -> Result<NftPlan, NftRepairError> {
     let reads = read(host, targets)?;
-    let (plan, _, _) = plan_all(targets, &reads, full, host.same_transaction_delete())?;
+    let (plan, _, counts) = plan_all(targets, &reads, full, host.same_transaction_delete())?;
+    if let Some(why) = unknown_refusal(&counts) {
+        return Err(NftRepairError::UnknownLayout(why));
+    }
     let refused = plan_refusals(&plan);
     if !refused.is_empty() {
         return Err(NftRepairError::NotKubeProxys(refused));

@@ -25,8 +25,8 @@
 
 use super::super::SimError;
 use super::super::kernel::{
-    Distribution, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Origin, Outcome, Phase, Route,
-    Step, StepResult, StepRule, Verdict, enter, masquerade_source,
+    Distribution, Entries, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Notes, Origin, Outcome,
+    Phase, Route, Step, StepResult, StepRule, Verdict, masquerade_source,
 };
 use super::eval::{self, Missing, Packet, Val};
 use crate::graph::nftables::dnat::{self, DnatPick};
@@ -101,7 +101,7 @@ struct Branch<'d> {
     hook_idx: usize,
     route: Option<Route>,
     stack: Vec<Frame>,
-    entered: Vec<(&'d str, &'d str, u32)>,
+    entered: Entries<'d>,
     decided_by: Option<String>,
     path: Vec<Step<'d, 'd>>,
     /// Elements `update @set` added on this walk: (table, set, value).
@@ -125,7 +125,7 @@ struct Walker<'r, 'd> {
     hooks: HashMap<&'static str, Vec<Hooked>>,
     pending: VecDeque<Branch<'d>>,
     outcomes: Vec<Outcome<'d, 'd>>,
-    notes: Vec<String>,
+    notes: Notes,
     steps: usize,
 }
 
@@ -202,7 +202,7 @@ pub fn simulate<'d>(
         hook_idx: 0,
         route: None,
         stack: Vec::new(),
-        entered: Vec::new(),
+        entered: Entries::default(),
         decided_by: None,
         path: Vec::new(),
         added: Vec::new(),
@@ -216,7 +216,7 @@ pub fn simulate<'d>(
         hooks,
         pending: VecDeque::from([start]),
         outcomes: Vec::new(),
-        notes: Vec::new(),
+        notes: Notes::default(),
         steps: 0,
     };
     if input.local.ips().is_empty() {
@@ -244,15 +244,13 @@ pub fn simulate<'d>(
         packet: p,
         origin: input.origin,
         outcomes: w.outcomes,
-        notes: w.notes,
+        notes: w.notes.into_list(),
     })
 }
 
 impl<'d> Walker<'_, 'd> {
     fn note(&mut self, text: String) {
-        if !self.notes.contains(&text) {
-            self.notes.push(text);
-        }
+        self.notes.add(text);
     }
 
     fn table(&self, ti: usize) -> &'d Table<'d> {
@@ -623,6 +621,16 @@ impl<'d> Walker<'_, 'd> {
                     b.path.push(step(matched(random)));
                     return self.verdict(b, v, here);
                 }
+                // nft refuses a port above 65535 (`Value … exceeds valid range`): such a rule
+                // was never loaded, and read on it would keep the packet's port.
+                Stmt::Nat(nat) if matches!(nat.port, Some(Expr::Number(p)) if u16::try_from(p).is_err()) =>
+                {
+                    return skip(
+                        self,
+                        b,
+                        Some("its port is above 65535, which nft refuses to load"),
+                    );
+                }
                 Stmt::Nat(nat) => {
                     if matches!(nat.addr, Some(Expr::Map { .. }))
                         && let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
@@ -866,7 +874,7 @@ impl<'d> Walker<'_, 'd> {
                     });
                 }
                 let name: &'d str = &table.chains[ci].name;
-                enter(&mut b.entered, &table.name, name)?;
+                b.entered.enter(&table.name, name)?;
                 if matches!(v, NftVerdict::Goto(_)) {
                     if b.stack.len() == 1 {
                         if let Some(f) = b.stack.last_mut() {
@@ -896,7 +904,15 @@ impl<'d> Walker<'_, 'd> {
                     Some(Expr::Map { key, map }) => match self.map_value(b, key, map, &packet) {
                         Some(Val::Ip(a)) => (Some(a), None),
                         Some(Val::Tuple(t)) => match t.as_slice() {
-                            [Val::Ip(a), Val::Num(p)] => (Some(*a), u16::try_from(*p).ok()),
+                            [Val::Ip(a), Val::Num(p)] => match u16::try_from(*p) {
+                                Ok(p) => (Some(*a), Some(p)),
+                                Err(_) => {
+                                    self.note(format!(
+                                        "{here}: the map gives port {p}, above 65535, which nft refuses to load; not applied"
+                                    ));
+                                    return;
+                                }
+                            },
                             _ => (None, None),
                         },
                         _ => (None, None),
@@ -1087,6 +1103,27 @@ mod tests {
         };
         let input: &'static KernelInput = Box::leak(Box::new(input));
         simulate(rs, input)
+    }
+
+    #[test]
+    fn a_dnat_to_a_port_nft_refuses_is_not_applied_and_said() {
+        let d = run(
+            "table ip t {\n chain pre {\n  type nat hook prerouting priority dstnat; policy accept;\n  ip daddr 10.96.0.1 tcp dport 80 dnat to 10.244.0.5:70000\n  ip daddr 10.96.0.1 tcp dport 80 dnat to 10.244.0.6:8080\n }\n}\n",
+            "10.1.1.1->10.96.0.1:80/tcp",
+            Origin::External,
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&d),
+            [(1.0, Some("10.244.0.6:8080".into()), Verdict::Accept, false)]
+        );
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("dnat to 10.244.0.5:70000") && n.contains("above 65535")),
+            "{:?}",
+            d.notes
+        );
     }
 
     /// (probability, DNAT, verdict, masquerade) per outcome.

@@ -307,10 +307,11 @@ struct ReadKind {
     fingerprint: Option<u64>,
 }
 
-/// Reads the API side and the node, and verifies.
+/// Reads the API side and the node, and verifies; the view comes back without its state unless
+/// `--repair` needs it.
 async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView, ReadKind), String> {
     let cheap = parts.source.fingerprint(&opts.node);
-    let view = parts.source.current()?;
+    let mut view = parts.source.current()?;
     let fingerprint = cheap.or_else(|| Some(view.fingerprint(&opts.node)));
     let read = parts.reader.read().await?;
     let kind = ReadKind {
@@ -318,8 +319,15 @@ async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView, Rea
         rule_changes: read.rule_changes,
         fingerprint,
     };
+    // The state is the largest input: verify lets go of it once it has planned, so the view
+    // keeps a copy only for `--repair`, which repairs from it.
+    let state = if opts.repair {
+        view.state.clone()
+    } else {
+        std::mem::take(&mut view.state)
+    };
     let inputs = VerifyInputs {
-        state: view.state.clone(),
+        state,
         config_text: view.config_text.clone(),
         snapshot: read.snapshot,
         node: opts.node.clone(),

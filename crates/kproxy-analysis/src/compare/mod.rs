@@ -18,6 +18,7 @@ pub mod nodewide;
 pub mod report;
 pub mod rule_level;
 pub mod run;
+pub mod scope;
 pub mod version;
 
 #[cfg(test)]

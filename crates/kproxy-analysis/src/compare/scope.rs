@@ -16,7 +16,7 @@ use super::finding::Finding;
 use super::run::{DumpText, NodePlans, VerifyError, VerifyInput, verify};
 use crate::graph::ownership::{ChainKind, service_chain};
 use crate::state::ClusterState;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 /// The label an EndpointSlice names its Service with (`discovery.k8s.io/v1`).
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -24,12 +24,13 @@ const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The Services of `state` named in `services` (`namespace/name`), their EndpointSlices, and
 /// everything node-wide (Nodes, ServiceCIDRs): what kube-proxy reads for those Services.
 pub fn cut_state(state: &ClusterState, services: &BTreeSet<String>) -> ClusterState {
+    let wanted: Vec<(&str, &str)> = services.iter().filter_map(|s| s.split_once('/')).collect();
     let named = |ns: Option<&String>, name: Option<&String>| {
-        services.contains(&format!(
-            "{}/{}",
+        let key = (
             ns.map_or("", String::as_str),
-            name.map_or("", String::as_str)
-        ))
+            name.map_or("", String::as_str),
+        );
+        wanted.contains(&key)
     };
     ClusterState {
         services: state
@@ -66,13 +67,21 @@ fn comment_service(rule: &str) -> Option<&str> {
         Some(quoted) => quoted.split('"').next()?,
         None => rest.split(' ').next()?,
     };
-    let words: Vec<&str> = text.split(' ').collect();
-    let word = match words.first() {
-        Some(w) if w.contains('/') => *w,
-        _ => words
-            .windows(2)
-            .find(|w| matches!(w[0], "for" | "to") && w[1].contains('/'))
-            .map(|w| w[1])?,
+    let mut words = text.split(' ');
+    let first = words.next()?;
+    let word = if first.contains('/') {
+        first
+    } else {
+        let mut previous = first;
+        let mut found = None;
+        for w in words {
+            if matches!(previous, "for" | "to") && w.contains('/') {
+                found = Some(w);
+                break;
+            }
+            previous = w;
+        }
+        found?
     };
     let service = word.split_once(':').map_or(word, |(s, _)| s);
     service.contains('/').then_some(service)
@@ -109,91 +118,137 @@ fn per_service(chain: &str) -> Option<(ChainKind, &str)> {
     service_chain(chain)
 }
 
-/// Who a dump's per-service chains belong to: the hashes of the port chains of the Services
-/// in scope, and their endpoint chains.
-#[derive(Debug, Default)]
-struct Owners<'t> {
-    hashes: HashSet<&'t str>,
-    endpoints: HashSet<&'t str>,
+/// Adds `item` to `list` unless it is there (the lists hold one or two Services).
+fn add<'t>(list: &mut Vec<&'t str>, item: &'t str) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
 }
 
-impl<'t> Owners<'t> {
-    /// Reads the dump once: a port chain belongs to the Service a rule jumping to it (or one
-    /// of its own rules) names, and an endpoint chain to the port chain that jumps to it, or
-    /// the Service its own rules name.
-    fn of(text: &'t str, services: &BTreeSet<String>) -> Owners<'t> {
-        let mut o = Owners::default();
-        let mut sep_jumps: Vec<(&str, &str)> = Vec::new();
-        for line in text.lines().map(rule_text).filter(|l| l.starts_with("-A ")) {
+/// A dump's lines by the Service they concern, made once per read of the node and cut for any
+/// set of Services at a cost that grows with what they hold, not with the dump.
+#[derive(Debug)]
+pub struct DumpIndex<'t> {
+    lines: Vec<&'t str>,
+    /// The lines that concern no Service: table headers, declarations and rules of the shared
+    /// chains that name none (kube-proxy's skeleton), `COMMIT`.
+    common: Vec<u32>,
+    /// The lines of each Service (`namespace/name`).
+    by_service: HashMap<&'t str, Vec<u32>>,
+}
+
+impl<'t> DumpIndex<'t> {
+    /// Reads `text` (an `iptables-save`, with or without counters) in two passes. A port chain
+    /// belongs to the Services the rules jumping to it, or its own rules, name; an endpoint
+    /// chain to those of the port chains jumping to it, or that its own rules name; a shared
+    /// chain's rule to the Service its comment names, else to the owners of the chain it
+    /// jumps to. Per-service chains no rule attributes to a Service belong to none and are in
+    /// no cut: what they are is the whole verify's to say.
+    pub fn new(text: &'t str) -> DumpIndex<'t> {
+        let lines: Vec<&'t str> = text.lines().collect();
+        let mut port_owners: HashMap<&'t str, Vec<&'t str>> = HashMap::new();
+        let mut endpoint_owners: HashMap<&'t str, Vec<&'t str>> = HashMap::new();
+        let mut endpoint_jumps: Vec<(&'t str, &'t str)> = Vec::new();
+        for line in lines.iter().map(|l| rule_text(l)) {
+            if !line.starts_with("-A ") {
+                continue;
+            }
             let Some(chain) = line_chain(line) else {
                 continue;
             };
-            let named = comment_service(line).map(|s| services.contains(s));
-            let target = jump(line);
+            let named = comment_service(line);
             let own = per_service(chain);
             if let Some((ChainKind::Sep, sep)) = own {
-                if named == Some(true) {
-                    o.endpoints.insert(sep);
+                if let Some(s) = named {
+                    add(endpoint_owners.entry(sep).or_default(), s);
                 }
                 continue;
             }
-            let to = target.and_then(per_service);
+            let to = jump(line).and_then(per_service);
             if let (Some((_, hash)), Some((ChainKind::Sep, sep))) = (own, to) {
-                sep_jumps.push((hash, sep));
+                endpoint_jumps.push((hash, sep));
             }
-            let port_chains = [own, to]
-                .into_iter()
-                .flatten()
-                .filter(|(kind, _)| *kind != ChainKind::Sep);
-            if named == Some(true) {
-                o.hashes.extend(port_chains.map(|(_, hash)| hash));
-            }
-        }
-        for (hash, sep) in sep_jumps {
-            if o.hashes.contains(hash) {
-                o.endpoints.insert(sep);
+            if let Some(s) = named {
+                for (kind, hash) in [own, to].into_iter().flatten() {
+                    if kind != ChainKind::Sep {
+                        add(port_owners.entry(hash).or_default(), s);
+                    }
+                }
             }
         }
-        o
+        for (hash, sep) in endpoint_jumps {
+            for s in port_owners.get(hash).into_iter().flatten() {
+                add(endpoint_owners.entry(sep).or_default(), s);
+            }
+        }
+        let chain_owners = |chain: &str| -> Option<&Vec<&'t str>> {
+            match per_service(chain)? {
+                (ChainKind::Sep, sep) => endpoint_owners.get(sep),
+                (_, hash) => port_owners.get(hash),
+            }
+        };
+        let orphan: Vec<&'t str> = Vec::new();
+        let mut common = Vec::new();
+        let mut by_service: HashMap<&'t str, Vec<u32>> = HashMap::new();
+        for (i, full) in lines.iter().enumerate() {
+            let at = u32::try_from(i).unwrap_or(u32::MAX);
+            let line = rule_text(full);
+            let owners: Option<&Vec<&'t str>> = match line_chain(line) {
+                None => None,
+                Some(chain) if per_service(chain).is_some() => {
+                    Some(chain_owners(chain).unwrap_or(&orphan))
+                }
+                Some(_) if line.starts_with("-A ") => match comment_service(line) {
+                    Some(s) => {
+                        by_service.entry(s).or_default().push(at);
+                        continue;
+                    }
+                    None => match jump(line).filter(|t| per_service(t).is_some()) {
+                        Some(target) => Some(chain_owners(target).unwrap_or(&orphan)),
+                        None => None,
+                    },
+                },
+                Some(_) => None,
+            };
+            match owners {
+                None => common.push(at),
+                Some(owners) => {
+                    for s in owners {
+                        by_service.entry(s).or_default().push(at);
+                    }
+                }
+            }
+        }
+        DumpIndex {
+            lines,
+            common,
+            by_service,
+        }
     }
 
-    /// Whether a chain is about a Service in scope (`Some(true)`), about another one
-    /// (`Some(false)`), or about none (`None`: kube-proxy's skeleton).
-    fn chain(&self, chain: &str) -> Option<bool> {
-        match per_service(chain)? {
-            (ChainKind::Sep, sep) => Some(self.endpoints.contains(sep)),
-            (_, hash) => Some(self.hashes.contains(hash)),
+    /// The lines that concern the Services in `services`, and those that concern no Service,
+    /// in their order.
+    pub fn cut(&self, services: &BTreeSet<String>) -> String {
+        let mut picked: Vec<u32> = self.common.clone();
+        for s in services {
+            picked.extend(self.by_service.get(s.as_str()).into_iter().flatten());
         }
+        picked.sort_unstable();
+        picked.dedup();
+        let mut out = String::new();
+        for i in picked {
+            if let Some(line) = self.lines.get(i as usize) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
     }
 }
 
-/// The lines of an `iptables-save` text that concern the Services in `services`, and those
-/// that concern no Service, in their order. Per-service chains no rule attributes to a
-/// Service are left out: what they are is the whole verify's to say.
+/// [`DumpIndex::cut`] of `text`, for one cut.
 pub fn cut_dump(text: &str, services: &BTreeSet<String>) -> String {
-    let owners = Owners::of(text, services);
-    let mut out = String::with_capacity(text.len().min(1 << 20));
-    for full in text.lines() {
-        let line = rule_text(full);
-        let keep = match line_chain(line) {
-            None => true,
-            Some(chain) => match owners.chain(chain) {
-                Some(ours) => ours,
-                // A shared chain's rule: kept unless it is another Service's.
-                None if line.starts_with("-A ") => {
-                    let by_comment = comment_service(line).map(|s| services.contains(s));
-                    let by_jump = jump(line).and_then(|t| owners.chain(t));
-                    by_comment.or(by_jump).unwrap_or(true)
-                }
-                None => true,
-            },
-        };
-        if keep {
-            out.push_str(full);
-            out.push('\n');
-        }
-    }
-    out
+    DumpIndex::new(text).cut(services)
 }
 
 /// A verify of some Services of a node.
@@ -211,14 +266,24 @@ pub struct ScopedVerify<'a> {
 
 impl ScopedVerify<'_> {
     /// The findings of the Services' ports: what [`verify`] of the whole node finds for them,
-    /// ungrouped. `input`'s dumps are the whole node's, its plans are replaced.
-    pub fn findings(&self, input: &VerifyInput<'_>) -> Result<Vec<Finding>, VerifyError> {
+    /// ungrouped. `input`'s dumps are the whole node's, its plans are replaced; `indexes` are
+    /// theirs ([`DumpIndex::new`] of each, in their order), made once for many verifies (when
+    /// they are not one per dump, the dumps are indexed now).
+    pub fn findings(
+        &self,
+        input: &VerifyInput<'_>,
+        indexes: &[DumpIndex<'_>],
+    ) -> Result<Vec<Finding>, VerifyError> {
         let state = cut_state(self.state, self.services);
-        let texts: Vec<String> = input
-            .dumps
-            .iter()
-            .map(|d| cut_dump(d.text, self.services))
-            .collect();
+        let texts: Vec<String> = if indexes.len() == input.dumps.len() {
+            indexes.iter().map(|i| i.cut(self.services)).collect()
+        } else {
+            input
+                .dumps
+                .iter()
+                .map(|d| cut_dump(d.text, self.services))
+                .collect()
+        };
         let dumps: Vec<DumpText<'_>> = input
             .dumps
             .iter()
@@ -328,6 +393,8 @@ mod equality {
         };
         let whole = verify(&input).expect("verify").findings;
         let large_cluster = input.plans.large_cluster();
+        let indexes: Vec<DumpIndex<'_>> =
+            input.dumps.iter().map(|d| DumpIndex::new(d.text)).collect();
         let names: Vec<String> = state
             .services
             .iter()
@@ -355,7 +422,7 @@ mod equality {
                 state: &state,
                 large_cluster,
             }
-            .findings(&input)
+            .findings(&input, &indexes)
             .expect("scoped verify");
             let got: Vec<&Finding> = scoped.iter().collect();
             assert_eq!(got, expected, "services {services:?}");

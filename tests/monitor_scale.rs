@@ -10,11 +10,13 @@
 //! `KPROXY_SCALE_DIR` (default `target/scale`) and `KPROXY_BENCH_BIN` (default the release
 //! binary) point elsewhere. The node: a namespace holding `render`'s rules of the state,
 //! restored with iptables-nft; the API: the fake apiserver holding the state and kube-proxy's
-//! ConfigMap; the monitor with its defaults (interval 60s, grace from the configuration,
-//! full reads every 10m). Measured: time and CPU to the first verify; then CPU (the monitor,
-//! the programs it ran and waited for, and its live `nft monitor`) and RSS at rest, and while
+//! ConfigMap; the monitor with its defaults (interval 60s, grace from the configuration, full
+//! reads every 10m). Measured: time and CPU to the first verify; then, once the grace has
+//! passed, CPU (the monitor and the programs it ran and waited for) and RSS at rest, and while
 //! the API changes one endpoint ten times a second (the rules are not reprogrammed: no
 //! stand-in kube-proxy syncs 10,000 services that fast); and one whole read of the rules.
+//! [`scoped_verify_at_scale`] measures the re-verify of one Service (in-process: run it with
+//! `--release`).
 
 use crate::monitor::{http_get, sample};
 use crate::support::fake_apiserver::FakeApiServer;
@@ -203,7 +205,10 @@ fn monitor_cost_at_scale() {
         log_text()
     );
 
-    // At rest: nothing changes for two intervals.
+    // At rest: nothing changes for two intervals, once the start's API change is older than
+    // the grace (until then the monitor rechecks it: pending, not rest).
+    let grace = sample(&m, "kproxy_grace_seconds").unwrap_or(36.0);
+    std::thread::sleep(Duration::from_secs_f64(grace + 10.0));
     let rest = Duration::from_secs(130);
     let (c0, t0) = (total_cpu(pid), Instant::now());
     std::thread::sleep(rest);
@@ -265,4 +270,157 @@ fn monitor_cost_at_scale() {
     }
     let (status, cpu, rss) = timed_in_ns(&ns, "8192", "nft list table ip nat");
     println!("nft list table ip nat: `{status}`, CPU {cpu:.1} s, max RSS {rss:.0} MB");
+}
+
+/// CPU seconds of this process so far (every thread: verify runs on rayon's).
+fn process_cpu() -> f64 {
+    cpu_of(std::process::id()).map_or(0.0, |(own, _)| own)
+}
+
+/// The re-verify of the Services one endpoint change touches (issue #35 item 7), on the
+/// 10,000-service node: its CPU against the whole verify's, and the same findings as the whole
+/// verify for those Services' ports — on the clean node and after an endpoint of each Service
+/// went unready in the API (the rules still hold it: drift of those ports, in large-cluster
+/// mode). Needs `target/scale/scale.nft.save` (`sudo testdata/make-scale-dump.sh`); run with
+/// `cargo test --release --test integration scoped_verify_at_scale -- --ignored --nocapture`.
+#[test]
+#[ignore = "seconds on a 10,000-service dump: run with --ignored (see the docs above)"]
+fn scoped_verify_at_scale() {
+    use kproxy::compare::scope::{DumpIndex, ScopedVerify};
+    use kproxy::compare::{DumpText, Finding, NodePlans, VerifyInput, verify};
+    use kproxy::parsers::iptables::ParseOptions;
+    use kproxy::state::ip::IpFamily;
+    use std::collections::BTreeSet;
+    let dir = std::env::var_os("KPROXY_SCALE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/scale"));
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (sudo testdata/make-scale-dump.sh)",
+                dir.join(name).display()
+            )
+        })
+    };
+    let (dump, state_text, config_text) = (
+        read("scale.nft.save"),
+        read("state.json"),
+        read("config.yaml"),
+    );
+    let mut state = kproxy::state::load::from_str(&state_text, "state.json").expect("state");
+    let (config, _) = kproxy::state::config::parse(&config_text, "config.yaml").expect("config");
+    let args = kproxy::state::node::NodeInputs {
+        family: Some(IpFamily::V4),
+        nfacct: Some(Vec::new()),
+        ..Default::default()
+    };
+    let (facts, _) = kproxy::state::node::build(&args, &state, &config).expect("facts");
+    // Every 997th Service: 11 of them, spread over the namespaces.
+    let picked: Vec<String> = state
+        .services
+        .iter()
+        .step_by(997)
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    for round in ["clean", "an endpoint of each picked Service unready"] {
+        let dumps = vec![DumpText {
+            label: "scale.nft.save",
+            text: &dump,
+            family: IpFamily::V4,
+        }];
+        let input = VerifyInput {
+            node: "node-1",
+            plans: NodePlans::new(&state, &config, &facts, &dumps),
+            config: &config,
+            facts: &facts,
+            dumps,
+            legacy: None,
+            nft_ruleset: None,
+            parse: ParseOptions::strict(),
+            group_alike: false,
+        };
+        let (c0, t0) = (process_cpu(), Instant::now());
+        let whole = verify(&input).expect("verify").findings;
+        println!(
+            "{round}: whole verify {:.0?}, CPU {:.2} s, {} findings",
+            t0.elapsed(),
+            process_cpu() - c0,
+            whole.len()
+        );
+        let large_cluster = input.plans.large_cluster();
+        assert!(large_cluster, "10,000 × 10 endpoints is large-cluster mode");
+        let (c0, t0) = (process_cpu(), Instant::now());
+        let indexes: Vec<DumpIndex<'_>> =
+            input.dumps.iter().map(|d| DumpIndex::new(d.text)).collect();
+        println!(
+            "{round}: the dump indexed by Service in {:.0?}, CPU {:.2} s (once per read)",
+            t0.elapsed(),
+            process_cpu() - c0
+        );
+        let mut cpu = Vec::new();
+        for name in &picked {
+            let services = BTreeSet::from([name.clone()]);
+            let (c0, t0) = (process_cpu(), Instant::now());
+            let scoped = ScopedVerify {
+                services: &services,
+                state: &state,
+                large_cluster,
+            }
+            .findings(&input, &indexes)
+            .expect("scoped verify");
+            let (secs, wall) = (process_cpu() - c0, t0.elapsed());
+            cpu.push(secs);
+            let expected: Vec<&Finding> = whole
+                .iter()
+                .filter(|f| {
+                    f.service
+                        .as_deref()
+                        .is_some_and(|p| p.split_once(':').map_or(p, |(s, _)| s) == name)
+                })
+                .collect();
+            assert_eq!(scoped.iter().collect::<Vec<_>>(), expected, "{name}");
+            if round != "clean" {
+                assert!(
+                    !expected.is_empty(),
+                    "{name}: the unready endpoint is drift"
+                );
+            }
+            println!(
+                "  {name}: {wall:.1?} wall, CPU {:.0} ms, {} findings",
+                secs * 1e3,
+                scoped.len()
+            );
+        }
+        cpu.sort_by(f64::total_cmp);
+        println!(
+            "{round}: scoped verify of one Service, CPU median {:.0} ms, max {:.0} ms ({} runs; CPU ticks are 10 ms)",
+            cpu[cpu.len() / 2] * 1e3,
+            cpu[cpu.len() - 1] * 1e3,
+            cpu.len()
+        );
+        // The next round: endpoint 0 of each picked Service's slices not ready in the API.
+        for slice in &mut state.endpoint_slices {
+            let owner = format!(
+                "{}/{}",
+                slice.metadata.namespace.as_deref().unwrap_or_default(),
+                slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .map_or("", String::as_str)
+            );
+            if picked.contains(&owner)
+                && let Some(ep) = slice.endpoints.first_mut()
+            {
+                ep.conditions.get_or_insert_with(Default::default).ready = Some(false);
+            }
+        }
+    }
 }

@@ -16,6 +16,14 @@ use kproxy::{
 };
 
 fn main() -> std::process::ExitCode {
-    allocator::keep_freed_memory();
+    // The long-running commands (`monitor`, `resync --watch`) give freed memory back: their
+    // resident size between verifies is what they hold, not the peak of one verify. A value
+    // spelled the same (`--node monitor`) only costs that command the faults it would save.
+    let long_running = std::env::args_os()
+        .skip(1)
+        .any(|a| a == "monitor" || a == "--watch");
+    if !long_running {
+        allocator::keep_freed_memory();
+    }
     cli::main()
 }

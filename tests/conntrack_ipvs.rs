@@ -11,7 +11,7 @@
 //! with `expire_nodest_conn=1` (as kube-proxy sets it) the next packets move the flow to the
 //! serving real server — verify reports each of these states from the VM's real listings.
 
-use crate::support::ipvs::{missing_vm_tools, shared_ipvs, testdata_ipvs};
+use crate::support::ipvs::{missing_vm_tools, run_in_vm, sections, shared_ipvs, testdata_ipvs};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -226,32 +226,6 @@ busybox logger m5; sleep 1
 dumps expired
 "#;
 
-/// `(name, body, exit status)` of each `=== BEGIN name ===` … `=== END name rc=N ===` section.
-fn sections(out: &str) -> Vec<(String, String, i32)> {
-    let mut v = Vec::new();
-    let mut cur: Option<(String, String)> = None;
-    for line in out.lines() {
-        if let Some(name) = line
-            .strip_prefix("=== BEGIN ")
-            .and_then(|r| r.strip_suffix(" ==="))
-        {
-            cur = Some((name.to_string(), String::new()));
-        } else if let Some(rest) = line.strip_prefix("=== END ") {
-            if let Some((name, body)) = cur.take() {
-                let rc = rest
-                    .rsplit_once("rc=")
-                    .and_then(|(_, r)| r.trim_end_matches(" ===").parse().ok())
-                    .unwrap_or(-1);
-                v.push((name, body, rc));
-            }
-        } else if let Some((_, body)) = cur.as_mut() {
-            body.push_str(line);
-            body.push('\n');
-        }
-    }
-    v
-}
-
 /// The VM's services: syslog (UDP 514 → `syslog`) and dns (UDP 53 → 10.244.1.12).
 fn vm_state(syslog: &[&str]) -> Value {
     let service = |name: &str, ip: &str, port: u16, endpoints: &[&str]| {
@@ -285,21 +259,8 @@ fn ipvs_stale_udp_connection_on_a_real_kernel_vm() {
         crate::support::skip("conntrack_ipvs", &format!("the IPVS VM test: {why}"));
         return;
     }
-    let tool = shared.join("../../tools/ipvs-vm.sh");
     let dir = tempfile::tempdir().expect("tempdir");
-    let script = dir.path().join("vm.sh");
-    std::fs::write(&script, VM_SCRIPT).expect("write script");
-    let out = Command::new("bash")
-        .arg(&tool)
-        .arg(&script)
-        .output()
-        .expect("run ipvs-vm.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "ipvs-vm.sh failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_in_vm(&shared, VM_SCRIPT, &[]);
     let secs = sections(&stdout);
     let dump = |name: &str| -> PathBuf {
         let (_, body, rc) = secs

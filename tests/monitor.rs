@@ -436,21 +436,27 @@ impl Drop for Prometheus {
     }
 }
 
-/// The acceptance run in one namespace: in sync, a rule deleted, drift within interval +
-/// grace, repaired, in sync again; with the endpoints' checks along the way. With
-/// `prometheus`, a real Prometheus sees the same through PromQL.
-fn acceptance(backend: Option<Backend>, prometheus: bool) {
-    let test = match backend {
-        Some(b) => format!("monitor acceptance ({})", b.name()),
-        None => "monitor acceptance (nftables)".to_string(),
-    };
-    let mut tools = vec!["ip", "promtool"];
+/// A node of the example cluster: a namespace whose rules `render` wrote for node-1, and the
+/// configuration, in iptables mode with `backend` or else nftables mode.
+struct Node {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    state: PathBuf,
+    ns: Netns,
+    mode: &'static str,
+}
+
+/// [`Node`] in a namespace named after `prefix`; `None` when the mode's tools (and `extra`)
+/// are not here.
+fn node_in_mode(prefix: &str, backend: Option<Backend>, extra: &[&'static str]) -> Option<Node> {
+    let mut tools = vec!["ip"];
     match backend {
         Some(b) => tools.extend(b.tools()),
         None => tools.push("nft"),
     }
+    tools.extend(extra);
     if !require_root_and_tools(&tools) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mode = if backend.is_some() {
@@ -460,8 +466,35 @@ fn acceptance(backend: Option<Backend>, prometheus: bool) {
     };
     let config = config_in_mode(dir.path(), mode);
     let state = cluster_file("state.json");
-    let ns = Netns::new("mon").expect("netns");
+    let ns = Netns::new(prefix).expect("netns");
     program(&ns, backend, &state, &config);
+    Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        mode,
+    })
+}
+
+/// The acceptance run in one namespace: in sync, a rule deleted, drift within interval +
+/// grace, repaired, in sync again; with the endpoints' checks along the way. With
+/// `prometheus`, a real Prometheus sees the same through PromQL.
+fn acceptance(backend: Option<Backend>, prometheus: bool) {
+    let test = match backend {
+        Some(b) => format!("monitor acceptance ({})", b.name()),
+        None => "monitor acceptance (nftables)".to_string(),
+    };
+    let Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        mode,
+    }) = node_in_mode("mon", backend, &["promtool"])
+    else {
+        return;
+    };
     let args = monitor_args(&ns, &state, &config, backend, "2s");
     let mut mon = Monitor::start(dir.path(), &args, &[]);
     let prom = if prometheus {
@@ -798,4 +831,112 @@ fn bad_inputs_fail_runs_and_say_why() {
         "{}",
         mon.log()
     );
+}
+
+/// Without `--grace` the grace follows kube-proxy's configuration as it changes: 36 s from
+/// the example's periods at start, 8 s once the configuration says `syncPeriod: 2s`, and a
+/// difference older than the new grace is drift.
+#[test]
+fn the_grace_follows_the_configuration() {
+    let Some(f) = file_setup("mongrace") else {
+        return;
+    };
+    let backend = Backend::Nft;
+    let (ns, state, config) = (&f.ns, &f.state, &f.config);
+    let mut args = monitor_args(ns, state, config, Some(backend), "-");
+    let at = args.iter().position(|a| *a == "--grace").expect("--grace");
+    args.drain(at..at + 2);
+    let mon = Monitor::start(f.dir.path(), &args, &[]);
+    mon.wait("in sync, grace 36s", SLACK, |m| {
+        in_sync(m) == Some(1.0) && sample(m, "kproxy_grace_seconds") == Some(36.0)
+    });
+    // A difference the old grace would keep pending for 36 s.
+    replace_file(state, &state_with_new_endpoint(&f.original, "10.244.1.12"));
+    mon.wait("pending", SLACK, |m| {
+        sample(m, "kproxy_pending_service_ports").is_some_and(|n| n >= 1.0)
+    });
+    let text = std::fs::read_to_string(config).expect("config");
+    assert!(text.contains("  syncPeriod: 30s\n"), "{text}");
+    replace_file(
+        config,
+        &text.replace("  syncPeriod: 30s\n", "  syncPeriod: 2s\n"),
+    );
+    let changed = Instant::now();
+    let m = mon.wait("grace 8s", SLACK, |m| {
+        sample(m, "kproxy_grace_seconds") == Some(8.0)
+    });
+    assert!(
+        mon.log()
+            .contains("grace 8s (minSyncPeriod 1s + syncPeriod 2s + 5s margin), was 36s"),
+        "{}\n{m}",
+        mon.log()
+    );
+    let m = mon.wait(
+        "drift under the new grace",
+        Duration::from_secs(8) + SLACK,
+        drifted,
+    );
+    assert!(
+        changed.elapsed() < Duration::from_secs(30),
+        "drift only after the old grace:\n{m}"
+    );
+}
+
+/// `kproxy_node_reads_total{read=KIND}` (0 when absent).
+fn reads(m: &str, kind: &str) -> f64 {
+    sample(m, &format!("kproxy_node_reads_total{{read=\"{kind}\"}}")).unwrap_or(0.0)
+}
+
+/// The node's nf_tables change events: while nothing changes, what was read from nf_tables is
+/// kept verify after verify (no whole read); a rule deleted is an event, the next read is
+/// whole, and the drift is seen within the grace — which kept reads alone would never show.
+fn rule_events(backend: Option<Backend>) {
+    let Some(Node {
+        dir,
+        config,
+        state,
+        ns,
+        ..
+    }) = node_in_mode("monev", backend, &["nft"])
+    else {
+        return;
+    };
+    let args = monitor_args(&ns, &state, &config, backend, "2s");
+    let mon = Monitor::start(dir.path(), &args, &[]);
+    mon.wait("in sync", SLACK, |m| in_sync(m) == Some(1.0));
+    let m = mon.wait("kept reads while nothing changes", SLACK, |m| {
+        reads(m, "kept") >= 2.0
+    });
+    let (whole, kept) = (reads(&m, "whole"), reads(&m, "kept"));
+    std::thread::sleep(Duration::from_secs(3));
+    let m = mon.metrics();
+    assert_eq!(
+        reads(&m, "whole"),
+        whole,
+        "a whole read with nothing changed:\n{m}"
+    );
+    assert!(reads(&m, "kept") >= kept + 2.0, "{m}");
+    assert_eq!(in_sync(&m), Some(1.0), "{m}");
+
+    make_drift(&ns, backend);
+    let m = mon.wait(
+        "drift seen through the rules' change events",
+        Duration::from_secs(1 + 2) + SLACK,
+        drifted,
+    );
+    assert!(reads(&m, "whole") > whole, "{m}");
+    assert!(
+        sample(&m, "kproxy_rule_changes_total").is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+}
+
+#[test]
+fn rule_events_iptables_nft_backend() {
+    rule_events(Some(Backend::Nft));
+}
+
+#[test]
+fn rule_events_nftables_mode() {
+    rule_events(None);
 }

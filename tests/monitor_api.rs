@@ -3,8 +3,8 @@
 //! rules) applies within the grace is no drift and one programming-latency observation; the same
 //! kind of change left unapplied becomes drift after the grace, with a `KubeProxyRulesDrift`
 //! Event on the Node and the node condition `KubeProxyRulesInSync` False, and both clear when
-//! the stand-in catches up. The API unreachable for a while fails the runs, `/readyz` says why,
-//! and the agent recovers by itself. With `--repair=when-kube-proxy-down`, drift is repaired
+//! the stand-in catches up. The API answering 503 for a while fails the runs, `/readyz` says
+//! why, and the agent recovers by itself; the client's bounded retry gives up after its retries. With `--repair=when-kube-proxy-down`, drift is repaired
 //! while nothing answers kube-proxy's `/healthz`, and left alone while it answers healthy.
 
 use crate::monitor::{Monitor, http_get, sample};
@@ -261,8 +261,10 @@ fn api_changes_lag_drift_events_and_condition() {
     // The API unreachable for a while: failed runs, /readyz says why, never in sync; then
     // the watches recover by themselves.
     let failed = |m: &str| sample(m, "kproxy_verify_runs_total{result=\"failed\"}").unwrap_or(0.0);
-    // 500: kube's client retries 503 and 504 itself, and never says so.
-    s.api.fail(None, "/", 500);
+    // 503, as an overloaded or restarting API server answers: kube's own client would retry
+    // it for minutes without a word while the watches keep their old content; the monitor's
+    // bounded retry lets the failure through within seconds.
+    s.api.fail(None, "/", 503);
     s.api.outage(|_| {});
     let m = mon.wait("failed runs while the API is down", SLACK, |m| {
         failed(m) >= 1.0 && in_sync(m) == Some(0.0)
@@ -371,4 +373,108 @@ fn repair_only_while_kube_proxy_is_down() {
         "the repair kept no backup"
     );
     assert!(mon.running(), "{}", mon.log());
+}
+
+/// `kube_client::Retry::Bounded`: a request the API answers 503 is sent `retries + 1` times and
+/// then fails, within the waits' bound; kube's own policy would still be retrying.
+#[test]
+fn bounded_retry_gives_up_after_its_retries() {
+    use kproxy::kube_client::{ClientOptions, Retry, connect};
+    let api = FakeApiServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = api.write_kubeconfig(dir.path());
+    api.fail(None, "/api/v1/services", 503);
+    let options = ClientOptions {
+        kubeconfig: Some(kubeconfig),
+        request_timeout: "0".into(),
+        retry: Retry::Bounded {
+            retries: 2,
+            first: Duration::from_millis(50),
+            longest: Duration::from_millis(200),
+        },
+        ..ClientOptions::default()
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let started = Instant::now();
+    let result = rt.block_on(async {
+        let conn = connect(&options).await.expect("connect");
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::all(conn.client.clone());
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            services.list(&kube::api::ListParams::default()),
+        )
+        .await
+    });
+    let took = started.elapsed();
+    let answer = result.expect("the bounded retry gave up within 20 s");
+    match answer {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 503, "{status:?}"),
+        other => panic!("expected the 503 to reach the caller, got {other:?}"),
+    }
+    let sent = api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET /api/v1/services"))
+        .count();
+    assert_eq!(sent, 3, "one request and two retries: {:?}", api.requests());
+    // Two waits of at most 200 ms each, jitter included (tower's jitter at most doubles one).
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+/// Verifies run so far (every result).
+fn verify_runs(m: &str) -> f64 {
+    ["clean", "drift", "failed"]
+        .iter()
+        .filter_map(|r| sample(m, &format!("kproxy_verify_runs_total{{result=\"{r}\"}}")))
+        .sum()
+}
+
+/// With a long interval, only what can change the node's rules makes a verify: another
+/// node's status updates (heartbeats) do not; an EndpointSlice change does.
+#[test]
+fn only_changes_that_touch_the_node_are_verified() {
+    let Some(s) = setup("monfp", None) else {
+        return;
+    };
+    let mut args = vec![
+        "--kubeconfig",
+        s.kubeconfig.to_str().expect("utf-8"),
+        "--node",
+        "node-1",
+        "--interval",
+        "10m",
+        "--grace",
+        "5s",
+        "--netns",
+        s.ns.name(),
+        "--backend",
+        "nft",
+        "--nfacct",
+        "none",
+    ];
+    args.extend(["--node-condition", "false"]);
+    let mon = Monitor::start(s.dir.path(), &args, &[]);
+    let m = mon.wait("in sync", SLACK, |m| in_sync(m) == Some(1.0));
+    let runs = verify_runs(&m);
+    for beat in 0..5 {
+        let mut node = s.api.object("Node", None, "node-2").expect("node-2");
+        node["status"]["conditions"] = json!([{
+            "type": "Ready", "status": "True",
+            "lastHeartbeatTime": format!("2026-01-01T00:00:0{beat}Z"),
+        }]);
+        s.api.update_object(node);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let m = mon.metrics();
+    assert_eq!(
+        verify_runs(&m),
+        runs,
+        "another node's heartbeats made verifies:\n{m}"
+    );
+    add_web_endpoint(&s.api, "10.244.1.15");
+    mon.wait("a verify after a slice changed", SLACK, |m| {
+        verify_runs(m) > runs
+    });
 }

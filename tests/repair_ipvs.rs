@@ -4,7 +4,9 @@
 //! install from nothing, seed drifts with real commands, dry run (nothing changes), a failing apply
 //! (rolled back to the byte), apply, verify, idempotence, foreign state untouched.
 
-use crate::support::ipvs::{case_inputs, missing_vm_tools, shared_ipvs, testdata_ipvs};
+use crate::support::ipvs::{
+    case_inputs, run_in_vm, sections, shared_ipvs, testdata_ipvs, vm_binary, vm_or_skip,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -259,32 +261,6 @@ ipvsadm -D -t 203.0.113.7:8443
 step verify-without-foreign verify
 "#;
 
-/// Parses `=== BEGIN name ===` … `=== END name rc=N ===` sections.
-fn sections(out: &str) -> Vec<(String, String, i32)> {
-    let mut v = Vec::new();
-    let mut cur: Option<(String, String)> = None;
-    for line in out.lines() {
-        if let Some(name) = line
-            .strip_prefix("=== BEGIN ")
-            .and_then(|r| r.strip_suffix(" ==="))
-        {
-            cur = Some((name.to_string(), String::new()));
-        } else if let Some(rest) = line.strip_prefix("=== END ") {
-            if let Some((name, body)) = cur.take() {
-                let rc = rest
-                    .rsplit_once("rc=")
-                    .and_then(|(_, r)| r.trim_end_matches(" ===").parse().ok())
-                    .unwrap_or(-1);
-                v.push((name, body, rc));
-            }
-        } else if let Some((_, body)) = cur.as_mut() {
-            body.push_str(line);
-            body.push('\n');
-        }
-    }
-    v
-}
-
 fn finding_ids(verify_json: &str) -> Vec<(String, String)> {
     let start = verify_json.find('{').unwrap_or(0);
     let doc: Value = serde_json::from_str(&verify_json[start..])
@@ -309,19 +285,9 @@ fn finding_ids(verify_json: &str) -> Vec<(String, String)> {
 /// kube-router names its sets) and chains untouched, and a second apply has nothing to do.
 #[test]
 fn repair_ipvs_live_vm() {
-    let Some(shared) = shared_ipvs() else { return };
-    if let Some(why) = missing_vm_tools(&[]) {
-        crate::support::skip("repair_ipvs", &format!("the IPVS repair VM test: {why}"));
+    let Some(shared) = vm_or_skip("repair_ipvs", "the IPVS repair VM test", &[]) else {
         return;
-    }
-    let tool = shared.join("../../tools/ipvs-vm.sh");
-    if !tool.is_file() {
-        crate::support::skip(
-            "repair_ipvs",
-            &format!("the IPVS repair VM test: {} absent", tool.display()),
-        );
-        return;
-    }
+    };
     let case = shared.join("constructed-kind-worker-example");
     let tmp = tempfile::tempdir().expect("tempdir");
     let config = std::fs::read_to_string(case.join("config.yaml")).expect("config");
@@ -332,29 +298,12 @@ fn repair_ipvs_live_vm() {
     )
     .expect("write config");
     std::fs::copy(case.join("state.json"), tmp.path().join("state.json")).expect("copy state");
-    let bin = tmp.path().join("kubectl-kproxy");
-    crate::support::install_executable(Path::new(env!("CARGO_BIN_EXE_kubectl-kproxy")), &bin);
-    // Debug info only makes the VM's initrd bigger.
-    let _ = Command::new("strip")
-        .arg("--strip-debug")
-        .arg(&bin)
-        .status();
-    let script = tmp.path().join("vm.sh");
-    std::fs::write(&script, VM_SCRIPT).expect("write script");
-    let out = Command::new("bash")
-        .arg(&tool)
-        .arg(&script)
-        .arg(&bin)
-        .arg(tmp.path().join("state.json"))
-        .arg(tmp.path().join("config.yaml"))
-        .output()
-        .expect("run ipvs-vm.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "ipvs-vm.sh failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let files = [
+        vm_binary(tmp.path()),
+        tmp.path().join("state.json"),
+        tmp.path().join("config.yaml"),
+    ];
+    let stdout = run_in_vm(&shared, VM_SCRIPT, &files);
     let secs = sections(&stdout);
     let get = |name: &str| -> (String, i32) {
         let (_, body, rc) = secs

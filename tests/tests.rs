@@ -21,6 +21,8 @@ mod mass_drift;
 mod monitor;
 mod monitor_api;
 mod monitor_deploy;
+mod monitor_ipvs;
+mod monitor_scale;
 mod netns_harness;
 mod nft_graph_trace;
 mod nft_layouts;

@@ -53,6 +53,7 @@ impl GlobalArgs {
             cluster: self.cluster.clone(),
             user: self.user.clone(),
             request_timeout: self.request_timeout.clone(),
+            ..Default::default()
         }
     }
 }

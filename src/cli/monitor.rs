@@ -1,6 +1,6 @@
 //! `monitor` command: the node agent. Parses the flags, wires the library's loop
 //! ([`crate::monitor`]) to its parts — the API's watches or `--state` files, the local collector
-//! (in `--netns` when given), today's `verify` ([`super::verify::report_from_inputs`]), the
+//! (in `--netns` when given), `verify` ([`crate::pipeline::verify::verify_node`]), the
 //! Events and node condition, `repair --local --apply` — and serves the endpoints until
 //! SIGTERM/SIGINT.
 
@@ -86,6 +86,11 @@ pub struct MonitorArgs {
     /// The iptables backend whose rules are read.
     #[arg(hide_short_help = true, long, value_enum, default_value_t = ReadBackend::Auto)]
     pub backend: ReadBackend,
+    /// The longest time what was read from nf_tables (iptables-nft, nftables mode) is kept while
+    /// its change events say nothing changed; then the node is read whole again. Each whole
+    /// read of a large node costs seconds to a minute of CPU (docs/monitor.md).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub full_read_interval: Duration,
     /// Timeout of each command that reads the node (e.g. 30s), as `verify`'s --exec-timeout.
     #[arg(hide_short_help = true, long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub exec_timeout: Duration,
@@ -149,7 +154,16 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             .with_context(|| format!("listening on {listen}"))?;
         let api = args.state.state.is_empty();
         let conn = if api {
-            Some(crate::kube_client::connect(&global.client_options()).await?)
+            let mut options = global.client_options();
+            // kube's own retry of a 503 or 504 goes on for minutes without a word, while the
+            // watches keep their old content: the monitor would say "in sync" from stale
+            // state. A few quick retries, then the watch reports the error.
+            options.retry = crate::kube_client::Retry::Bounded {
+                retries: 3,
+                first: Duration::from_millis(200),
+                longest: Duration::from_secs(2),
+            };
+            Some(crate::kube_client::connect(&options).await?)
         } else {
             None
         };
@@ -206,6 +220,7 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
             debounce: args.debounce,
             recheck: args.recheck,
             grace,
+            grace_fixed: args.grace.is_some(),
             event_interval: args.event_interval,
             condition: args.node_condition,
             condition_heartbeat: crate::fleet::condition::HEARTBEAT,
@@ -219,8 +234,8 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
         };
         let parts = Parts {
             source,
-            reader: Box::new(LocalReader {
-                runner: crate::collect::netns::HostRunner {
+            reader: Box::new(LocalReader::new(
+                crate::collect::netns::HostRunner {
                     netns: args.netns.clone(),
                     backend: match args.backend {
                         ReadBackend::Auto => None,
@@ -228,8 +243,9 @@ pub fn run(args: MonitorArgs, global: &GlobalArgs) -> anyhow::Result<Outcome> {
                         ReadBackend::Legacy => Some("legacy"),
                     },
                 },
-                timeout: args.exec_timeout,
-            }),
+                args.exec_timeout,
+                args.full_read_interval,
+            )),
             verifier: Arc::new(CliVerifier::new(&args)?),
             publisher,
             repairer,

@@ -2,6 +2,7 @@
 //! and whether the tools of the IPVS VM (`../shared/tools/ipvs-vm.sh`) are here.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// `../shared/conformance/ipvs`, or `None` (with a printed notice) when it is absent.
 pub fn shared_ipvs() -> Option<PathBuf> {
@@ -60,4 +61,81 @@ pub fn missing_vm_tools(extra: &[&str]) -> Option<String> {
         Some(k) if k.is_file() => None,
         _ => Some("no kernel image in /boot for the VM".into()),
     }
+}
+
+/// `../shared/conformance/ipvs` when the IPVS VM can run here ([`missing_vm_tools`] with
+/// `extra`, and `ipvs-vm.sh`); else `None`, skipped as `area` (`what` names the test).
+pub fn vm_or_skip(area: &str, what: &str, extra: &[&str]) -> Option<PathBuf> {
+    let shared = shared_ipvs()?;
+    let tool = shared.join("../../tools/ipvs-vm.sh");
+    let why = missing_vm_tools(extra)
+        .or_else(|| (!tool.is_file()).then(|| format!("{} absent", tool.display())));
+    match why {
+        Some(why) => {
+            crate::support::skip(area, &format!("{what}: {why}"));
+            None
+        }
+        None => Some(shared),
+    }
+}
+
+/// `(name, body, exit status)` of each `=== BEGIN name ===` … `=== END name rc=N ===` section
+/// of a VM script's output.
+pub fn sections(out: &str) -> Vec<(String, String, i32)> {
+    let mut v = Vec::new();
+    let mut cur: Option<(String, String)> = None;
+    for line in out.lines() {
+        if let Some(name) = line
+            .strip_prefix("=== BEGIN ")
+            .and_then(|r| r.strip_suffix(" ==="))
+        {
+            cur = Some((name.to_string(), String::new()));
+        } else if let Some(rest) = line.strip_prefix("=== END ") {
+            if let Some((name, body)) = cur.take() {
+                let rc = rest
+                    .rsplit_once("rc=")
+                    .and_then(|(_, r)| r.trim_end_matches(" ===").parse().ok())
+                    .unwrap_or(-1);
+                v.push((name, body, rc));
+            }
+        } else if let Some((_, body)) = cur.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    v
+}
+
+/// This build's `kubectl-kproxy`, copied into `dir` without its debug info (which only makes
+/// the VM's initrd bigger), for [`run_in_vm`].
+pub fn vm_binary(dir: &Path) -> PathBuf {
+    let bin = dir.join("kubectl-kproxy");
+    crate::support::install_executable(Path::new(env!("CARGO_BIN_EXE_kubectl-kproxy")), &bin);
+    let _ = Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&bin)
+        .status();
+    bin
+}
+
+/// Runs `script` in the IPVS VM (`../shared/tools/ipvs-vm.sh` beside `shared_ipvs`) with
+/// `files` in its `/data`: what the script printed. Panics when the VM fails.
+pub fn run_in_vm(shared_ipvs: &Path, script: &str, files: &[PathBuf]) -> String {
+    let tool = shared_ipvs.join("../../tools/ipvs-vm.sh");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("vm.sh");
+    std::fs::write(&path, script).expect("write script");
+    let out = Command::new("bash")
+        .arg(&tool)
+        .arg(&path)
+        .args(files)
+        .output()
+        .expect("run ipvs-vm.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "ipvs-vm.sh failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }

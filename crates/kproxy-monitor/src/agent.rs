@@ -107,8 +107,11 @@ pub struct Options {
     pub debounce: Duration,
     /// Time between verifies while differences are pending or an API change is not matched yet.
     pub recheck: Duration,
-    /// How long a difference may last before it is drift.
+    /// How long a difference may last before it is drift (at start).
     pub grace: Duration,
+    /// Whether the grace was given (`--grace`); else it follows kube-proxy's configuration
+    /// ([`crate::grace::from_config`]) as that changes.
+    pub grace_fixed: bool,
     /// The least time between two Events of one reason.
     pub event_interval: Duration,
     /// Whether to set the node condition.
@@ -153,8 +156,9 @@ struct Memory {
     last_repair: Option<Instant>,
     /// Whether a skipped repair was logged in this drift.
     repair_noted: bool,
+    /// The view last verified, kept for `--repair` only (it is a copy of the whole API state).
     view: Option<ApiView>,
-    /// [`ApiView::fingerprint`] of the view last verified.
+    /// [`ApiSource::fingerprint`] (else [`ApiView::fingerprint`]) of the view last verified.
     fingerprint: Option<u64>,
 }
 
@@ -197,11 +201,17 @@ pub async fn run(
                 tokio::time::sleep(opts.debounce).await;
                 // A change that cannot touch the rules (another node's heartbeat) is no reason
                 // to read the node.
-                let now = parts.source.current().ok().map(|v| v.fingerprint(&opts.node));
+                let now = parts.source.fingerprint(&opts.node).or_else(|| {
+                    parts.source.current().ok().map(|v| v.fingerprint(&opts.node))
+                });
                 if now.is_some() && now == mem.fingerprint {
                     continue;
                 }
                 mem.tracker.api_changed(seen);
+            }
+            // The node's rules changed (kube-proxy synced, or something else wrote them).
+            () = parts.reader.changed() => {
+                tokio::time::sleep(opts.debounce).await;
             }
         }
         let again = once(&opts, &parts, &shared, &mut mem).await;
@@ -220,30 +230,39 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
     let previous = mem.tracker.state();
     let result = verify(opts, parts).await;
     let took = started.elapsed();
-    let (verified, view) = match result {
+    let (verified, view, fingerprint) = match result {
         Err(why) => {
             failed(opts, parts, shared, mem, previous, took, &why).await;
             return false;
         }
-        Ok(v) => v,
+        Ok((verified, view, read)) => {
+            shared.metrics.node_read(read.whole, read.rule_changes);
+            (verified, view, read.fingerprint)
+        }
     };
     mem.failure = None;
+    if !opts.grace_fixed {
+        follow_grace(opts, shared, mem, &view);
+    }
+    let grace = mem.tracker.grace();
     let at = SystemTime::now();
     let mode = verified.report.mode.to_string();
     let a = mem.tracker.assess(verified.report, started);
     shared.metrics.verified(&a, took, at);
-    shared.verified(&a, at, opts.grace);
+    shared.verified(&a, at, grace);
     shared.metrics.set_build(crate::metrics::BuildLabels {
         version: opts.version.clone(),
         mode,
         kube_proxy_version: verified.kube_proxy_version.unwrap_or_default(),
     });
     if a.state != previous {
-        log(opts, a.state, previous, &describe(&a, opts.grace));
+        log(opts, a.state, previous, &describe(&a, grace));
     }
     publish(opts, parts, mem, &a).await;
-    mem.fingerprint = Some(view.fingerprint(&opts.node));
-    mem.view = Some(view);
+    mem.fingerprint = fingerprint;
+    if opts.repair {
+        mem.view = Some(view);
+    }
     if a.state != NodeState::Drift {
         mem.repair_noted = false;
         return false;
@@ -251,21 +270,75 @@ async fn once(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory) 
     repair(opts, parts, shared, mem).await
 }
 
-/// Reads the API side and the node, and verifies.
-async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView), String> {
-    let view = parts.source.current()?;
-    let snapshot = parts.reader.read().await?;
+/// The grace period of the configuration `view` holds (kube-proxy's defaults without one),
+/// when it differs from the tracker's: the tracker, the metrics and the staleness of reports
+/// move to it, and a log line says so. A configuration that does not read leaves the grace as
+/// it is (the verify says what is wrong with it).
+fn follow_grace(opts: &Options, shared: &Shared, mem: &mut Memory, view: &ApiView) {
+    let config = match &view.config_text {
+        None => Ok(kproxy_core::state::config::ProxyConfig::default()),
+        Some((text, name)) => kproxy_core::state::config::parse(text, name).map(|(c, _)| c),
+    };
+    let Ok(config) = config else {
+        return;
+    };
+    let (grace, how) = crate::grace::from_config(&config);
+    let old = mem.tracker.grace();
+    if grace == old {
+        return;
+    }
+    mem.tracker.set_grace(grace);
+    shared.metrics.set_grace(grace);
+    shared.grace_moved(old, grace);
+    warn(
+        opts,
+        &format!(
+            "kube-proxy's configuration changed: grace {} ({how}), was {}",
+            kproxy_core::state::duration::format(grace),
+            kproxy_core::state::duration::format(old)
+        ),
+    );
+}
+
+/// What one verify read: how it read the node (for the metrics), and the API state's
+/// fingerprint, taken before the state (a change in between makes one verify more, never one
+/// less).
+struct ReadKind {
+    whole: bool,
+    rule_changes: u64,
+    fingerprint: Option<u64>,
+}
+
+/// Reads the API side and the node, and verifies; the view comes back without its state unless
+/// `--repair` needs it.
+async fn verify(opts: &Options, parts: &Parts) -> Result<(Verified, ApiView, ReadKind), String> {
+    let cheap = parts.source.fingerprint(&opts.node);
+    let mut view = parts.source.current()?;
+    let fingerprint = cheap.or_else(|| Some(view.fingerprint(&opts.node)));
+    let read = parts.reader.read().await?;
+    let kind = ReadKind {
+        whole: read.whole,
+        rule_changes: read.rule_changes,
+        fingerprint,
+    };
+    // The state is the largest input: verify lets go of it once it has planned, so the view
+    // keeps a copy only for `--repair`, which repairs from it.
+    let state = if opts.repair {
+        view.state.clone()
+    } else {
+        std::mem::take(&mut view.state)
+    };
     let inputs = VerifyInputs {
-        state: view.state.clone(),
+        state,
         config_text: view.config_text.clone(),
-        snapshot,
+        snapshot: read.snapshot,
         node: opts.node.clone(),
     };
     let verifier = Arc::clone(&parts.verifier);
     let verified = tokio::task::spawn_blocking(move || verifier.verify(inputs))
         .await
         .map_err(|e| format!("the verify stopped: {e}"))??;
-    Ok((verified, view))
+    Ok((verified, view, kind))
 }
 
 /// A verify that could not run: counted, said once per reason, and the condition Unknown.
@@ -361,7 +434,7 @@ async fn publish(opts: &Options, parts: &Parts, mem: &mut Memory, a: &Assessment
         return;
     };
     let drifted = a.state == NodeState::Drift;
-    let message = describe(a, opts.grace);
+    let message = describe(a, mem.tracker.grace());
     if mem.drifted != Some(drifted) {
         // The first verify of a node in sync is no news; of a drifted node, it is.
         let news = drifted || mem.drifted.is_some();
@@ -464,7 +537,7 @@ async fn repair(opts: &Options, parts: &Parts, shared: &Shared, mem: &mut Memory
     };
     if mem
         .last_repair
-        .is_some_and(|t| t.elapsed() < opts.grace.max(Duration::from_secs(1)))
+        .is_some_and(|t| t.elapsed() < mem.tracker.grace().max(Duration::from_secs(1)))
     {
         return false;
     }

@@ -30,6 +30,13 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// `kproxy_node_reads_total{read}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadLabels {
+    /// `whole` or `kept`.
+    pub read: &'static str,
+}
+
 /// `kproxy_build_info{version,mode,kube_proxy_version}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -59,6 +66,8 @@ pub struct Metrics {
     verify_failing: Gauge,
     grace: FloatGauge,
     repairs: Family<ResultLabels, Counter>,
+    node_reads: Family<ReadLabels, Counter>,
+    rule_changes: Counter,
 }
 
 /// Seconds since the Unix epoch.
@@ -93,6 +102,8 @@ impl Metrics {
             verify_failing: Gauge::default(),
             grace: FloatGauge::default(),
             repairs: Family::default(),
+            node_reads: Family::default(),
+            rule_changes: Counter::default(),
             registry: Registry::default(),
         };
         m.grace.set(grace.as_secs_f64());
@@ -163,9 +174,24 @@ impl Metrics {
             "Repairs by --repair=when-kube-proxy-down: applied, failed, or skipped because kube-proxy is healthy",
             m.repairs.clone(),
         );
+        registry.register(
+            "kproxy_node_reads",
+            "Reads of the node for a verify: whole (every output read), or kept (what was read from nf_tables kept from the last whole read, because its change events said nothing changed since)",
+            m.node_reads.clone(),
+        );
+        registry.register(
+            "kproxy_rule_changes",
+            "Changes of the nf_tables tables the collector reads, as their change events reported them (rules, chains, sets, elements)",
+            m.rule_changes.clone(),
+        );
         let mut m = m;
         m.registry = registry;
         m
+    }
+
+    /// The grace period now (`kproxy_grace_seconds`).
+    pub fn set_grace(&self, grace: Duration) {
+        self.grace.set(grace.as_secs_f64());
     }
 
     /// Sets `kproxy_build_info`: one series, value 1.
@@ -223,6 +249,13 @@ impl Metrics {
     /// Says the node is not in sync because the last verify is too old to speak for it.
     pub fn stale(&self) {
         self.in_sync.set(0);
+    }
+
+    /// Counts one read of the node, and the rule changes reported before it.
+    pub fn node_read(&self, whole: bool, rule_changes: u64) {
+        let read = if whole { "whole" } else { "kept" };
+        self.node_reads.get_or_create(&ReadLabels { read }).inc();
+        self.rule_changes.inc_by(rule_changes);
     }
 
     /// Counts one repair outcome.

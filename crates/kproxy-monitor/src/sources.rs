@@ -4,13 +4,14 @@
 
 use kproxy_core::state::ClusterState;
 use kproxy_node::collect::NodeSnapshot;
+use kproxy_node::collect::events::{RuleEvents, Taken};
 use kproxy_node::collect::netns::HostRunner;
 use kproxy_node::collect::watch::ClusterWatch;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A boxed future (the parts are used as trait objects).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -73,28 +74,156 @@ pub trait ApiSource: Send + Sync {
     fn current(&self) -> Result<ApiView, String>;
     /// Completes at the next change (at once when one happened since the last call).
     fn changed(&self) -> BoxFuture<'_, ()>;
+    /// A number that changes when what can change `node`'s rules changes, made without
+    /// copying the state; `None` when the source has no such way (then
+    /// [`ApiView::fingerprint`] of [`ApiSource::current`] serves).
+    fn fingerprint(&self, _node: &str) -> Option<u64> {
+        None
+    }
+}
+
+/// One read of the node.
+#[derive(Debug, Clone)]
+pub struct NodeRead {
+    /// What the node's mode needs.
+    pub snapshot: NodeSnapshot,
+    /// Whether every output was read now; false when the rules' outputs were kept from an
+    /// earlier read that the change events say still stands for the node.
+    pub whole: bool,
+    /// Changes of the watched nf_tables tables the events reported before this read.
+    pub rule_changes: u64,
 }
 
 /// Reads the node's rules.
 pub trait NodeReader: Send + Sync {
     /// One read of everything the node's mode needs.
-    fn read(&self) -> BoxFuture<'_, Result<NodeSnapshot, String>>;
+    fn read(&self) -> BoxFuture<'_, Result<NodeRead, String>>;
+    /// Completes when the node's rules changed (never, for a reader that cannot tell).
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// The local collector ([`kproxy_node::collect::netns`]), each command limited to `timeout`.
+/// It follows the changes of the node's nf_tables rules ([`RuleEvents`]) and keeps what it read
+/// from nf_tables while they say nothing changed, for at most `full_read`; the rest (the legacy
+/// backend, ipsets, IPVS, conntrack: no events) is read every time.
 pub struct LocalReader {
     /// Where the commands run.
     pub runner: HostRunner,
     /// The limit of each command.
     pub timeout: Duration,
+    /// The longest time a read's nf_tables outputs are kept (`--full-read-interval`).
+    pub full_read: Duration,
+    events: Mutex<Option<Arc<RuleEvents>>>,
+    /// The last whole read the events covered, and when it started.
+    last: Mutex<Option<(NodeSnapshot, Instant)>>,
+}
+
+impl LocalReader {
+    /// A reader of the node `runner` runs commands on.
+    pub fn new(runner: HostRunner, timeout: Duration, full_read: Duration) -> LocalReader {
+        LocalReader {
+            runner,
+            timeout,
+            full_read,
+            events: Mutex::new(None),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The events, subscribed again when they are not running (not yet, or the socket failed);
+    /// why there are none when they cannot be started.
+    fn events(&self) -> Result<Arc<RuleEvents>, String> {
+        let mut slot = self
+            .events
+            .lock()
+            .map_err(|_| "the events' state is unreadable".to_string())?;
+        if let Some(e) = slot.as_ref() {
+            match e.stopped() {
+                None => return Ok(Arc::clone(e)),
+                // Said by this read; the next one subscribes again.
+                Some(why) => {
+                    *slot = None;
+                    return Err(why);
+                }
+            }
+        }
+        let e = Arc::new(RuleEvents::start(&self.runner)?);
+        *slot = Some(Arc::clone(&e));
+        Ok(e)
+    }
 }
 
 impl NodeReader for LocalReader {
-    fn read(&self) -> BoxFuture<'_, Result<NodeSnapshot, String>> {
+    fn read(&self) -> BoxFuture<'_, Result<NodeRead, String>> {
         Box::pin(async move {
-            kproxy_node::collect::netns::collect(&self.runner, self.timeout)
+            let mut no_events = None;
+            let taken = match self.events() {
+                Ok(e) => e.take(),
+                // The events stopped or cannot start: said (a collector's warning, printed
+                // once), and the node is read whole; the next read starts them again.
+                Err(why) => {
+                    no_events = Some(format!(
+                        "no change events of the node's nf_tables rules ({why}): the whole node is read for each verify"
+                    ));
+                    Taken {
+                        changed: true,
+                        untrusted: Some(why),
+                        ..Taken::default()
+                    }
+                }
+            };
+            let kept = self.last.lock().ok().and_then(|l| {
+                l.as_ref()
+                    .filter(|(_, at)| !taken.changed && at.elapsed() < self.full_read)
+                    .map(|(s, _)| s.clone())
+            });
+            if let Some(kept) = kept {
+                let kinds = kproxy_node::collect::nf_tables_kinds(&kept);
+                let snapshot = kproxy_node::collect::netns::collect_keeping(
+                    &self.runner,
+                    self.timeout,
+                    &kept,
+                    &kinds,
+                )
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+                return Ok(NodeRead {
+                    snapshot,
+                    whole: false,
+                    rule_changes: taken.changes,
+                });
+            }
+            let started = Instant::now();
+            let mut snapshot = kproxy_node::collect::netns::collect(&self.runner, self.timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            snapshot.warnings.extend(no_events);
+            if let Ok(mut l) = self.last.lock() {
+                // A read the events did not cover (they lost notifications, or were not
+                // subscribed yet) is not kept: the next one reads everything again.
+                *l = taken
+                    .untrusted
+                    .is_none()
+                    .then(|| (snapshot.clone(), started));
+            }
+            Ok(NodeRead {
+                snapshot,
+                whole: true,
+                rule_changes: taken.changes,
+            })
+        })
+    }
+
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        let events = self.events.lock().ok().and_then(|e| e.clone());
+        // Events that stopped complete `changed` once; the next read subscribes again.
+        Box::pin(async move {
+            match events {
+                Some(e) => e.changed().await,
+                None => std::future::pending().await,
+            }
         })
     }
 }
@@ -139,6 +268,18 @@ impl ApiSource for WatchSource {
 
     fn changed(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.watch.changed())
+    }
+
+    /// [`ClusterWatch::fingerprint`] (no copy of the stores, which [`ApiSource::current`]
+    /// makes) and the `--config` file's text.
+    fn fingerprint(&self, node: &str) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.watch.fingerprint(node).hash(&mut h);
+        if let Some(p) = &self.config_file {
+            read_text(p).ok()?.0.hash(&mut h);
+        }
+        Some(h.finish())
     }
 }
 

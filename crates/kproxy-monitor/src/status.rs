@@ -25,8 +25,8 @@ pub struct Shared {
     pub metrics: Metrics,
     last: RwLock<Last>,
     /// A verify older than this no longer speaks for the node (`kproxy_node_in_sync` 0,
-    /// `/readyz` 503).
-    stale_after: Duration,
+    /// `/readyz` 503); it holds the grace period, which kube-proxy's configuration may move.
+    stale_after: RwLock<Duration>,
 }
 
 /// RFC 3339 text of a wall-clock time.
@@ -37,7 +37,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 impl Shared {
-    /// Nothing verified yet; `stale_after` as [`Shared::stale_after`] says.
+    /// Nothing verified yet; a verify older than `stale_after` no longer speaks for the node.
     pub fn new(metrics: Metrics, stale_after: Duration) -> Shared {
         Shared {
             metrics,
@@ -47,8 +47,20 @@ impl Shared {
                 verified: None,
                 findings: None,
             }),
-            stale_after,
+            stale_after: RwLock::new(stale_after),
         }
+    }
+
+    /// The grace period moved from `old` to `new`: a verify gets as much longer (or shorter)
+    /// before it no longer speaks for the node.
+    pub fn grace_moved(&self, old: Duration, new: Duration) {
+        if let Ok(mut s) = self.stale_after.write() {
+            *s = s.saturating_sub(old) + new;
+        }
+    }
+
+    fn stale_after(&self) -> Duration {
+        self.stale_after.read().map_or(Duration::ZERO, |s| *s)
     }
 
     fn write(&self, f: impl FnOnce(&mut Last)) {
@@ -88,11 +100,12 @@ impl Shared {
     /// Whether the last successful verify is too old to speak for the node.
     fn stale(&self, last: &Last) -> Option<String> {
         let age = last.verified?.elapsed();
-        (age > self.stale_after).then(|| {
+        let stale_after = self.stale_after();
+        (age > stale_after).then(|| {
             format!(
                 "the last successful verify is {} old (more than {})",
                 kproxy_core::state::duration::format(Duration::from_secs(age.as_secs())),
-                kproxy_core::state::duration::format(self.stale_after)
+                kproxy_core::state::duration::format(stale_after)
             )
         })
     }

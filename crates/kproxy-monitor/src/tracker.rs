@@ -110,6 +110,12 @@ impl Tracker {
         self.grace
     }
 
+    /// Changes the grace period (kube-proxy's configuration changed); the differences keep
+    /// their first-seen times.
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
     /// The state after the last verify.
     pub fn state(&self) -> NodeState {
         self.state

@@ -45,6 +45,9 @@ pub enum ClientError {
     /// In-cluster configuration failed.
     #[error("loading the in-cluster configuration")]
     InCluster(#[source] kube::config::InClusterError),
+    /// A [`Retry::Bounded`] whose waits are not a valid backoff.
+    #[error("invalid retry policy: {0}")]
+    Retry(String),
     /// The client could not be built (TLS material, proxy, …).
     #[error("building the API client for {server}")]
     Build {
@@ -125,6 +128,30 @@ pub struct ClientOptions {
     pub user: Option<String>,
     /// `--request-timeout` as kubectl spells it (`0`, `30s`, `1m`; see [`parse_duration`]).
     pub request_timeout: String,
+    /// How requests the API server answers 429, 503 or 504 are retried.
+    pub retry: Retry,
+}
+
+/// How the client retries a request the API server answers 429, 503 or 504 (overloaded,
+/// unavailable, a gateway's time-out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Retry {
+    /// kube's own policy (`kube::client::retry::RetryPolicy::server_retry`): up to 15 retries,
+    /// the waits doubling up to 1000 s, a `Retry-After` honoured. The caller sees nothing
+    /// meanwhile: a one-shot command waits, and a watch keeps its old content without an error.
+    #[default]
+    Kube,
+    /// At most `retries` retries, the waits doubling from `first` up to `longest` (plus
+    /// jitter; a `Retry-After` is not followed), then the answer reaches the caller as an error.
+    /// For a watcher that must say when its content may be stale (the monitor).
+    Bounded {
+        /// Retries after the first answer.
+        retries: u32,
+        /// The first wait.
+        first: Duration,
+        /// The longest wait.
+        longest: Duration,
+    },
 }
 
 /// Builds a client (see the module docs for the resolution order).
@@ -184,10 +211,30 @@ async fn connect_with(global: &ClientOptions, retry: bool) -> Result<Connection,
         config.write_timeout = Some(t);
     }
     let server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(|source| ClientError::Build {
+    let build_error = |source| ClientError::Build {
         server: server.clone(),
         source,
-    })?;
+    };
+    let client = match global.retry {
+        Retry::Kube => kube::Client::try_from(config).map_err(build_error)?,
+        Retry::Bounded {
+            retries,
+            first,
+            longest,
+        } => {
+            use kube::client::retry::RetryPolicy;
+            config.default_retry = false;
+            let policy = RetryPolicy::new(first, longest, retries, false)
+                .map_err(|e| ClientError::Retry(e.to_string()))?;
+            // A retry sends the request again through the service below it, which must be
+            // cloneable: kube's stack is one boxed service, shared through a buffer.
+            kube::client::ClientBuilder::try_from(config)
+                .map_err(build_error)?
+                .with_layer(&tower::buffer::BufferLayer::new(1024))
+                .with_layer(&tower::retry::RetryLayer::new(policy))
+                .build()
+        }
+    };
     Ok(Connection { client, server })
 }
 

@@ -24,7 +24,7 @@ pub enum HostError {
     Failed {
         /// Program name.
         program: String,
-        /// Its exit code (-1 when killed by a signal).
+        /// Its exit code (128 + N when killed by signal N).
         code: i32,
         /// What it printed on stderr.
         stderr: String,
@@ -105,8 +105,8 @@ pub fn run_local(
 }
 
 /// [`run_local`] for tools whose exit status and stderr carry the answer (`conntrack -D` exits
-/// 1 when nothing matched and prints its count on stderr): the exit code (-1 when killed by a
-/// signal), stdout and stderr, whatever the exit status. The process runs in
+/// 1 when nothing matched and prints its count on stderr): the exit code (128 + N when killed by
+/// signal N), stdout and stderr, whatever the exit status. The process runs in
 /// [`crate::collect::local::run_blocking`].
 pub fn run_local_output(
     netns: Option<&str>,

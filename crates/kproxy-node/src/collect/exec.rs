@@ -200,11 +200,7 @@ impl PodExec {
                 }
             },
         };
-        Ok(CommandOutput {
-            exit_code,
-            stdout,
-            stderr,
-        })
+        Ok(CommandOutput::exited(exit_code, stdout, stderr))
     }
 }
 

@@ -91,11 +91,22 @@ async fn run_local(
         Err(_) => return Err(RunError::Timeout(timeout)),
         Ok(r) => r?,
     };
-    Ok(CommandOutput {
-        exit_code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    })
+    Ok(output_of(status, &stdout, &stderr))
+}
+
+/// A finished process's output; killed by signal N, its status is 128 + N as a shell says.
+fn output_of(status: std::process::ExitStatus, stdout: &[u8], stderr: &[u8]) -> CommandOutput {
+    use std::os::unix::process::ExitStatusExt;
+    let signal = status.signal();
+    CommandOutput {
+        exit_code: status
+            .code()
+            .or_else(|| signal.map(|n| 128 + n))
+            .unwrap_or(-1),
+        signal,
+        stdout: String::from_utf8_lossy(stdout).into_owned(),
+        stderr: String::from_utf8_lossy(stderr).into_owned(),
+    }
 }
 
 /// What a child printed on one stream ([`super::read_output`]).
@@ -125,8 +136,8 @@ pub fn hostname() -> Option<String> {
 }
 
 /// Runs `program args…` on this host to its end — inside the network namespace `netns` when
-/// given (`ip netns exec NAME …`) — with `stdin` piped to it when given: its exit code (-1 when
-/// killed by a signal), stdout and stderr, whatever the exit status. An error only when it could
+/// given (`ip netns exec NAME …`) — with `stdin` piped to it when given: its exit code (128 + N
+/// when killed by signal N) and signal, stdout and stderr, whatever the exit status. An error only when it could
 /// not be started or waited for.
 pub fn run_blocking(
     netns: Option<&str>,
@@ -187,11 +198,7 @@ pub fn run_blocking(
     };
     let stderr = errors.and_then(|t| t.join().ok()).unwrap_or_default();
     let status = child.wait()?;
-    Ok(CommandOutput {
-        exit_code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    })
+    Ok(output_of(status, &stdout, &stderr))
 }
 
 /// The pid of a kube-proxy process (`/proc/*/comm`) running in the network namespace whose

@@ -15,11 +15,14 @@
 //! [`bundle`] writes and reads a snapshot plus API state and configuration as one tar.gz;
 //! [`api`] lists the API state and kube-proxy's configuration, [`watch`] keeps watching them;
 //! [`fleet`] reads the monitor's node conditions and its agents' findings (`status`).
+//! [`events`] follows the changes of the node's nf_tables rules, so that a reader can keep
+//! what it read while nothing changed ([`collect_keeping`]).
 //! This module and `crate::kube_client` are the only code that runs programs or calls the API.
 
 pub mod api;
 pub mod bundle;
 pub mod debug_pod;
+pub mod events;
 pub mod exec;
 pub mod files;
 pub mod fleet;
@@ -232,12 +235,79 @@ pub const DUMP_COMMANDS: &[DumpCommand] = &[
 /// What running one command produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandOutput {
-    /// Exit status (0 = success).
+    /// Exit status (0 = success; 128 + N when signal N ended it, as a shell reports it).
     pub exit_code: i32,
+    /// The signal that ended the command, when the runner knows it (a local run).
+    pub signal: Option<i32>,
     /// Standard output.
     pub stdout: String,
     /// Standard error.
     pub stderr: String,
+}
+
+impl CommandOutput {
+    /// An output of a command that exited with `exit_code`.
+    pub fn exited(exit_code: i32, stdout: String, stderr: String) -> CommandOutput {
+        CommandOutput {
+            exit_code,
+            signal: None,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The signal that ended the command: the runner's word, else an exit status of 129–192,
+    /// which is how shells and container runtimes report one (`kubectl exec` says 139 for a
+    /// SIGSEGV); none of the dump commands exits above 128 by itself.
+    pub fn killed_by(&self) -> Option<i32> {
+        self.signal.or_else(|| {
+            (129..=192)
+                .contains(&self.exit_code)
+                .then(|| self.exit_code - 128)
+        })
+    }
+}
+
+/// The name of signal `n` (`SIGSEGV`), for messages.
+pub fn signal_name(n: i32) -> String {
+    let name = match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("signal {n}"),
+    };
+    format!("{name} (signal {n})")
+}
+
+/// The shell script of [`with_large_stack`]: the stack's soft limit raised to unlimited (else
+/// to the hard limit, when raising that is not allowed), then the command itself.
+const LARGE_STACK_SCRIPT: &str =
+    "ulimit -s unlimited 2>/dev/null || ulimit -s \"$(ulimit -H -s)\"; exec \"$0\" \"$@\"";
+
+/// `argv` run with the largest stack the node allows: `iptables-save` of iptables 1.8.x
+/// recurses deeply on a ruleset of tens of thousands of chains and dies of a SIGSEGV with the
+/// usual 8 MB stack, and succeeds with a larger one. A fixed script; `argv` stays argv
+/// (`"$0" "$@"`), never shell text.
+pub fn with_large_stack<'a>(argv: &[&'a str]) -> Vec<&'a str> {
+    let mut out = vec!["sh", "-c", LARGE_STACK_SCRIPT];
+    out.extend_from_slice(argv);
+    out
+}
+
+/// Where the program of `argv` is: after the [`with_large_stack`] wrapper, else first.
+pub fn program_index(argv: &[&str]) -> usize {
+    match argv {
+        ["sh", "-c", script, _, ..] if *script == LARGE_STACK_SCRIPT => 3,
+        _ => 0,
+    }
 }
 
 /// Why a command did not produce output.
@@ -315,6 +385,22 @@ pub enum CollectError {
         location: String,
         /// The limit.
         timeout: Duration,
+    },
+    /// A command was killed by a signal (also when read again with a larger stack): what it
+    /// printed before is not used.
+    #[error(
+        "`{command}` on {location} was killed by {signal}{again}: nothing it printed is used (a dump cut short would read as rules deleted)"
+    )]
+    Killed {
+        /// The command line.
+        command: String,
+        /// Where.
+        location: String,
+        /// The signal, named.
+        signal: String,
+        /// What became of the second try with an unlimited stack, when there was one
+        /// (`, and by SIGSEGV (signal 11) with an unlimited stack`).
+        again: String,
     },
     /// A required command exited non-zero.
     #[error("`{command}` on {location} exited with status {code}: {stderr}")]
@@ -444,11 +530,28 @@ pub async fn collect_with<R: CommandRunner>(
     collector: &str,
     timeout: Duration,
 ) -> Result<NodeSnapshot, CollectError> {
+    collect_keeping(runner, collector, timeout, &NodeSnapshot::default(), &[]).await
+}
+
+/// [`collect_with`], with the outputs of `kinds` taken from `kept` (an earlier snapshot of the
+/// same node that still stands for it: [`events`] said nothing changed) instead of running
+/// their commands again; the others are run.
+pub async fn collect_keeping<R: CommandRunner>(
+    runner: &R,
+    collector: &str,
+    timeout: Duration,
+    kept: &NodeSnapshot,
+    kinds: &[DumpKind],
+) -> Result<NodeSnapshot, CollectError> {
     let location = runner.location();
     let mut snap = NodeSnapshot {
         collector: collector.to_string(),
+        kube_proxy_image: kept.kube_proxy_image.clone(),
         ..NodeSnapshot::default()
     };
+    for kind in kinds {
+        *kind.slot(&mut snap) = kind.get(kept).map(str::to_string);
+    }
     let mut missing: Vec<&str> = Vec::new();
     for cmd in DUMP_COMMANDS {
         if cmd.kind.get(&snap).is_some() {
@@ -461,8 +564,19 @@ pub async fn collect_with<R: CommandRunner>(
             // Already reported (`nft` lists two tables).
             continue;
         }
-        let problem: CollectError = match runner.run(cmd.argv, timeout).await {
-            Ok(out) if out.exit_code == 0 => match check_shape(cmd.kind, &out.stdout) {
+        if let Some(text) = same_backend_as_main(cmd.kind, &snap) {
+            *cmd.kind.slot(&mut snap) = Some(text);
+            continue;
+        }
+        let problem: CollectError = match run_surviving_crash(runner, cmd, timeout, &mut snap).await
+        {
+            Ok((out, again)) if out.killed_by().is_some() => CollectError::Killed {
+                command: line.clone(),
+                location: location.clone(),
+                signal: signal_name(out.killed_by().unwrap_or_default()),
+                again,
+            },
+            Ok((out, _)) if out.exit_code == 0 => match check_shape(cmd.kind, &out.stdout) {
                 Ok(()) => {
                     *cmd.kind.slot(&mut snap) = Some(out.stdout);
                     continue;
@@ -475,11 +589,11 @@ pub async fn collect_with<R: CommandRunner>(
                     excerpt,
                 },
             },
-            Ok(out) if out.exit_code == 127 => CollectError::BinaryMissing {
+            Ok((out, _)) if out.exit_code == 127 => CollectError::BinaryMissing {
                 program: program.to_string(),
                 location: location.clone(),
             },
-            Ok(out) => CollectError::CommandFailed {
+            Ok((out, _)) => CollectError::CommandFailed {
                 command: line.clone(),
                 location: location.clone(),
                 code: out.exit_code,
@@ -513,6 +627,104 @@ pub async fn collect_with<R: CommandRunner>(
         }
     }
     Ok(snap)
+}
+
+/// The outputs of `snap` that [`events`] covers: those read from nf_tables — kube-proxy's
+/// nftables tables, `iptables-nft-save`, and `iptables-save`/`ip6tables-save` when their header
+/// says `(nf_tables)`. The others (the legacy backend, ipsets, IPVS, conntrack) change without
+/// an event and must be read every time.
+pub fn nf_tables_kinds(snap: &NodeSnapshot) -> Vec<DumpKind> {
+    let nf_tables = |text: &str| {
+        text.lines()
+            .take_while(|l| l.starts_with('#'))
+            .any(|l| l.starts_with("# Generated by") && l.contains("(nf_tables)"))
+    };
+    DumpKind::ALL
+        .into_iter()
+        .filter(|k| match (k, k.get(snap)) {
+            (_, None) => false,
+            (DumpKind::NftKubeProxy | DumpKind::NftKubeProxy6 | DumpKind::IptablesNftSave, _) => {
+                true
+            }
+            (DumpKind::IptablesSave | DumpKind::Ip6tablesSave, Some(t)) => nf_tables(t),
+            _ => false,
+        })
+        .collect()
+}
+
+/// The backend `iptables-save` read, from its header (`# Generated by iptables-save v1.8.9
+/// (nf_tables) on …`): `nf_tables` or `legacy`; `None` without a header (no tables at all).
+fn save_backend(text: &str) -> Option<&str> {
+    let header = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .find(|l| l.starts_with("# Generated by iptables"))?;
+    let (_, rest) = header.split_once(" (")?;
+    let (backend, _) = rest.split_once(')')?;
+    matches!(backend, "nf_tables" | "legacy").then_some(backend)
+}
+
+/// The text of `iptables-save` for the backend-specific save of the same backend
+/// (`iptables-nft-save` when `iptables-save` read nf_tables): the same tables, and on a large
+/// node the same half a minute or more of CPU to read them again.
+fn same_backend_as_main(kind: DumpKind, snap: &NodeSnapshot) -> Option<String> {
+    let main = snap.iptables_save.as_deref()?;
+    let backend = match kind {
+        DumpKind::IptablesNftSave => "nf_tables",
+        DumpKind::IptablesLegacySave => "legacy",
+        _ => return None,
+    };
+    (save_backend(main) == Some(backend)).then(|| main.to_string())
+}
+
+/// Whether `kind` is the output of an `iptables-save` (of either family or backend).
+fn is_save(kind: DumpKind) -> bool {
+    matches!(
+        kind,
+        DumpKind::IptablesSave
+            | DumpKind::Ip6tablesSave
+            | DumpKind::IptablesLegacySave
+            | DumpKind::IptablesNftSave
+    )
+}
+
+/// Runs `cmd`; an `iptables-save` killed by a signal (the stack overflow of a huge ruleset) is
+/// run once more with the largest stack the node allows ([`with_large_stack`]), and the
+/// snapshot says so when that reads it. Otherwise the output of the first run comes back,
+/// with what became of the second one (`, and again …`) for the caller's message: a killed
+/// run's output is never used.
+async fn run_surviving_crash<R: CommandRunner>(
+    runner: &R,
+    cmd: &DumpCommand,
+    timeout: Duration,
+    snap: &mut NodeSnapshot,
+) -> Result<(CommandOutput, String), RunError> {
+    let out = runner.run(cmd.argv, timeout).await?;
+    let Some(signal) = out.killed_by().filter(|_| is_save(cmd.kind)) else {
+        return Ok((out, String::new()));
+    };
+    let again = match runner.run(&with_large_stack(cmd.argv), timeout).await {
+        Ok(a) if a.exit_code == 0 => {
+            snap.warnings.push(format!(
+                "`{}` on {} was killed by {} with the default stack (iptables-save overflows it on a very large ruleset); read again with an unlimited stack",
+                cmd.argv.join(" "),
+                runner.location(),
+                signal_name(signal)
+            ));
+            return Ok((a, String::new()));
+        }
+        Ok(a) => match a.killed_by() {
+            Some(n) => format!(", and by {} with an unlimited stack", signal_name(n)),
+            None => format!(
+                ", and run with an unlimited stack it exited with status {}: {}",
+                a.exit_code,
+                shorten(a.stderr.trim(), 200)
+            ),
+        },
+        Err(RunError::Fatal(e)) => return Err(RunError::Fatal(e)),
+        Err(e) => format!(", and run with an unlimited stack: {e}"),
+    };
+    Ok((out, again))
 }
 
 /// Checks that `text` looks like the output of the command filling `kind`; on failure returns
@@ -701,6 +913,192 @@ mod tests {
         assert!(!holds_kube_proxy_table(
             "table inet kube-proxy-other {\n}\n"
         ));
+    }
+
+    /// Runs a stand-in for `iptables-save` (the other commands are missing) through the real
+    /// local runner: `script` gets the argv's words after the program.
+    struct SaveScript {
+        script: std::path::PathBuf,
+        calls: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl CommandRunner for SaveScript {
+        fn location(&self) -> String {
+            "the test".into()
+        }
+
+        async fn run(&self, argv: &[&str], timeout: Duration) -> Result<CommandOutput, RunError> {
+            if let Ok(mut c) = self.calls.lock() {
+                c.push(argv.join(" "));
+            }
+            let at = program_index(argv);
+            if argv.get(at) != Some(&"iptables-save") {
+                return Err(RunError::Missing {
+                    program: argv.get(at).copied().unwrap_or_default().into(),
+                });
+            }
+            let script = self.script.to_string_lossy().into_owned();
+            let mut real: Vec<&str> = argv.to_vec();
+            real[at] = &script;
+            local::LocalRunner.run(&real, timeout).await
+        }
+
+        async fn run_with_stdin(
+            &self,
+            argv: &[&str],
+            _stdin: &[u8],
+            timeout: Duration,
+        ) -> Result<CommandOutput, RunError> {
+            self.run(argv, timeout).await
+        }
+    }
+
+    fn save_script(body: &str) -> (tempfile::TempDir, SaveScript) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("iptables-save");
+        std::fs::write(&script, format!("#!/bin/sh\n{body}")).expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let runner = SaveScript {
+            script,
+            calls: Default::default(),
+        };
+        (dir, runner)
+    }
+
+    const DUMP: &str = "printf '*nat\\n:KUBE-SERVICES - [0:0]\\nCOMMIT\\n'\n";
+
+    #[tokio::test]
+    async fn a_save_killed_by_its_stack_is_read_again_with_an_unlimited_one() {
+        // As iptables-save 1.8.9 on a huge ruleset: half a dump, then a SIGSEGV, unless the
+        // stack is unlimited.
+        let (_dir, runner) = save_script(&format!(
+            "if [ \"$(ulimit -s)\" != unlimited ]; then printf '*nat\\n'; kill -SEGV $$; fi\n{DUMP}"
+        ));
+        let snap = collect_with(&runner, "test", Duration::from_secs(10))
+            .await
+            .expect("read again");
+        assert_eq!(
+            snap.iptables_save.as_deref(),
+            Some("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n")
+        );
+        assert!(
+            snap.warnings
+                .iter()
+                .any(|w| w.contains("killed by SIGSEGV (signal 11)")
+                    && w.contains("unlimited stack")),
+            "{:?}",
+            snap.warnings
+        );
+        let calls = runner.calls.lock().map(|c| c.clone()).unwrap_or_default();
+        assert_eq!(calls[0], "iptables-save");
+        assert!(
+            calls[1].starts_with("sh -c ulimit -s unlimited"),
+            "{calls:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_save_killed_every_time_is_an_error_never_a_dump() {
+        let (_dir, runner) = save_script("printf '*nat\\nCOMMIT\\n'; kill -SEGV $$\n");
+        let e = collect_with(&runner, "test", Duration::from_secs(10))
+            .await
+            .expect_err("no dump");
+        let text = e.to_string();
+        assert!(matches!(e, CollectError::Killed { .. }), "{text}");
+        assert!(
+            text.contains(
+                "killed by SIGSEGV (signal 11), and by SIGSEGV (signal 11) with an unlimited stack"
+            ),
+            "{text}"
+        );
+        // A command that is not a save is not run again.
+        let out = CommandOutput::exited(137, String::new(), String::new());
+        assert_eq!(out.killed_by(), Some(9));
+        assert_eq!(
+            CommandOutput::exited(2, String::new(), String::new()).killed_by(),
+            None
+        );
+    }
+
+    #[test]
+    fn only_nf_tables_outputs_are_covered_by_events() {
+        let snap = NodeSnapshot {
+            iptables_save: Some(
+                "# Generated by iptables-save v1.8.9 (nf_tables) on Sun Dec  6 02:00:00 2026\n*nat\nCOMMIT\n".into(),
+            ),
+            ip6tables_save: Some(
+                "# Generated by ip6tables-save v1.8.9 (legacy) on Sun Dec  6 02:00:00 2026\n*nat\nCOMMIT\n".into(),
+            ),
+            iptables_legacy_save: Some(String::new()),
+            iptables_nft_save: Some("*nat\nCOMMIT\n".into()),
+            ipset_save: Some(String::new()),
+            conntrack: Some(String::new()),
+            nft_kube_proxy: Some(String::new()),
+            ..NodeSnapshot::default()
+        };
+        assert_eq!(
+            nf_tables_kinds(&snap),
+            [
+                DumpKind::IptablesSave,
+                DumpKind::IptablesNftSave,
+                DumpKind::NftKubeProxy
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_backend_iptables_save_read_is_not_read_twice() {
+        let (_dir, runner) = save_script(
+            "echo '# Generated by iptables-save v1.8.9 (nf_tables) on Sun Dec  6 02:00:00 2026'; echo '*nat'; echo COMMIT\n",
+        );
+        let snap = collect_with(&runner, "test", Duration::from_secs(10))
+            .await
+            .expect("collect");
+        assert_eq!(snap.iptables_nft_save, snap.iptables_save);
+        assert!(snap.iptables_save.is_some());
+        // The other backend is still run (missing here, so absent).
+        assert_eq!(snap.iptables_legacy_save, None);
+        let calls = runner.calls.lock().map(|c| c.clone()).unwrap_or_default();
+        assert!(
+            calls.iter().any(|c| c == "iptables-legacy-save"),
+            "{calls:?}"
+        );
+        assert!(!calls.iter().any(|c| c == "iptables-nft-save"), "{calls:?}");
+        assert_eq!(
+            save_backend("# Generated by iptables-save v1.8.7 (legacy) on x\n*nat\n"),
+            Some("legacy")
+        );
+        assert_eq!(
+            save_backend("# Generated by iptables-save v1.8.7 on x\n*nat\n"),
+            None
+        );
+        assert_eq!(save_backend("*nat\nCOMMIT\n"), None);
+    }
+
+    #[tokio::test]
+    async fn kept_outputs_are_not_read_again() {
+        let (_dir, runner) = save_script("echo '*nat'; echo COMMIT\n");
+        let kept = NodeSnapshot {
+            iptables_save: Some("*filter\nCOMMIT\n".into()),
+            ..NodeSnapshot::default()
+        };
+        let snap = collect_keeping(
+            &runner,
+            "test",
+            Duration::from_secs(10),
+            &kept,
+            &[DumpKind::IptablesSave],
+        )
+        .await
+        .expect("collect");
+        assert_eq!(snap.iptables_save, kept.iptables_save);
+        let calls = runner.calls.lock().map(|c| c.clone()).unwrap_or_default();
+        assert!(!calls.iter().any(|c| c == "iptables-save"), "{calls:?}");
+        let fresh = collect_keeping(&runner, "test", Duration::from_secs(10), &kept, &[])
+            .await
+            .expect("collect");
+        assert_eq!(fresh.iptables_save.as_deref(), Some("*nat\nCOMMIT\n"));
     }
 
     #[test]

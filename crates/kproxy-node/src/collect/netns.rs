@@ -19,17 +19,18 @@ pub struct HostRunner {
 
 impl HostRunner {
     /// The argv as it is run: the backend's save command, inside the namespace.
-    fn argv<'a>(&'a self, argv: &[&'a str]) -> Vec<&'a str> {
+    pub(super) fn argv<'a>(&'a self, argv: &[&'a str]) -> Vec<&'a str> {
         let mut out: Vec<&str> = Vec::with_capacity(argv.len() + 4);
         if let Some(ns) = &self.netns {
             out.extend(["ip", "netns", "exec", ns.as_str()]);
         }
+        let program = super::program_index(argv);
         for (i, word) in argv.iter().enumerate() {
-            out.push(match (i, *word, self.backend) {
-                (0, "iptables-save", Some("nft")) => "iptables-nft-save",
-                (0, "iptables-save", Some("legacy")) => "iptables-legacy-save",
-                (0, "ip6tables-save", Some("nft")) => "ip6tables-nft-save",
-                (0, "ip6tables-save", Some("legacy")) => "ip6tables-legacy-save",
+            out.push(match (i == program, *word, self.backend) {
+                (true, "iptables-save", Some("nft")) => "iptables-nft-save",
+                (true, "iptables-save", Some("legacy")) => "iptables-legacy-save",
+                (true, "ip6tables-save", Some("nft")) => "ip6tables-nft-save",
+                (true, "ip6tables-save", Some("legacy")) => "ip6tables-legacy-save",
                 (_, w, _) => w,
             });
         }
@@ -90,13 +91,29 @@ impl CommandRunner for HostRunner {
     }
 }
 
+impl HostRunner {
+    /// The collector's name in reports: `local`, `local, netns NAME`.
+    fn collector(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!("local, netns {ns}"),
+            None => "local".to_string(),
+        }
+    }
+}
+
 /// The `local` collector run through `runner`.
 pub async fn collect(runner: &HostRunner, timeout: Duration) -> Result<NodeSnapshot, CollectError> {
-    let name = match &runner.netns {
-        Some(ns) => format!("local, netns {ns}"),
-        None => "local".to_string(),
-    };
-    super::collect_with(runner, &name, timeout).await
+    super::collect_with(runner, &runner.collector(), timeout).await
+}
+
+/// [`collect`], keeping the outputs of `kinds` from `kept` ([`super::collect_keeping`]).
+pub async fn collect_keeping(
+    runner: &HostRunner,
+    timeout: Duration,
+    kept: &NodeSnapshot,
+    kinds: &[super::DumpKind],
+) -> Result<NodeSnapshot, CollectError> {
+    super::collect_keeping(runner, &runner.collector(), timeout, kept, kinds).await
 }
 
 #[cfg(test)]
@@ -132,15 +149,19 @@ mod tests {
             HostRunner::default().argv(&["ipset", "save"]),
             ["ipset", "save"]
         );
+        // The save command run again with a large stack is the backend's too.
+        let wrapped = r.argv(&super::super::with_large_stack(&["iptables-save"]));
+        assert_eq!(wrapped[..6], ["ip", "netns", "exec", "kpt-x", "sh", "-c"]);
+        assert_eq!(wrapped.last(), Some(&"iptables-legacy-save"));
     }
 
     #[test]
     fn a_program_ip_cannot_start_is_missing() {
-        let out = CommandOutput {
-            exit_code: 1,
-            stdout: String::new(),
-            stderr: "exec of \"ipvsadm\" failed: No such file or directory\n".into(),
-        };
+        let out = CommandOutput::exited(
+            1,
+            String::new(),
+            "exec of \"ipvsadm\" failed: No such file or directory\n".into(),
+        );
         assert_eq!(
             missing_in_netns(&["ipvsadm"], &out).as_deref(),
             Some("ipvsadm")

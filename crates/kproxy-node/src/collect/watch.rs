@@ -8,7 +8,7 @@ use super::api::{ServiceCidrApi, service_cidr_api, service_cidr_from_beta};
 use crate::kube_client::{ApiError, Connection};
 use crate::state::ClusterState;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::{v1, v1beta1};
 use kube::Api;
@@ -19,7 +19,8 @@ use tokio::sync::Notify;
 
 /// The watches of Services, EndpointSlices, Nodes and ServiceCIDRs. Deletions are seen because
 /// the reflector stores drop deleted objects, and a re-list after a broken watch replaces a
-/// store's content.
+/// store's content. The stores keep what kube-proxy reads of each object ([`lean_meta`],
+/// [`lean_node`]).
 pub struct ClusterWatch {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
@@ -71,11 +72,13 @@ impl ClusterWatch {
             Some(ServiceCidrApi::V1) => ServiceCidrs::V1(spawn_reflector(
                 Api::all(client.clone()),
                 all(),
+                lean_meta,
                 watch("servicecidrs"),
             )),
             Some(ServiceCidrApi::V1beta1) => ServiceCidrs::V1beta1(spawn_reflector(
                 Api::all(client.clone()),
                 all(),
+                lean_meta,
                 watch("servicecidrs"),
             )),
             None => ServiceCidrs::Absent,
@@ -83,20 +86,22 @@ impl ClusterWatch {
         let config = configmap.map(|(namespace, name)| {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
             let only = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            spawn_reflector(api, only, watch("configmaps"))
+            spawn_reflector(api, only, lean_meta, watch("configmaps"))
         });
         Ok(ClusterWatch {
             services: spawn_reflector(
                 Api::<Service>::all(client.clone()),
                 all(),
+                lean_meta,
                 watch("services"),
             ),
             slices: spawn_reflector(
                 Api::<EndpointSlice>::all(client.clone()),
                 all(),
+                lean_meta,
                 watch("endpointslices"),
             ),
-            nodes: spawn_reflector(Api::<Node>::all(client), all(), watch("nodes")),
+            nodes: spawn_reflector(Api::<Node>::all(client), all(), lean_node, watch("nodes")),
             service_cidrs,
             config,
             changed,
@@ -163,6 +168,50 @@ impl ClusterWatch {
         state
     }
 
+    /// A number that changes when what kube-proxy reads for `node` changes, without copying the
+    /// stores: each Service's, EndpointSlice's and ServiceCIDR's name and resourceVersion (its whole content
+    /// when it has none), and that node's labels, pod CIDRs and addresses (kube-proxy reads
+    /// nothing else of Nodes; other nodes' heartbeats change nothing here). The order the stores
+    /// list their objects in does not count.
+    pub fn fingerprint(&self, node: &str) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        fn of<K: kube::Resource + serde::Serialize + Clone>(store: &Store<K>) -> u64
+        where
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            store.state().iter().fold(0u64, |sum, o| {
+                let mut h = DefaultHasher::new();
+                let meta = o.meta();
+                (&meta.namespace, &meta.name).hash(&mut h);
+                match &meta.resource_version {
+                    Some(rv) => rv.hash(&mut h),
+                    None => serde_json::to_string(&**o).unwrap_or_default().hash(&mut h),
+                }
+                sum.wrapping_add(h.finish())
+            })
+        }
+        let mut h = DefaultHasher::new();
+        of(&self.services).hash(&mut h);
+        of(&self.slices).hash(&mut h);
+        match &self.service_cidrs {
+            ServiceCidrs::V1(store) => of(store).hash(&mut h),
+            ServiceCidrs::V1beta1(store) => of(store).hash(&mut h),
+            ServiceCidrs::Absent => {}
+        }
+        for n in self.nodes.state() {
+            if n.metadata.name.as_deref() == Some(node) {
+                let own = (
+                    &n.metadata.labels,
+                    n.spec.as_ref().map(|s| (&s.pod_cidr, &s.pod_cidrs)),
+                    n.status.as_ref().map(|s| &s.addresses),
+                );
+                serde_json::to_string(&own).unwrap_or_default().hash(&mut h);
+            }
+        }
+        self.config_text().hash(&mut h);
+        h.finish()
+    }
+
     /// Completes at the next change (an added, updated or deleted object, a completed re-list),
     /// or at once when one happened since the last call.
     pub async fn changed(&self) {
@@ -177,6 +226,34 @@ where
     store.state().iter().map(|o| (**o).clone()).collect()
 }
 
+/// Drops what no reader of the watched state uses from an object before the store keeps it:
+/// the server's field-management records and `kubectl apply`'s copy of the object (each as
+/// large as the rest of it). Other annotations stay: kube-proxy reads some (topology mode).
+fn lean_meta<K: kube::Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// [`lean_meta`], and of a Node only what kube-proxy reads of it (its `NodeManager` and
+/// topology code): labels, `spec.podCIDR(s)` and `status.addresses`. The rest of a Node (its
+/// images, conditions, capacity, heartbeats) is most of its size, and a cluster has thousands.
+fn lean_node(node: &mut Node) {
+    lean_meta(node);
+    node.metadata.annotations = None;
+    node.spec = node.spec.take().map(|s| NodeSpec {
+        pod_cidr: s.pod_cidr,
+        pod_cidrs: s.pod_cidrs,
+        ..NodeSpec::default()
+    });
+    node.status = node.status.take().map(|s| NodeStatus {
+        addresses: s.addresses,
+        ..NodeStatus::default()
+    });
+}
+
 /// Where a watch reports: its name in messages, the change notification, the problems list.
 struct Feed {
     what: &'static str,
@@ -185,10 +262,15 @@ struct Feed {
 }
 
 /// Spawns a reflector for `api` (watched as `config` says: a field selector) and returns its
-/// store; every change (an added, updated or deleted object, a completed re-list) pokes the
-/// feed's notification, and a failing watch leaves its last error in the feed's problems until
-/// its next event.
-fn spawn_reflector<K>(api: Api<K>, config: watcher::Config, feed: Feed) -> Store<K>
+/// store, keeping each object as `lean` leaves it; every change (an added, updated or deleted
+/// object, a completed re-list) pokes the feed's notification, and a failing watch leaves its
+/// last error in the feed's problems until its next event.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    lean: fn(&mut K),
+    feed: Feed,
+) -> Store<K>
 where
     K: kube::Resource
         + Clone
@@ -205,7 +287,7 @@ where
         problems,
     } = feed;
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config).modify(lean)).default_backoff();
     let set_problem = move |problem: Option<String>| {
         if let Ok(mut p) = problems.lock() {
             p.retain(|(w, _)| *w != what);
@@ -238,4 +320,66 @@ where
         }
     });
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerImage, NodeAddress};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[test]
+    fn a_node_keeps_what_kube_proxy_reads() {
+        let mut n = Node::default();
+        n.metadata.name = Some("node-1".into());
+        n.metadata.labels = Some([("topology.kubernetes.io/zone".into(), "a".into())].into());
+        n.metadata.annotations = Some([("node.alpha.kubernetes.io/ttl".into(), "0".into())].into());
+        n.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        n.spec = Some(NodeSpec {
+            pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
+            provider_id: Some("aws:///i-1".into()),
+            ..NodeSpec::default()
+        });
+        n.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: "192.168.77.2".into(),
+            }]),
+            images: Some(vec![ContainerImage::default()]),
+            ..NodeStatus::default()
+        });
+        lean_node(&mut n);
+        let v = serde_json::to_value(&n).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "a"}},
+                "spec": {"podCIDRs": ["10.244.1.0/24"]},
+                "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.2"}]},
+            })
+        );
+
+        let mut svc = Service::default();
+        svc.metadata.annotations = Some(
+            [
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".into(),
+                    "{}".into(),
+                ),
+                ("service.kubernetes.io/topology-mode".into(), "Auto".into()),
+            ]
+            .into(),
+        );
+        svc.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        lean_meta(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        assert_eq!(
+            svc.metadata
+                .annotations
+                .map(|a| a.into_keys().collect::<Vec<_>>()),
+            Some(vec!["service.kubernetes.io/topology-mode".to_string()])
+        );
+    }
 }

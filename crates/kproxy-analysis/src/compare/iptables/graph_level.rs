@@ -66,7 +66,14 @@ impl<'a> Comparison<'a> {
         message: String,
     ) -> &mut Finding {
         self.explained.services.insert(e.name.to_string());
-        self.explained.chains.insert(bare_chain(chain).to_string());
+        // A shared chain (KUBE-SERVICES, KUBE-NODEPORTS, …) holds every Service's rules: a
+        // finding of this port there explains this port's rules (by its name, above), not the
+        // other Services' in it. Their findings do not depend on this port's, so a verify of
+        // some Services finds for them what the whole verify finds (`super::scope`).
+        let bare = bare_chain(chain);
+        if crate::graph::ownership::service_chain(bare).is_some() {
+            self.explained.chains.insert(bare.to_string());
+        }
         self.out.push(
             check
                 .finding(message)
@@ -1221,7 +1228,11 @@ fn anomalies(comparison: &mut Comparison<'_>, graph: &ServiceGraph, expected: &[
         }
     }
     for ((table, chain), (n, service)) in dups {
-        comparison.explained.chains.insert(chain.clone());
+        // In a shared chain the copies are one Service's rules among the others': the rule
+        // level names the extra copy by its Service, and the others' findings stay theirs.
+        if crate::graph::ownership::service_chain(&chain).is_some() {
+            comparison.explained.chains.insert(chain.clone());
+        }
         let mut f = cat::DUPLICATE_RULES
             .finding(format!("{table} {chain}: a rule appears {n} times"))
             .chain(format!("{table} {chain}"))

@@ -8,6 +8,7 @@ pub mod graph_level;
 pub mod nodewide;
 pub mod rule_level;
 pub mod run;
+pub mod scope;
 
 pub use run::{
     DumpText, NodePlans, ReleaseCheck, VerifyError, VerifyInput, WriterRelease, verify,

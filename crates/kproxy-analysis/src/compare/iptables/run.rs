@@ -185,6 +185,23 @@ impl NodePlans {
         })
     }
 
+    /// Puts every plan in kube-proxy's large-cluster mode or out of it (no comments on
+    /// endpoint rules past 1,000 endpoints): a plan of part of the state
+    /// ([`super::scope`]) takes the whole state's mode.
+    pub fn set_large_cluster(&mut self, large: bool) {
+        if let Some(planned) = self.planned.get_mut() {
+            for plan in &mut planned.plans {
+                plan.large_cluster_mode = large;
+            }
+        }
+    }
+
+    /// Whether every plan is in large-cluster mode (none made yet: not).
+    pub fn large_cluster(&self) -> bool {
+        let plans = &self.planned().plans;
+        !plans.is_empty() && plans.iter().all(|p| p.large_cluster_mode)
+    }
+
     /// Whether `family` was planned (a dump of that family was given).
     pub fn has(&self, family: IpFamily) -> bool {
         self.families.contains(&family)

@@ -647,3 +647,60 @@ fn cli_exit_status_and_table_summary() {
     let out = run(&v4);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A rule no kube-proxy release writes on a service port's path (a newer kube-proxy's layout,
+/// say): verify names it (KP406), concludes nothing of that port — no "endpoint not reached",
+/// no "stale" endpoint chain — and exits 2; repair refuses to rewrite it (unless `--force`).
+#[test]
+fn rules_this_build_does_not_know_are_said_not_judged() {
+    let dump = std::fs::read_to_string(repo("testdata/dumps/cluster.legacy-c.save")).expect("dump");
+    let jump = "-m comment --comment \"shop/search:http -> 10.244.1.60:9200\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-REMNJM74BPC7T4L2";
+    assert!(dump.contains(jump), "the testdata dump changed");
+    let unknown = dump
+        .replace(
+            jump,
+            "-m statistic --mode random --probability 0.50000000000 -j KUBE-LB-NEWFORM",
+        )
+        .replace(
+            ":KUBE-SVC-GTJZQLNV22BQ36AO - [0:0]\n",
+            ":KUBE-SVC-GTJZQLNV22BQ36AO - [0:0]\n:KUBE-LB-NEWFORM - [0:0]\n",
+        );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("unknown.save");
+    std::fs::write(&file, unknown).expect("write");
+    let run = |args: &[&str]| {
+        Command::cargo_bin("kubectl-kproxy")
+            .expect("binary")
+            .args(args)
+            .arg("--iptables-save")
+            .arg(&file)
+            .arg("--state")
+            .arg(repo("testdata/cluster/state.json"))
+            .arg("--config")
+            .arg(repo("testdata/cluster/config.yaml"))
+            .args(["--node", "node-1"])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run")
+    };
+    let out = run(&["verify", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["summary"]["unchecked"], 1, "{report:#}");
+    let about_search: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["service"] == "shop/search:http")
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert_eq!(about_search, ["KP406"], "{report:#}");
+
+    let out = run(&["repair"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("refusal: the node's kube-proxy chains hold rules this build does not know (rule `-m statistic --mode random --probability 0.50000000000 -j KUBE-LB-NEWFORM` in chain KUBE-SVC-GTJZQLNV22BQ36AO"),
+        "{text}"
+    );
+}

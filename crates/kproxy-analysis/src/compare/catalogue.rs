@@ -241,6 +241,11 @@ checks! {
     STALE_CHAIN_LARGE_CLUSTER = "KP405", Info,
         "unreferenced chain kept by large-cluster mode", "F22",
         "kube-proxy garbage-collects stale chains at most once per syncPeriod in large clusters; no action needed";
+    /// A service port's path holds rules no release this build knows writes: nothing is
+    /// concluded of that port (its endpoints, its chains, the rules that differ).
+    UNKNOWN_RULES = "KP406", Warning,
+        "rules on a service port's path this build does not know (a newer kube-proxy's layout?); that service port not checked", "F02, F07",
+        "the node's kube-proxy may be newer than this build: verify with a kubectl-kproxy that knows its release; if another program wrote these rules, find it before repairing";
 
     // ---- KP9xx: rule level ----
     /// A rule kube-proxy would write is missing.

@@ -149,9 +149,43 @@ pub fn refusals(input: &GuardInput, current: &Ruleset<'_>) -> Vec<String> {
         out.push("the node's rules are IPVS-mode rules (KUBE-LOAD-BALANCER/KUBE-NODE-PORT present, no KUBE-SVC chains)".into());
     }
     out.extend(unreadable_refusal(current));
+    out.extend(unknown_refusal(current));
     out.extend(input.facts.age_refusal());
     out.extend(input.facts.writer_refusal());
     out
+}
+
+/// The refusal when a service port's path in the node's rules holds rules no kube-proxy
+/// release this build knows writes (verify's KP406): the node's kube-proxy may be newer than
+/// this build, and a plan from the rules this build knows would rewrite them.
+pub fn unknown_refusal(current: &Ruleset<'_>) -> Option<String> {
+    use crate::graph::iptables::{DumpSummary, build_ruleset};
+    let graph = build_ruleset(
+        current,
+        &DumpSummary::default(),
+        &crate::graph::GraphOptions {
+            comparison_only: true,
+            ..Default::default()
+        },
+    );
+    let unknown: Vec<String> = graph
+        .service_ports
+        .iter()
+        .flat_map(|p| &p.unknown_layout)
+        .map(crate::graph::UnknownObject::describe)
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 3;
+    let mut list = unknown.iter().take(SHOWN).cloned().collect::<Vec<_>>();
+    if unknown.len() > SHOWN {
+        list.push(format!("and {} more", unknown.len() - SHOWN));
+    }
+    Some(format!(
+        "the node's kube-proxy chains hold rules this build does not know ({}): the node's kube-proxy may be newer than this build, and a repair planned from the rules this build knows would rewrite them",
+        list.join(", ")
+    ))
 }
 
 /// The refusal when some of the node's rules are unreadable by this host's iptables.

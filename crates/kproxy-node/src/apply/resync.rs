@@ -43,6 +43,9 @@ pub enum ResyncError {
     /// A sync's plan named objects that are not kube-proxy's; nothing was written.
     #[error("refusing to write a plan that is not kube-proxy's: {}", .0.join("; "))]
     NotKubeProxys(Vec<String>),
+    /// The node's kube-proxy chains hold rules this build does not know.
+    #[error("refusing to sync: {0}")]
+    UnknownLayout(String),
 }
 
 /// Builds the node facts from the current state (node IPs may change while the loop runs).
@@ -142,6 +145,9 @@ fn sync_iptables(
     let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;
     let saved = opts.host.save(false)?;
     let current = Ruleset::parse(&saved, &ParseOptions::default())?;
+    if let Some(why) = crate::apply::guard::unknown_refusal(&current) {
+        return Err(ResyncError::UnknownLayout(why).into());
+    }
     let p = plan(&expected, &current, full);
     // Whatever the render asked for, only kube-proxy's chains and jumps are written.
     let refused = check_plan(&p, Proxier::Iptables);

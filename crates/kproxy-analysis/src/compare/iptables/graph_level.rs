@@ -24,6 +24,9 @@ pub struct Explained {
     pub chains: HashSet<String>,
     /// Service port names (`ns/name:port`) whose rules' differences are explained.
     pub services: HashSet<String>,
+    /// Service port names not checked: their path holds rules this build does not know
+    /// (KP406), so nothing is concluded of them — neither here nor at the rule level.
+    pub unchecked: HashSet<String>,
 }
 
 /// What the graph level needs besides the expected ports and the graph.
@@ -196,11 +199,49 @@ fn compare_split(
         comparison.out.append(&mut out);
         comparison.explained.chains.extend(explained.chains);
         comparison.explained.services.extend(explained.services);
+        comparison.explained.unchecked.extend(explained.unchecked);
         matched.extend(found);
     }
     stale_ports(&mut comparison, graph, &matched);
     anomalies(&mut comparison, graph, expected);
     (comparison.out, comparison.explained)
+}
+
+/// KP406: a port whose path holds rules this build does not know. It is named, and every chain
+/// of its path is explained, so that neither this level nor the rule level concludes anything
+/// from what could not be read.
+fn unknown_layout(comparison: &mut Comparison<'_>, e: &ExpectedPort, a: &ServicePort) {
+    let chain = a
+        .unknown_layout
+        .first()
+        .map_or_else(String::new, |u| u.name.clone());
+    let f = comparison.push(
+        cat::UNKNOWN_RULES,
+        e,
+        &chain,
+        format!(
+            "on this service port's path: {}; the port is not checked",
+            crate::graph::unknown_layout_message(&a.unknown_layout)
+        ),
+    );
+    set(
+        f,
+        "rules kube-proxy's releases write",
+        format!(
+            "{} rule(s) this build does not know",
+            a.unknown_layout.len()
+        ),
+    );
+    for c in a
+        .chains
+        .iter()
+        .map(|c| c.name.clone())
+        .chain(a.endpoints.iter().map(|p| p.chain.to_string()))
+        .chain(a.unknown_layout.iter().map(|u| u.name.clone()))
+    {
+        comparison.explained.chains.insert(c);
+    }
+    comparison.explained.unchecked.insert(e.name.to_string());
 }
 
 /// How many expected service ports one parallel task of [`compare`] checks.
@@ -219,6 +260,10 @@ fn compare_ports<'e>(
         let actual = by_hash.get(e.hash).copied();
         if let Some(a) = actual {
             matched.insert(e.hash);
+            if !a.unknown_layout.is_empty() {
+                unknown_layout(comparison, e, a);
+                continue;
+            }
             entries(comparison, e, a);
             if e.has_endpoints {
                 endpoints(comparison, e, a);
@@ -1189,6 +1234,14 @@ fn anomalies(comparison: &mut Comparison<'_>, graph: &ServiceGraph, expected: &[
             AnomalyKind::UnreferencedChain => {
                 if crate::graph::ownership::service_chain(&chain).is_none() {
                     continue; // fixed chains: the base-jump check reports them
+                }
+                // A rule this build does not know on the port's path may be what reaches it.
+                if an
+                    .service
+                    .as_ref()
+                    .is_some_and(|s| comparison.explained.unchecked.contains(s))
+                {
+                    continue;
                 }
                 if comparison.explained.chains.contains(&chain) {
                     continue;

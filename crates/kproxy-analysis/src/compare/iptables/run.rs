@@ -391,6 +391,7 @@ pub fn verify_release(
     // Telling another release's rules from drift (KP906) compares every finding of both.
     let mut findings = Folder::new(input.group_alike && release.writer.is_none());
     let mut service_ports = 0usize;
+    let mut unchecked = 0usize;
     let mut main_has_rules = false;
     let mut legacy_present_warning = false;
     for d in &input.dumps {
@@ -412,6 +413,7 @@ pub fn verify_release(
             _ => verify_dump(input, (&input.plans, input.facts), d, mode, &mut findings)?,
         };
         service_ports += checked.service_ports;
+        unchecked += checked.unchecked;
         main_has_rules |= checked.has_kube_proxy_rules;
         legacy_present_warning |= checked.legacy_tables_present;
     }
@@ -470,7 +472,8 @@ pub fn verify_release(
         findings.push(f);
     }
     let (findings, left_out) = findings.finish();
-    let mut report = Report::new(input.node, mode, service_ports, findings);
+    let mut report =
+        Report::new(input.node, mode, service_ports, findings).with_unchecked(unchecked);
     report.left_out(left_out);
     Ok(report)
 }
@@ -478,6 +481,8 @@ pub fn verify_release(
 /// What checking one dump found, besides its findings.
 struct DumpChecked {
     service_ports: usize,
+    /// Service ports not checked (KP406).
+    unchecked: usize,
     has_kube_proxy_rules: bool,
     legacy_tables_present: bool,
 }
@@ -627,6 +632,7 @@ fn verify_dump(
     }
     Ok(DumpChecked {
         service_ports,
+        unchecked: explained.unchecked.len(),
         has_kube_proxy_rules,
         legacy_tables_present,
     })

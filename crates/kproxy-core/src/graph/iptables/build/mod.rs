@@ -503,11 +503,14 @@ impl<'a> Builder<'a> {
                         p.edges.push(edge(chain, to, label, r));
                     }
                 }
-                // A jump to another of the port's chains is only an edge.
-                Some((k, _)) if k.is_service_port_chain() && with_edges => {
-                    let f = RuleSummary::of(r);
-                    let label = link_label(role(&f), r, &f);
-                    self.ports.at(port).edges.push(edge(chain, to, label, r));
+                // A jump to another of the port's chains is only an edge (none when the graph
+                // is built for a comparison).
+                Some((k, _)) if k.is_service_port_chain() => {
+                    if with_edges {
+                        let f = RuleSummary::of(r);
+                        let label = link_label(role(&f), r, &f);
+                        self.ports.at(port).edges.push(edge(chain, to, label, r));
+                    }
                 }
                 _ if to == "KUBE-MARK-DROP" => {
                     let reason = match role(&RuleSummary::of(r)) {

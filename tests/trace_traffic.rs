@@ -18,7 +18,7 @@ use crate::support::netns::{
 };
 use kproxy::model::Ruleset;
 use kproxy::parsers::iptables::ParseOptions;
-use kproxy::trace::sim::kernel::{self, Distribution, KernelInput, Origin, Verdict};
+use kproxy::trace::sim::iptables::kernel::{self, Distribution, KernelInput, Origin, Verdict};
 use kproxy::trace::sim::{LocalAddrs, PacketSpec, Protocol};
 use std::collections::BTreeMap;
 use std::io::ErrorKind;

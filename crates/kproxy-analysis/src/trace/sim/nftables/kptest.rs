@@ -23,7 +23,7 @@
 
 use super::super::SimError;
 use super::super::engine::LocalAddrs;
-use super::super::kptest::TestTrace;
+use super::super::iptables::kptest::TestTrace;
 use super::super::packet::PacketSpec;
 use super::table_for;
 use crate::graph::nftables::{dnat, key_parts, protocol_of};

@@ -2,7 +2,7 @@
 //! every base chain of its family (`ip` or `ip6` tables, and `inet` tables) by hook and priority,
 //! statement by statement, as nf_tables evaluates them.
 //!
-//! The hooks are the iptables walk's ([`super::super::kernel`]): arriving traffic runs
+//! The hooks are the iptables walk's ([`super::super::iptables::kernel`]): arriving traffic runs
 //! prerouting, then input (local destination after DNAT) or forward and postrouting;
 //! node-originated traffic runs output and postrouting, and for a local destination the loopback
 //! prerouting and input, where NAT chains no longer run (the connection's NAT is set up). At
@@ -24,7 +24,7 @@
 //! target act without its parameters, with a note.
 
 use super::super::SimError;
-use super::super::kernel::{
+use super::super::iptables::kernel::{
     Distribution, Entries, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Notes, Origin, Outcome,
     Phase, Route, Step, StepResult, StepRule, Verdict, masquerade_source,
 };
@@ -130,7 +130,7 @@ struct Walker<'r, 'd> {
 }
 
 /// Walks `input.packet` through every base chain of `rules` that sees it and returns every
-/// outcome, as [`super::super::kernel::simulate`] does for iptables.
+/// outcome, as [`super::super::iptables::kernel::simulate`] does for iptables.
 pub fn simulate<'d>(
     rules: &'d Ruleset<'_>,
     input: &KernelInput,

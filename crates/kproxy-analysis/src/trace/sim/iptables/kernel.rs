@@ -19,11 +19,11 @@
 //! table, it is taken as the non-loopback `--local-ip` of the packet's family sharing the longest
 //! prefix with the destination (the address on the directly connected subnet).
 
-use super::SimError;
-use super::engine::{
+use super::super::SimError;
+use super::super::engine::{
     ConntrackState, LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches,
 };
-use super::packet::PacketSpec;
+use super::super::packet::PacketSpec;
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{GenericOpt, MarkOp, Match, Module, RecentAction, Rule, Target};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -149,7 +149,7 @@ impl<'d> StepRule<'d, '_> {
             StepRule::Iptables(r) => r
                 .matches()
                 .nth(at)
-                .map(|m| super::engine::describe_match(r, &m)),
+                .map(|m| super::super::engine::describe_match(r, &m)),
             StepRule::Nft(r) => r.stmts.get(at).map(ToString::to_string),
         }
     }
@@ -221,7 +221,7 @@ pub struct Distribution<'d, 'a> {
 /// The walk's stage: a hook and the tables evaluated there, in priority order (the nftables
 /// walk shares it, with the hooks' nft names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
+pub(in crate::trace::sim) enum Phase {
     Prerouting,
     Input,
     Forward,
@@ -259,16 +259,16 @@ impl Phase {
 }
 
 /// Deepest chain nesting followed before giving up.
-pub(super) const MAX_DEPTH: usize = 64;
+pub(in crate::trace::sim) const MAX_DEPTH: usize = 64;
 /// Most outcomes one packet may have.
-pub(super) const MAX_OUTCOMES: usize = 100_000;
+pub(in crate::trace::sim) const MAX_OUTCOMES: usize = 100_000;
 /// Most times one branch may enter the same chain. A packet enters a chain once per jump to it,
 /// and kube-proxy's rules call `KUBE-MARK-MASQ` and friends at most a few times per hook; only a
 /// `-j`/`-g` cycle (which `-g` keeps at a constant depth) reaches this.
 const MAX_ENTRIES: u32 = 64;
 /// Most rules evaluated over all branches: bounds time and the memory of the recorded paths
 /// whatever the ruleset (a 10,000-service dump takes some 20,000 steps per branch).
-pub(super) const MAX_STEPS: usize = 4_000_000;
+pub(in crate::trace::sim) const MAX_STEPS: usize = 4_000_000;
 
 #[derive(Debug, Clone)]
 struct Frame<'a> {
@@ -546,7 +546,7 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
                         let what = rule
                             .matches()
                             .nth(at)
-                            .map(|m| super::engine::describe_match(rule, &m))
+                            .map(|m| super::super::engine::describe_match(rule, &m))
                             .unwrap_or_default();
                         self.note(format!(
                             "`{what}` ({table}/{chain_name}#{number}): {why}; taken as not matching"
@@ -698,11 +698,15 @@ impl<'d, 'a> Walker<'_, 'd, 'a> {
 /// How often one branch entered each user chain (table, chain): the loop guard. A map, so that
 /// each jump costs the same however many chains the walk has already been through.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Entries<'a>(HashMap<(&'a str, &'a str), u32>);
+pub(in crate::trace::sim) struct Entries<'a>(HashMap<(&'a str, &'a str), u32>);
 
 impl<'a> Entries<'a> {
     /// Counts one more entry of `table`/`chain`; a loop error past [`MAX_ENTRIES`].
-    pub(super) fn enter(&mut self, table: &'a str, chain: &'a str) -> Result<(), SimError> {
+    pub(in crate::trace::sim) fn enter(
+        &mut self,
+        table: &'a str,
+        chain: &'a str,
+    ) -> Result<(), SimError> {
         let times = self.0.entry((table, chain)).or_insert(0);
         *times += 1;
         if *times > MAX_ENTRIES {
@@ -718,14 +722,14 @@ impl<'a> Entries<'a> {
 /// A walk's notes, each once, in the order they were first made (a set beside the list, so a
 /// walk that makes one note per rule stays linear).
 #[derive(Debug, Default)]
-pub(super) struct Notes {
+pub(in crate::trace::sim) struct Notes {
     list: Vec<String>,
     seen: HashSet<String>,
 }
 
 impl Notes {
     /// Adds `text` unless it was noted already.
-    pub(super) fn add(&mut self, text: String) {
+    pub(in crate::trace::sim) fn add(&mut self, text: String) {
         if !self.seen.contains(&text) {
             self.seen.insert(text.clone());
             self.list.push(text);
@@ -733,7 +737,7 @@ impl Notes {
     }
 
     /// The notes, in order.
-    pub(super) fn into_list(self) -> Vec<String> {
+    pub(in crate::trace::sim) fn into_list(self) -> Vec<String> {
         self.list
     }
 }

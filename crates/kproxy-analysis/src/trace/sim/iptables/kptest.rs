@@ -8,12 +8,12 @@
 //! top. Every `statistic --probability` branch is explored; the result lists every terminal
 //! output in rule order and whether any matched rule jumped to KUBE-MARK-MASQ.
 
-use super::SimError;
-use super::engine::{
+use super::super::SimError;
+use super::super::engine::{
     LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, has_destination_match,
     has_probability, matches,
 };
-use super::packet::PacketSpec;
+use super::super::packet::PacketSpec;
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{Rule, Target};
 use serde::Serialize;

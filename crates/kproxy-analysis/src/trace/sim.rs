@@ -10,6 +10,10 @@
 //! * `kptest` (`--model kube-proxy-test`, in [`iptables::kptest`] and [`nftables::kptest`]):
 //!   kube-proxy's unit-test tracers, formatted as its tests compare them
 //!   (`{"output": "10.180.0.1:80, 10.180.2.1:80", "masq": true}`).
+//! * `walk` — the walk both kernel models share (hooks, branches and their probabilities,
+//!   jumps, limits, outcomes and notes); each model supplies its chains and how a rule is
+//!   evaluated.
+//! * [`outcome`] — what the walks produce: a [`Distribution`] of outcomes, a [`TestTrace`].
 //! * [`packet`] — the `--packet 'SRC[:SPORT]->DST:PORT/PROTO'` syntax.
 //! * [`report`] — text and JSON renderings of both results.
 //!
@@ -21,13 +25,15 @@
 pub mod engine;
 pub mod iptables;
 pub mod nftables;
+pub mod outcome;
 pub mod packet;
 pub mod report;
+mod walk;
 
 pub use engine::{LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches};
-pub use iptables::kernel::{Distribution, KernelInput, Origin, Outcome, Verdict};
-pub use iptables::kptest::TestTrace;
+pub use outcome::{Distribution, Outcome, Route, Step, StepResult, StepRule, TestTrace, Verdict};
 pub use packet::{PacketSpec, PacketSyntaxError, Protocol};
+pub use walk::{KernelInput, Origin};
 
 /// Why a simulation could not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

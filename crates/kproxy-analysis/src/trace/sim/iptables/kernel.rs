@@ -1,744 +1,242 @@
-//! `--model kernel`: the first packet of a new connection walked through the hooks as netfilter
-//! would, producing a distribution of outcomes.
+//! `--model kernel` on an iptables ruleset: the first packet of a new connection walked through
+//! the tables netfilter runs at each hook, in priority order, as [`super::super::walk`] takes
+//! it through the hooks.
 //!
-//! Traffic arriving at the node (`--from pod|external`): raw/mangle PREROUTING → nat PREROUTING
-//! → routing on the (possibly DNAT'd) destination → local: mangle/filter/security/nat INPUT;
-//! forwarded: mangle/filter/security FORWARD → mangle/nat POSTROUTING. Node-originated traffic
-//! (`--from node`): raw/mangle/nat/filter/security OUTPUT → mangle/nat POSTROUTING, and for a
-//! local destination the loopback re-entry (raw/mangle PREROUTING, mangle/filter/security INPUT;
-//! nat is not consulted again, the connection's NAT is already set up). Tables run only where
-//! the dump has the chain, so raw/mangle cost nothing when absent.
+//! Arriving traffic: raw/mangle PREROUTING → nat PREROUTING → routing on the (possibly DNAT'd)
+//! destination → local: mangle/filter/security/nat INPUT; forwarded: mangle/filter/security
+//! FORWARD → mangle/nat POSTROUTING. Node-originated traffic: raw/mangle/nat/filter/security
+//! OUTPUT → mangle/nat POSTROUTING, and for a local destination the loopback re-entry
+//! (raw/mangle PREROUTING, mangle/filter/security INPUT; nat is not consulted again). Tables run
+//! only where the dump has the chain, so raw/mangle cost nothing when absent.
 //!
 //! Each `statistic` rule splits the walk into a matched and a skipped branch with their
 //! probabilities (the kernel's stored `round(p·2^31)/2^31`), so the result is every outcome
 //! with its probability, DNAT destination, verdict, masquerade/SNAT and rule-by-rule path.
 //! Marks persist along the walk (KUBE-MARK-MASQ sets, KUBE-POSTROUTING clears), conntrack state
 //! is `NEW` (plus virtual `DNAT`/`SNAT` after NAT), `recent` lists start empty.
-//!
-//! The MASQUERADE source is the node address the packet would leave from; lacking the routing
-//! table, it is taken as the non-loopback `--local-ip` of the packet's family sharing the longest
-//! prefix with the destination (the address on the directly connected subnet).
 
 use super::super::SimError;
-use super::super::engine::{
-    ConntrackState, LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches,
-};
-use super::super::packet::PacketSpec;
+use super::super::engine::{MatchCtx, MatchPolicy, PacketView, RuleMatch, describe_match, matches};
+use super::super::outcome::{Distribution, Step, StepResult, StepRule, Verdict};
+use super::super::walk::{At, BranchOf, ChainEnd, Flow, KernelInput, Model, Phase, Walk};
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{GenericOpt, MarkOp, Match, Module, RecentAction, Rule, Target};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Where the packet comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Origin {
-    /// A pod on this node (arrives through PREROUTING).
-    Pod,
-    /// A host outside the node (arrives through PREROUTING).
-    External,
-    /// A process on the node itself (starts in OUTPUT).
-    Node,
-}
-
-impl Origin {
-    /// `pod`, `external`, `node`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Origin::Pod => "pod",
-            Origin::External => "external",
-            Origin::Node => "node",
-        }
+/// The built-in chain of a stage (`PREROUTING`).
+fn builtin_chain(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Prerouting | Phase::LoopbackPrerouting => "PREROUTING",
+        Phase::Input | Phase::LoopbackInput => "INPUT",
+        Phase::Forward => "FORWARD",
+        Phase::Output => "OUTPUT",
+        Phase::Postrouting => "POSTROUTING",
+        Phase::Done => "",
     }
 }
 
-/// What the kernel walk needs besides the rules.
-#[derive(Debug, Clone)]
-pub struct KernelInput {
-    /// The packet.
-    pub packet: PacketSpec,
-    /// Where it comes from.
-    pub origin: Origin,
-    /// The node's addresses (loopback addresses are always local).
-    pub local: LocalAddrs,
-    /// The interface it arrives on, if known (evaluates `-i`).
-    pub in_iface: Option<String>,
-    /// The interface it leaves by, if known (evaluates `-o`).
-    pub out_iface: Option<String>,
-}
-
-/// The final verdict of a branch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Verdict {
-    /// The packet passes (delivered locally, forwarded or sent).
-    Accept,
-    /// Dropped.
-    Drop,
-    /// Rejected (an ICMP error or TCP reset is returned).
-    Reject,
-    /// Not known: the walk met a statement of kube-proxy's own that this build cannot read
-    /// (`decided_by` says where), and nothing past it is concluded.
-    Unknown,
-}
-
-impl Verdict {
-    /// `ACCEPT`, `DROP`, `REJECT`, `UNKNOWN`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Accept => "ACCEPT",
-            Verdict::Drop => "DROP",
-            Verdict::Reject => "REJECT",
-            Verdict::Unknown => "UNKNOWN",
-        }
+/// The tables a stage runs, in priority order.
+fn tables(phase: Phase) -> &'static [&'static str] {
+    match phase {
+        Phase::Prerouting => &["raw", "mangle", "nat"],
+        Phase::Input => &["mangle", "filter", "security", "nat"],
+        Phase::Forward => &["mangle", "filter", "security"],
+        Phase::Output => &["raw", "mangle", "nat", "filter", "security"],
+        Phase::Postrouting => &["mangle", "nat"],
+        Phase::LoopbackPrerouting => &["raw", "mangle"],
+        Phase::LoopbackInput => &["mangle", "filter", "security"],
+        Phase::Done => &[],
     }
 }
 
-/// Where an accepted packet goes after the walk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Route {
-    /// Delivered to a local socket (INPUT).
-    Local,
-    /// Forwarded through the node (FORWARD).
-    Forward,
-    /// Sent by the node to another host (OUTPUT, not looped back).
-    Output,
-}
-
-/// What happened at one step of the path.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StepResult {
-    /// The rule matched (its target was applied).
-    Matched,
-    /// The rule's `statistic` fired: this branch took the rule, with this probability.
-    MatchedRandom(f64),
-    /// The rule did not match.
-    Skipped {
-        /// Index into `rule.matches` of the criterion that failed.
-        at: usize,
-        /// Why the criterion was undecidable, when it was taken as not matching for that reason.
-        undecidable: Option<&'static str>,
-    },
-    /// The rule's `statistic` did not fire on this branch (probability of that).
-    SkippedRandom(f64),
-    /// The end of a built-in chain: its policy applied.
-    Policy,
-}
-
-/// The rule a step evaluated: an iptables rule, or an nftables rule (`--nft-ruleset`).
-#[derive(Debug, Clone, Copy)]
-pub enum StepRule<'d, 'a> {
-    /// An iptables rule.
-    Iptables(&'d Rule<'a>),
-    /// An nftables rule.
-    Nft(&'d kproxy_parsers::nft::Rule<'a>),
-}
-
-impl<'d> StepRule<'d, '_> {
-    /// The rule as written (iptables) or in nft's command form (nftables).
-    pub fn text(&self) -> std::borrow::Cow<'d, str> {
-        match self {
-            StepRule::Iptables(r) => std::borrow::Cow::Borrowed(r.raw),
-            StepRule::Nft(r) => std::borrow::Cow::Owned(r.to_string()),
-        }
-    }
-
-    /// The criterion (iptables match) or statement (nftables) at index `at`, as written.
-    pub fn describe(&self, at: usize) -> Option<String> {
-        match self {
-            StepRule::Iptables(r) => r
-                .matches()
-                .nth(at)
-                .map(|m| super::super::engine::describe_match(r, &m)),
-            StepRule::Nft(r) => r.stmts.get(at).map(ToString::to_string),
-        }
-    }
-}
-
-/// One step of a path: `table/chain#n` and what happened.
-#[derive(Debug, Clone)]
-pub struct Step<'d, 'a> {
-    /// Table name (`nat`; for nftables the table's name, `kube-proxy`).
-    pub table: &'a str,
-    /// Chain name.
-    pub chain: &'a str,
-    /// 1-based rule number in the chain (0 for a policy step).
-    pub number: usize,
-    /// What happened.
-    pub result: StepResult,
-    /// The rule (`None` for a policy step).
-    pub rule: Option<StepRule<'d, 'a>>,
-    /// The chain policy (policy steps only).
-    pub policy: Option<&'a str>,
-}
-
-impl Step<'_, '_> {
-    /// `table/chain#n` (or `table/chain policy`).
-    pub fn location(&self) -> String {
-        match self.result {
-            StepResult::Policy => format!("{}/{} policy", self.table, self.chain),
-            _ => format!("{}/{}#{}", self.table, self.chain, self.number),
-        }
-    }
-}
-
-/// One possible fate of the packet.
-#[derive(Debug, Clone)]
-pub struct Outcome<'d, 'a> {
-    /// Probability of this branch.
-    pub probability: f64,
-    /// The DNAT destination, if the destination was rewritten.
-    pub dnat: Option<(IpAddr, u16)>,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// The rule or policy that decided the verdict (`filter/INPUT policy`, `filter/KUBE-SERVICES#4`).
-    pub decided_by: Option<String>,
-    /// Where an accepted packet goes.
-    pub route: Option<Route>,
-    /// True if a MASQUERADE target rewrote the source.
-    pub masquerade: bool,
-    /// The new source address after MASQUERADE/SNAT.
-    pub snat: Option<IpAddr>,
-    /// The packet mark at the end of the walk.
-    pub mark: u32,
-    /// Every rule evaluated, in order.
-    pub path: Vec<Step<'d, 'a>>,
-}
-
-/// Every outcome of one packet.
-#[derive(Debug, Clone)]
-pub struct Distribution<'d, 'a> {
-    /// The packet traced.
-    pub packet: PacketSpec,
-    /// Where it came from.
-    pub origin: Origin,
-    /// Outcomes in walk order (the first branch takes every `statistic` rule it meets).
-    pub outcomes: Vec<Outcome<'d, 'a>>,
-    /// Assumptions the walk had to make (undecidable criteria, unknown targets), deduplicated.
-    pub notes: Vec<String>,
-}
-
-/// The walk's stage: a hook and the tables evaluated there, in priority order (the nftables
-/// walk shares it, with the hooks' nft names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::trace::sim) enum Phase {
-    Prerouting,
-    Input,
-    Forward,
-    Output,
-    Postrouting,
-    LoopbackPrerouting,
-    LoopbackInput,
-    Done,
-}
-
-impl Phase {
-    fn hook(self) -> &'static str {
-        match self {
-            Phase::Prerouting | Phase::LoopbackPrerouting => "PREROUTING",
-            Phase::Input | Phase::LoopbackInput => "INPUT",
-            Phase::Forward => "FORWARD",
-            Phase::Output => "OUTPUT",
-            Phase::Postrouting => "POSTROUTING",
-            Phase::Done => "",
-        }
-    }
-
-    fn tables(self) -> &'static [&'static str] {
-        match self {
-            Phase::Prerouting => &["raw", "mangle", "nat"],
-            Phase::Input => &["mangle", "filter", "security", "nat"],
-            Phase::Forward => &["mangle", "filter", "security"],
-            Phase::Output => &["raw", "mangle", "nat", "filter", "security"],
-            Phase::Postrouting => &["mangle", "nat"],
-            Phase::LoopbackPrerouting => &["raw", "mangle"],
-            Phase::LoopbackInput => &["mangle", "filter", "security"],
-            Phase::Done => &[],
-        }
-    }
-}
-
-/// Deepest chain nesting followed before giving up.
-pub(in crate::trace::sim) const MAX_DEPTH: usize = 64;
-/// Most outcomes one packet may have.
-pub(in crate::trace::sim) const MAX_OUTCOMES: usize = 100_000;
-/// Most times one branch may enter the same chain. A packet enters a chain once per jump to it,
-/// and kube-proxy's rules call `KUBE-MARK-MASQ` and friends at most a few times per hook; only a
-/// `-j`/`-g` cycle (which `-g` keeps at a constant depth) reaches this.
-const MAX_ENTRIES: u32 = 64;
-/// Most rules evaluated over all branches: bounds time and the memory of the recorded paths
-/// whatever the ruleset (a 10,000-service dump takes some 20,000 steps per branch).
-pub(in crate::trace::sim) const MAX_STEPS: usize = 4_000_000;
-
-#[derive(Debug, Clone)]
-struct Frame<'a> {
-    table: &'static str,
-    chain: &'a str,
-    next: usize,
-}
-
-/// One branch of the walk: the packet's state and where it is.
-#[derive(Debug, Clone)]
-struct Branch<'d, 'a> {
-    probability: f64,
-    src: IpAddr,
-    dst: IpAddr,
-    dport: u16,
-    mark: u32,
-    ct: ConntrackState,
-    recent: Vec<&'a str>,
-    dnat: Option<(IpAddr, u16)>,
-    snat: Option<IpAddr>,
-    masquerade: bool,
-    phase: Phase,
-    table_idx: usize,
-    route: Option<Route>,
-    stack: Vec<Frame<'a>>,
-    /// How often this branch entered each user chain: the loop guard.
-    entered: Entries<'a>,
-    filter_decision: Option<String>,
-    path: Vec<Step<'d, 'a>>,
-}
-
-struct Walker<'r, 'd, 'a> {
+/// An iptables ruleset as the walk reads it.
+struct Iptables<'d, 'a> {
     rules: &'d Ruleset<'a>,
-    input: &'r KernelInput,
-    pending: VecDeque<Branch<'d, 'a>>,
-    outcomes: Vec<Outcome<'d, 'a>>,
-    notes: Notes,
-    /// Rules evaluated so far, over all branches.
-    steps: usize,
 }
+
+/// A branch of the iptables walk.
+type Branch<'d, 'a> = BranchOf<'d, 'a, Iptables<'d, 'a>>;
 
 /// Walks `input.packet` through `rules` and returns every outcome.
 pub fn simulate<'d, 'a>(
     rules: &'d Ruleset<'a>,
     input: &KernelInput,
 ) -> Result<Distribution<'d, 'a>, SimError> {
-    let p = input.packet;
-    let start = Branch {
-        probability: 1.0,
-        src: p.src,
-        dst: p.dst,
-        dport: p.dport,
-        mark: 0,
-        ct: ConntrackState::default(),
-        recent: Vec::new(),
-        dnat: None,
-        snat: None,
-        masquerade: false,
-        phase: match input.origin {
-            Origin::Node => Phase::Output,
-            Origin::Pod | Origin::External => Phase::Prerouting,
-        },
-        table_idx: 0,
-        route: None,
-        stack: Vec::new(),
-        entered: Entries::default(),
-        filter_decision: None,
-        path: Vec::new(),
-    };
-    let mut walker = Walker {
-        rules,
-        input,
-        pending: VecDeque::from([start]),
-        outcomes: Vec::new(),
-        notes: Notes::default(),
-        steps: 0,
-    };
-    if input.local.ips().is_empty() {
-        walker.note(
-            "no node addresses given (--local-ip/--node-ip): only loopback addresses count as local"
-                .to_string(),
-        );
-    }
+    let mut walk = Walk::new(input);
     if rules.table("nat").is_none() {
-        walker.note("the dump has no nat table: no service rules apply".to_string());
+        walk.note("the dump has no nat table: no service rules apply".to_string());
     }
-    while let Some(branch) = walker.pending.pop_front() {
-        let outcome = walker.run(branch)?;
-        walker.outcomes.push(outcome);
-        if walker.outcomes.len() + walker.pending.len() > MAX_OUTCOMES {
-            return Err(SimError::TooManyOutcomes {
-                limit: MAX_OUTCOMES,
-            });
-        }
-    }
-    Ok(Distribution {
-        packet: p,
-        origin: input.origin,
-        outcomes: walker.outcomes,
-        notes: walker.notes.into_list(),
-    })
+    walk.run(&Iptables { rules }, Vec::new())
 }
 
-impl<'d, 'a> Walker<'_, 'd, 'a> {
-    fn note(&mut self, text: String) {
-        self.notes.add(text);
+impl<'d, 'a> Model<'d, 'a> for Iptables<'d, 'a> {
+    /// (table, chain).
+    type Chain = (&'static str, &'a str);
+    type Rule = &'d Rule<'a>;
+    /// The `recent` lists the packet's source was added to on this walk.
+    type State = Vec<&'a str>;
+
+    fn next_base(&self, b: &mut Branch<'d, 'a>) -> Option<Self::Chain> {
+        let hook = builtin_chain(b.phase);
+        while let Some(&table) = tables(b.phase).get(b.base) {
+            b.base += 1;
+            if self.rules.chain(table, hook).is_some() {
+                return Some((table, hook));
+            }
+        }
+        None
     }
 
-    fn finish(
+    fn rule_at(&self, (table, name): Self::Chain, index: usize) -> At<'a, Self::Rule> {
+        let rules: &'d Ruleset<'a> = self.rules;
+        let Some(chain) = rules.chain(table, name) else {
+            return At::Missing;
+        };
+        if let Some(entry) = chain.rules.get(index) {
+            return At::Rule(&entry.rule);
+        }
+        let policy = chain.policy.unwrap_or("ACCEPT");
+        At::End(ChainEnd {
+            table,
+            chain: name,
+            policy,
+            drop: policy.eq_ignore_ascii_case("DROP"),
+            shown: !chain.rules.is_empty() || policy != "ACCEPT",
+            filter: table == "filter",
+        })
+    }
+
+    fn eval(
         &self,
-        b: Branch<'d, 'a>,
-        verdict: Verdict,
-        decided_by: Option<String>,
-    ) -> Outcome<'d, 'a> {
-        Outcome {
-            probability: b.probability,
-            dnat: b.dnat,
-            verdict,
-            decided_by,
-            route: if verdict == Verdict::Accept {
-                b.route
-            } else {
-                None
-            },
-            masquerade: b.masquerade,
-            snat: b.snat,
-            mark: b.mark,
-            path: b.path,
-        }
-    }
-
-    /// The packet as rules see it now.
-    fn view<'s>(&'s self, b: &'s Branch<'d, 'a>) -> PacketView<'s> {
-        let loopback = matches!(b.phase, Phase::LoopbackPrerouting | Phase::LoopbackInput);
-        let in_iface = match b.phase {
-            _ if loopback => Some("lo"),
-            Phase::Output => None,
-            _ if self.input.origin == Origin::Node => None,
-            _ => self.input.in_iface.as_deref(),
+        walk: &mut Walk<'_, 'd, 'a, Self>,
+        b: &mut Branch<'d, 'a>,
+        (table, chain_name): Self::Chain,
+        rule: &'d Rule<'a>,
+        number: usize,
+    ) -> Result<Flow<'d, 'a>, SimError> {
+        let input = walk.input;
+        let ctx = MatchCtx {
+            policy: MatchPolicy::Kernel,
+            local: &input.local,
         };
-        let out_iface = match b.phase {
-            Phase::Prerouting | Phase::Input | Phase::LoopbackPrerouting | Phase::LoopbackInput => {
-                None
-            }
-            _ if self.input.local.contains(b.dst) => Some("lo"),
-            _ => self.input.out_iface.as_deref(),
+        let result = matches(rule, &view(walk, b), &ctx);
+        let step = |result| Step {
+            table,
+            chain: chain_name,
+            number,
+            result,
+            rule: Some(StepRule::Iptables(rule)),
+            policy: None,
         };
-        PacketView {
-            src: b.src,
-            sport: self.input.packet.sport,
-            dst: b.dst,
-            dport: b.dport,
-            proto: self.input.packet.proto,
-            in_iface,
-            out_iface,
-            mark: b.mark,
-            ct: b.ct,
-            recent: &b.recent,
-        }
-    }
-
-    /// The routing decision after PREROUTING / the next stage after a hook.
-    fn next_phase(&self, b: &Branch<'d, 'a>) -> Phase {
-        let local = self.input.local.contains(b.dst);
-        match b.phase {
-            Phase::Prerouting if local => Phase::Input,
-            Phase::Prerouting => Phase::Forward,
-            Phase::Forward | Phase::Output => Phase::Postrouting,
-            Phase::Postrouting if self.input.origin == Origin::Node && local => {
-                Phase::LoopbackPrerouting
-            }
-            Phase::LoopbackPrerouting => Phase::LoopbackInput,
-            Phase::Input | Phase::LoopbackInput | Phase::Postrouting | Phase::Done => Phase::Done,
-        }
-    }
-
-    fn route_of(phase: Phase) -> Option<Route> {
-        match phase {
-            Phase::Input | Phase::LoopbackInput => Some(Route::Local),
-            Phase::Forward => Some(Route::Forward),
-            Phase::Output => Some(Route::Output),
-            _ => None,
-        }
-    }
-
-    /// Runs one branch to its end; forks go to `pending`.
-    fn run(&mut self, mut b: Branch<'d, 'a>) -> Result<Outcome<'d, 'a>, SimError> {
-        let rules = self.rules;
-        let input = self.input;
-        loop {
-            // Enter the next built-in chain when the previous one finished.
-            if b.stack.is_empty() {
-                let tables = b.phase.tables();
-                if let Some(&table) = tables.get(b.table_idx) {
-                    b.table_idx += 1;
-                    let hook = b.phase.hook();
-                    if rules.chain(table, hook).is_some() {
-                        b.stack.push(Frame {
-                            table,
-                            chain: hook,
-                            next: 0,
-                        });
-                    }
-                    continue;
-                }
-                b.phase = self.next_phase(&b);
-                b.table_idx = 0;
-                if let Some(route) = Self::route_of(b.phase) {
-                    b.route = Some(route);
-                }
-                if b.phase == Phase::Done {
-                    let decided = b.filter_decision.clone();
-                    return Ok(self.finish(b, Verdict::Accept, decided));
-                }
-                continue;
-            }
-            let depth = b.stack.len();
-            let Some(frame) = b.stack.last_mut() else {
-                continue;
-            };
-            let (table, chain_name, idx) = (frame.table, frame.chain, frame.next);
-            let Some(chain) = rules.chain(table, chain_name) else {
-                b.stack.pop();
-                continue;
-            };
-            let Some(rule) = chain.rules.get(idx).map(|e| &e.rule) else {
-                // End of chain: a user chain returns, a built-in chain applies its policy.
-                if depth > 1 {
-                    b.stack.pop();
-                    continue;
-                }
-                b.stack.clear();
-                let policy = chain.policy.unwrap_or("ACCEPT");
-                if !chain.rules.is_empty() || policy != "ACCEPT" {
-                    b.path.push(Step {
-                        table,
-                        chain: chain_name,
-                        number: 0,
-                        result: StepResult::Policy,
-                        rule: None,
-                        policy: Some(policy),
-                    });
-                }
-                let decided = format!("{table}/{chain_name} policy {policy}");
-                if policy.eq_ignore_ascii_case("DROP") {
-                    return Ok(self.finish(b, Verdict::Drop, Some(decided)));
-                }
-                if table == "filter" {
-                    b.filter_decision = Some(decided);
-                }
-                continue;
-            };
-            frame.next += 1;
-            let number = idx + 1;
-            self.steps += 1;
-            if self.steps > MAX_STEPS {
-                return Err(SimError::TooManySteps { limit: MAX_STEPS });
-            }
-            let ctx = MatchCtx {
-                policy: MatchPolicy::Kernel,
-                local: &input.local,
-            };
-            let result = matches(rule, &self.view(&b), &ctx);
-            let step = |result| Step {
-                table,
-                chain: chain_name,
-                number,
-                result,
-                rule: Some(StepRule::Iptables(rule)),
-                policy: None,
-            };
-            match result {
-                RuleMatch::Fails { at, undecidable } => {
-                    if let Some(why) = undecidable {
-                        let what = rule
-                            .matches()
-                            .nth(at)
-                            .map(|m| super::super::engine::describe_match(rule, &m))
-                            .unwrap_or_default();
-                        self.note(format!(
-                            "`{what}` ({table}/{chain_name}#{number}): {why}; taken as not matching"
-                        ));
-                    }
-                    b.path.push(step(StepResult::Skipped { at, undecidable }));
-                    continue;
-                }
-                RuleMatch::Random(p) => {
-                    let mut other = b.clone();
-                    other.probability *= 1.0 - p;
-                    other.path.push(step(StepResult::SkippedRandom(1.0 - p)));
-                    self.pending.push_back(other);
-                    b.probability *= p;
-                    b.path.push(step(StepResult::MatchedRandom(p)));
-                }
-                RuleMatch::Matches => b.path.push(step(StepResult::Matched)),
-            }
-            record_recent(rule, &mut b.recent);
-            let here = format!("{table}/{chain_name}#{number}");
-            let Some(target) = &rule.target() else {
-                continue;
-            };
-            match target {
-                Target::Jump(next) | Target::Goto(next) => {
-                    if rules.chain(table, next).is_none() {
-                        self.note(format!(
-                            "{here} jumps to {next}, which does not exist in {table}; ignored"
-                        ));
-                        continue;
-                    }
-                    if depth >= MAX_DEPTH {
-                        return Err(SimError::TooDeep {
-                            chain: format!("{table}/{next}"),
-                            depth: MAX_DEPTH,
-                        });
-                    }
-                    b.entered.enter(table, next)?;
-                    if matches!(target, Target::Goto(_)) {
-                        if depth == 1 {
-                            // The goto'd chain's end ends the built-in chain: policy next.
-                            if let Some(f) = b.stack.last_mut() {
-                                f.next = usize::MAX;
-                            }
-                        } else {
-                            b.stack.pop();
-                        }
-                    }
-                    b.stack.push(Frame {
-                        table,
-                        chain: next,
-                        next: 0,
-                    });
-                }
-                Target::Accept => {
-                    b.stack.clear();
-                    if table == "filter" {
-                        b.filter_decision = Some(here);
-                    }
-                }
-                Target::Drop => return Ok(self.finish(b, Verdict::Drop, Some(here))),
-                Target::Reject { .. } => return Ok(self.finish(b, Verdict::Reject, Some(here))),
-                Target::Return => {
-                    if depth == 1 {
-                        if let Some(f) = b.stack.last_mut() {
-                            f.next = usize::MAX;
-                        }
-                    } else {
-                        b.stack.pop();
-                    }
-                }
-                Target::Dnat { to: range, .. } => {
-                    if range.addr_last.is_some() || range.ports.is_some_and(|p| p.first != p.last) {
-                        self.note(format!(
-                            "{here}: DNAT to a range; the first address/port is used"
-                        ));
-                    }
-                    if let Some(addr) = range.addr {
-                        b.dst = addr;
-                    }
-                    if let Some(ports) = range.ports {
-                        b.dport = ports.first;
-                    }
-                    b.dnat = Some((b.dst, b.dport));
-                    b.ct.dnat = true;
-                    b.stack.clear();
-                }
-                Target::Snat { to, .. } => {
-                    if let Some(addr) = to.addr {
-                        b.src = addr;
-                        b.snat = Some(addr);
-                        b.ct.snat = true;
-                    }
-                    b.stack.clear();
-                }
-                Target::Masquerade { .. } => {
-                    match masquerade_source(b.dst, &input.local) {
-                        Some(addr) => {
-                            b.src = addr;
-                            b.snat = Some(addr);
-                        }
-                        None => self.note(format!(
-                            "{here}: MASQUERADE source unknown (give the node's addresses with --local-ip)"
-                        )),
-                    }
-                    b.masquerade = true;
-                    b.ct.snat = true;
-                    b.stack.clear();
-                }
-                Target::Mark(op) => b.mark = apply_mark(*op, b.mark),
-                Target::Notrack => b.ct.untracked = true,
-                Target::Ct(opts) if rule.options(*opts).any(|o| o.name == "notrack") => {
-                    b.ct.untracked = true
-                }
-                Target::Ct(_) | Target::Connmark(_) | Target::Log(_) | Target::Trace => {}
-                Target::Generic { name, options } if *name == "REDIRECT" => {
-                    b.dst = if input.origin == Origin::Node {
-                        loopback_of(b.dst)
-                    } else {
-                        let same_family = |ip: &IpAddr| ip.is_ipv4() == b.dst.is_ipv4();
-                        input
-                            .local
-                            .ips()
-                            .iter()
-                            .copied()
-                            .find(same_family)
-                            .unwrap_or(loopback_of(b.dst))
-                    };
-                    if let Some(port) = to_ports(rule.options(*options)) {
-                        b.dport = port;
-                    }
-                    b.dnat = Some((b.dst, b.dport));
-                    b.ct.dnat = true;
-                    b.stack.clear();
-                }
-                Target::Generic { name, .. } => {
-                    self.note(format!(
-                        "{here}: target {name} is not modelled; treated as not terminating"
+        match result {
+            RuleMatch::Fails { at, undecidable } => {
+                if let Some(why) = undecidable {
+                    let what = rule
+                        .matches()
+                        .nth(at)
+                        .map(|m| describe_match(rule, &m))
+                        .unwrap_or_default();
+                    walk.note(format!(
+                        "`{what}` ({table}/{chain_name}#{number}): {why}; taken as not matching"
                     ));
                 }
-                Target::Unreadable { raw, reason } => {
-                    self.note(format!("{here}: target `{raw}` is unreadable ({reason}); treated as not terminating"));
+                b.path.push(step(StepResult::Skipped { at, undecidable }));
+                return Ok(Flow::Next);
+            }
+            RuleMatch::Random(p) => {
+                walk.defer(b.fork(1.0 - p, step(StepResult::SkippedRandom(1.0 - p))));
+                b.probability *= p;
+                b.path.push(step(StepResult::MatchedRandom(p)));
+            }
+            RuleMatch::Matches => b.path.push(step(StepResult::Matched)),
+        }
+        record_recent(rule, &mut b.state);
+        let here = format!("{table}/{chain_name}#{number}");
+        let Some(target) = &rule.target() else {
+            return Ok(Flow::Next);
+        };
+        match target {
+            Target::Jump(next) | Target::Goto(next) => {
+                if self.rules.chain(table, next).is_none() {
+                    walk.note(format!(
+                        "{here} jumps to {next}, which does not exist in {table}; ignored"
+                    ));
+                    return Ok(Flow::Next);
                 }
+                b.enter(
+                    (table, next),
+                    table,
+                    next,
+                    matches!(target, Target::Goto(_)),
+                )?;
+            }
+            Target::Accept => b.accept(here, table == "filter"),
+            Target::Drop => return Ok(Flow::Done(b.finish(Verdict::Drop, Some(here)))),
+            Target::Reject { .. } => return Ok(Flow::Done(b.finish(Verdict::Reject, Some(here)))),
+            Target::Return => b.leave(),
+            Target::Dnat { to: range, .. } => {
+                if range.addr_last.is_some() || range.ports.is_some_and(|p| p.first != p.last) {
+                    walk.note(format!(
+                        "{here}: DNAT to a range; the first address/port is used"
+                    ));
+                }
+                b.dnat_to(range.addr.unwrap_or(b.dst), range.ports.map(|p| p.first));
+                b.stack.clear();
+            }
+            Target::Snat { to, .. } => {
+                if let Some(addr) = to.addr {
+                    b.src = addr;
+                    b.snat = Some(addr);
+                    b.ct.snat = true;
+                }
+                b.stack.clear();
+            }
+            Target::Masquerade { .. } => {
+                walk.masquerade(b, &here, "MASQUERADE");
+                b.stack.clear();
+            }
+            Target::Mark(op) => b.mark = apply_mark(*op, b.mark),
+            Target::Notrack => b.ct.untracked = true,
+            Target::Ct(opts) if rule.options(*opts).any(|o| o.name == "notrack") => {
+                b.ct.untracked = true
+            }
+            Target::Ct(_) | Target::Connmark(_) | Target::Log(_) | Target::Trace => {}
+            Target::Generic { name, options } if *name == "REDIRECT" => {
+                let dst = walk.redirect_address(b.dst);
+                b.dnat_to(dst, to_ports(rule.options(*options)));
+                b.stack.clear();
+            }
+            Target::Generic { name, .. } => {
+                walk.note(format!(
+                    "{here}: target {name} is not modelled; treated as not terminating"
+                ));
+            }
+            Target::Unreadable { raw, reason } => {
+                walk.note(format!(
+                    "{here}: target `{raw}` is unreadable ({reason}); treated as not terminating"
+                ));
             }
         }
+        Ok(Flow::Next)
     }
 }
 
-/// How often one branch entered each user chain (table, chain): the loop guard. A map, so that
-/// each jump costs the same however many chains the walk has already been through.
-#[derive(Debug, Clone, Default)]
-pub(in crate::trace::sim) struct Entries<'a>(HashMap<(&'a str, &'a str), u32>);
-
-impl<'a> Entries<'a> {
-    /// Counts one more entry of `table`/`chain`; a loop error past [`MAX_ENTRIES`].
-    pub(in crate::trace::sim) fn enter(
-        &mut self,
-        table: &'a str,
-        chain: &'a str,
-    ) -> Result<(), SimError> {
-        let times = self.0.entry((table, chain)).or_insert(0);
-        *times += 1;
-        if *times > MAX_ENTRIES {
-            return Err(SimError::Loop {
-                chain: format!("{table}/{chain}"),
-                times: *times,
-            });
-        }
-        Ok(())
-    }
-}
-
-/// A walk's notes, each once, in the order they were first made (a set beside the list, so a
-/// walk that makes one note per rule stays linear).
-#[derive(Debug, Default)]
-pub(in crate::trace::sim) struct Notes {
-    list: Vec<String>,
-    seen: HashSet<String>,
-}
-
-impl Notes {
-    /// Adds `text` unless it was noted already.
-    pub(in crate::trace::sim) fn add(&mut self, text: String) {
-        if !self.seen.contains(&text) {
-            self.seen.insert(text.clone());
-            self.list.push(text);
-        }
-    }
-
-    /// The notes, in order.
-    pub(in crate::trace::sim) fn into_list(self) -> Vec<String> {
-        self.list
+/// The packet as rules see it now.
+fn view<'s, 'd, 'a>(
+    walk: &'s Walk<'_, 'd, 'a, Iptables<'d, 'a>>,
+    b: &'s Branch<'d, 'a>,
+) -> PacketView<'s> {
+    let (in_iface, out_iface) = walk.interfaces(b);
+    PacketView {
+        src: b.src,
+        sport: walk.input.packet.sport,
+        dst: b.dst,
+        dport: b.dport,
+        proto: walk.input.packet.proto,
+        in_iface,
+        out_iface,
+        mark: b.mark,
+        ct: b.ct,
+        recent: &b.state,
     }
 }
 
@@ -766,13 +264,6 @@ pub fn apply_mark(op: MarkOp, mark: u32) -> u32 {
     }
 }
 
-fn loopback_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
-    }
-}
-
 fn to_ports<'a>(mut options: impl Iterator<Item = GenericOpt<'a>>) -> Option<u16> {
     let opt = options.find(|o| o.name == "to-ports")?;
     opt.values
@@ -784,33 +275,12 @@ fn to_ports<'a>(mut options: impl Iterator<Item = GenericOpt<'a>>) -> Option<u16
         .ok()
 }
 
-/// The address MASQUERADE picks: loopback for a loopback destination, else the non-loopback
-/// local address of the same family with the longest common prefix with `dst`.
-pub fn masquerade_source(dst: IpAddr, local: &LocalAddrs) -> Option<IpAddr> {
-    if dst.is_loopback() {
-        return Some(loopback_of(dst));
-    }
-    let common = |a: IpAddr| -> u32 {
-        match (a, dst) {
-            (IpAddr::V4(a), IpAddr::V4(d)) => (u32::from(a) ^ u32::from(d)).leading_zeros(),
-            (IpAddr::V6(a), IpAddr::V6(d)) => (u128::from(a) ^ u128::from(d)).leading_zeros(),
-            _ => 0,
-        }
-    };
-    local
-        .ips()
-        .iter()
-        .copied()
-        .filter(|ip| ip.is_ipv4() == dst.is_ipv4() && !ip.is_loopback())
-        .enumerate()
-        .max_by_key(|(i, ip)| (common(*ip), std::cmp::Reverse(*i)))
-        .map(|(_, ip)| ip)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::parsers::iptables::ParseOptions;
+    use crate::trace::sim::{LocalAddrs, Origin};
+    use std::net::IpAddr;
 
     /// (probability, DNAT, verdict, masquerade, SNAT source, notes) per outcome.
     type Row = (

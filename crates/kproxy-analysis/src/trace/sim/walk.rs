@@ -250,11 +250,11 @@ pub(super) enum Flow<'d, 'a> {
 }
 
 /// What the walk finds at a chain's next rule.
-pub(super) enum At<'a, R> {
+pub(super) enum At<R> {
     /// A rule.
     Rule(R),
     /// The end of the chain.
-    End(ChainEnd<'a>),
+    End,
     /// The chain is not there.
     Missing,
 }
@@ -287,7 +287,10 @@ pub(super) trait Model<'d, 'a>: Sized {
     fn next_base(&self, b: &mut BranchOf<'d, 'a, Self>) -> Option<Self::Chain>;
 
     /// Rule `index` of `chain`, or its end.
-    fn rule_at(&self, chain: Self::Chain, index: usize) -> At<'a, Self::Rule>;
+    fn rule_at(&self, chain: Self::Chain, index: usize) -> At<Self::Rule>;
+
+    /// The end of base chain `chain`: its policy (asked only there, not at every chain's end).
+    fn chain_end(&self, chain: Self::Chain) -> ChainEnd<'a>;
 
     /// Evaluates `rule`, rule `number` of `chain`, for branch `b`.
     fn eval(
@@ -432,11 +435,11 @@ impl<'r, 'd, 'a, M: Model<'d, 'a>> Walk<'r, 'd, 'a, M> {
                     b.stack.pop();
                 }
                 // A chain called from another returns to it.
-                At::End(_) if depth > 1 => {
+                At::End if depth > 1 => {
                     b.stack.pop();
                 }
-                At::End(end) => {
-                    if let Some(o) = self.policy(&mut b, end) {
+                At::End => {
+                    if let Some(o) = self.policy(&mut b, model.chain_end(chain)) {
                         return Ok(o);
                     }
                 }

@@ -86,25 +86,32 @@ impl<'d, 'a> Model<'d, 'a> for Iptables<'d, 'a> {
         None
     }
 
-    fn rule_at(&self, (table, name): Self::Chain, index: usize) -> At<'a, Self::Rule> {
+    fn rule_at(&self, (table, name): Self::Chain, index: usize) -> At<Self::Rule> {
         let rules: &'d Ruleset<'a> = self.rules;
-        let Some(chain) = rules.chain(table, name) else {
-            return At::Missing;
-        };
-        if let Some(entry) = chain.rules.get(index) {
-            return At::Rule(&entry.rule);
+        match rules.chain(table, name) {
+            Some(chain) => chain
+                .rules
+                .get(index)
+                .map_or(At::End, |e| At::Rule(&e.rule)),
+            None => At::Missing,
         }
-        let policy = chain.policy.unwrap_or("ACCEPT");
-        At::End(ChainEnd {
+    }
+
+    fn chain_end(&self, (table, name): Self::Chain) -> ChainEnd<'a> {
+        let chain = self.rules.chain(table, name);
+        let policy = chain.and_then(|c| c.policy).unwrap_or("ACCEPT");
+        ChainEnd {
             table,
             chain: name,
             policy,
             drop: policy.eq_ignore_ascii_case("DROP"),
-            shown: !chain.rules.is_empty() || policy != "ACCEPT",
+            shown: chain.is_some_and(|c| !c.rules.is_empty()) || policy != "ACCEPT",
             filter: table == "filter",
-        })
+        }
     }
 
+    // Inlined into the walk's loop, which calls it once per rule.
+    #[inline]
     fn eval(
         &self,
         walk: &mut Walk<'_, 'd, 'a, Self>,

@@ -183,26 +183,29 @@ impl<'d> Model<'d, 'd> for Nftables<'d> {
         None
     }
 
-    fn rule_at(&self, f: ChainId, index: usize) -> At<'d, &'d Rule<'d>> {
+    fn rule_at(&self, f: ChainId, index: usize) -> At<&'d Rule<'d>> {
+        self.chain(f).rules.get(index).map_or(At::End, At::Rule)
+    }
+
+    fn chain_end(&self, f: ChainId) -> ChainEnd<'d> {
         let chain = self.chain(f);
-        if let Some(rule) = chain.rules.get(index) {
-            return At::Rule(rule);
-        }
         let drop = chain
             .base
             .as_ref()
             .is_some_and(|base| base.policy == Some(Policy::Drop));
-        At::End(ChainEnd {
+        ChainEnd {
             table: &self.table(f.table).name,
             chain: &chain.name,
             policy: if drop { "drop" } else { "accept" },
             drop,
             shown: !chain.rules.is_empty() || drop,
             filter: self.is_filter(f),
-        })
+        }
     }
 
     /// Evaluates rule `number` of chain `f`, statement by statement.
+    // Inlined into the walk's loop, which calls it once per rule.
+    #[inline]
     fn eval(
         &self,
         w: &mut Walker<'_, 'd>,

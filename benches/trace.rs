@@ -10,8 +10,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kproxy::model::Ruleset;
 use kproxy::parsers::iptables::ParseOptions;
-use kproxy::trace::sim::kernel::{self, KernelInput, Origin};
-use kproxy::trace::sim::{LocalAddrs, PacketSpec, kptest};
+use kproxy::trace::sim::iptables::{kernel, kptest};
+use kproxy::trace::sim::{KernelInput, LocalAddrs, Origin, PacketSpec};
 use std::fmt::Write as _;
 use std::hint::black_box;
 

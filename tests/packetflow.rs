@@ -5,7 +5,8 @@
 
 use kproxy::model::Ruleset;
 use kproxy::parsers::iptables::ParseOptions;
-use kproxy::trace::sim::{LocalAddrs, PacketSpec, Protocol, kptest};
+use kproxy::trace::sim::iptables::kptest;
+use kproxy::trace::sim::{LocalAddrs, PacketSpec, Protocol};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

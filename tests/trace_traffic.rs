@@ -18,8 +18,10 @@ use crate::support::netns::{
 };
 use kproxy::model::Ruleset;
 use kproxy::parsers::iptables::ParseOptions;
-use kproxy::trace::sim::kernel::{self, Distribution, KernelInput, Origin, Verdict};
-use kproxy::trace::sim::{LocalAddrs, PacketSpec, Protocol};
+use kproxy::trace::sim::iptables::kernel;
+use kproxy::trace::sim::{
+    Distribution, KernelInput, LocalAddrs, Origin, PacketSpec, Protocol, Verdict,
+};
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::net::IpAddr;

@@ -228,7 +228,7 @@ fn run_packet(
     let input = dump_text(args, live, packet.dst.is_ipv6())?;
     let mut dump = parse_iptables(&input, args.dump.table.as_deref(), args.dump.lenient)?;
     // A paste without built-in chains is walked from kube-proxy's chains, and stdout says so.
-    let assumed = crate::trace::partial::assumptions(&dump);
+    let assumed = crate::trace::sim::iptables::partial::assumptions(&dump);
     if !assumed.restore_text.is_empty() {
         let jumps = crate::parsers::iptables::parse_dump(
             &assumed.restore_text,
@@ -267,14 +267,14 @@ fn run_packet(
     let out = match args.model {
         ModelArg::KubeProxyTest => {
             let local = LocalAddrs::exact(args.local_ips.clone());
-            let t = sim::kptest::trace(&rules, &packet, &local)?;
+            let t = sim::iptables::kptest::trace(&rules, &packet, &local)?;
             print(&|| report::test_trace_json(&t), &|| {
                 report::test_trace_text(&t)
             })?
         }
         ModelArg::Kernel => {
             let input = kernel_input(args, packet);
-            let d = sim::kernel::simulate(&rules, &input)?;
+            let d = sim::iptables::kernel::simulate(&rules, &input)?;
             print(&|| report::distribution_json(&d), &|| {
                 report::distribution_text(&d)
             })?
@@ -288,7 +288,7 @@ fn run_packet(
 /// `entry_jumps`), when it did.
 fn with_assumptions(
     mut value: serde_json::Value,
-    assumed: &crate::trace::partial::Assumptions,
+    assumed: &crate::trace::sim::iptables::partial::Assumptions,
 ) -> serde_json::Value {
     if !assumed.is_empty()
         && let Some(map) = value.as_object_mut()
@@ -303,7 +303,7 @@ fn with_assumptions(
 
 /// The lines that open a walk's text when its input is partial: its outcomes hold for the
 /// rules the input has, entered as the lines say.
-fn assumptions_text(assumed: &crate::trace::partial::Assumptions) -> String {
+fn assumptions_text(assumed: &crate::trace::sim::iptables::partial::Assumptions) -> String {
     let mut out = String::from(
         "partial input: the outcomes below are those of the rules it holds; rules it left out may change them\n",
     );

@@ -10,7 +10,7 @@ use crate::graph::nftables::NftGraphs;
 use crate::parsers::nft;
 use crate::proxier::iptables::ServiceDecisions;
 use crate::trace::path::{DivergenceKind, PathView, ServiceSelector};
-use crate::trace::sim::nft::{kernel, kptest};
+use crate::trace::sim::nftables::{kernel, kptest};
 use crate::trace::sim::{LocalAddrs, PacketSpec, Verdict, report};
 use anyhow::bail;
 use std::path::Path;
@@ -54,7 +54,7 @@ fn run_packet(
     let mut unknown = false;
     let out = match args.model {
         ModelArg::KubeProxyTest => {
-            if crate::trace::sim::nft::table_for(rules, packet.dst).is_none() {
+            if crate::trace::sim::nftables::table_for(rules, packet.dst).is_none() {
                 warn_without_kube_proxy_table(name, rules);
                 bail!(
                     "{name}: the kube-proxy-test model walks `table {} kube-proxy`, which the ruleset does not have",

@@ -1,30 +1,39 @@
-//! The packet simulator behind `trace --packet`: one rule-matching engine, two walk models.
+//! The packet simulator behind `trace --packet`: one rule-matching engine, two walk models, for
+//! each proxy mode whose rules netfilter walks (`iptables/`, `nftables/`; an IPVS node's path is
+//! [`super::ipvs`]).
 //!
-//! * [`engine`] — `matches(rule, packet, ctx)`, the only place match criteria are evaluated, with
-//!   a [`engine::MatchPolicy`] saying what a model may know. Reusable by graph/verify.
-//! * [`kernel`] — `--model kernel`: the hooks netfilter runs for the first packet of a new
-//!   connection; `statistic` rules split the walk, giving a distribution of outcomes.
-//! * [`kptest`] — `--model kube-proxy-test`: kube-proxy's unit-test tracer, formatted as its
-//!   tests compare it (`{"output": "10.180.0.1:80, 10.180.2.1:80", "masq": true}`).
+//! * [`engine`] — `matches(rule, packet, ctx)`, the only place iptables match criteria are
+//!   evaluated, with a [`engine::MatchPolicy`] saying what a model may know. Reusable by graph/verify.
+//! * `kernel` (`--model kernel`, in [`iptables::kernel`] and [`nftables::kernel`]): the hooks
+//!   netfilter runs for the first packet of a new connection; `statistic` rules and `numgen`
+//!   split the walk, giving a distribution of outcomes.
+//! * `kptest` (`--model kube-proxy-test`, in [`iptables::kptest`] and [`nftables::kptest`]):
+//!   kube-proxy's unit-test tracers, formatted as its tests compare them
+//!   (`{"output": "10.180.0.1:80, 10.180.2.1:80", "masq": true}`).
+//! * `walk` — the walk both kernel models share (hooks, branches and their probabilities,
+//!   jumps, limits, outcomes and notes); each model supplies its chains and how a rule is
+//!   evaluated.
+//! * [`outcome`] — what the walks produce: a [`Distribution`] of outcomes, a [`TestTrace`].
 //! * [`packet`] — the `--packet 'SRC[:SPORT]->DST:PORT/PROTO'` syntax.
 //! * [`report`] — text and JSON renderings of both results.
 //!
 //! ```text
-//! model::Ruleset ──kernel::simulate──▶ Distribution ──report──▶ text/JSON
-//!                └─kptest::trace────▶ TestTrace ──report──▶ {"output", "masq"}
+//! model::Ruleset ──iptables::kernel::simulate──▶ Distribution ──report──▶ text/JSON
+//!                └─iptables::kptest::trace────▶ TestTrace ──report──▶ {"output", "masq"}
 //! ```
 
 pub mod engine;
-pub mod kernel;
-pub mod kptest;
-pub mod nft;
+pub mod iptables;
+pub mod nftables;
+pub mod outcome;
 pub mod packet;
 pub mod report;
+mod walk;
 
 pub use engine::{LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, matches};
-pub use kernel::{Distribution, KernelInput, Origin, Outcome, Verdict};
-pub use kptest::TestTrace;
+pub use outcome::{Distribution, Outcome, Route, Step, StepResult, StepRule, TestTrace, Verdict};
 pub use packet::{PacketSpec, PacketSyntaxError, Protocol};
+pub use walk::{KernelInput, Origin};
 
 /// Why a simulation could not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

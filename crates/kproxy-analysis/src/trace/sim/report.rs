@@ -8,8 +8,7 @@
 //! "table/chain#n", "result": "matched"|"skipped"|"policy", "probability"?, "rule", "because"?}]}],
 //! "notes": […]}`. Test model JSON: exactly `{"output", "masq"}`.
 
-use super::kernel::{Distribution, Outcome, Step, StepResult, Verdict};
-use super::kptest::TestTrace;
+use super::outcome::{Distribution, Outcome, Route, Step, StepResult, TestTrace, Verdict};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -111,9 +110,9 @@ pub fn outcome_summary(o: &Outcome<'_, '_>) -> String {
     s += &format!("  {}", o.verdict.name());
     if let Some(route) = o.route {
         s += match route {
-            super::kernel::Route::Local => " (delivered locally)",
-            super::kernel::Route::Forward => " (forwarded)",
-            super::kernel::Route::Output => " (sent)",
+            Route::Local => " (delivered locally)",
+            Route::Forward => " (forwarded)",
+            Route::Output => " (sent)",
         };
     }
     if let Some(by) = &o.decided_by {

@@ -8,15 +8,16 @@
 //! top. Every `statistic --probability` branch is explored; the result lists every terminal
 //! output in rule order and whether any matched rule jumped to KUBE-MARK-MASQ.
 
-use super::SimError;
-use super::engine::{
+use super::super::SimError;
+use super::super::engine::{
     LocalAddrs, MatchCtx, MatchPolicy, PacketView, RuleMatch, has_destination_match,
     has_probability, matches,
 };
-use super::packet::PacketSpec;
+use super::super::outcome::TestTrace;
+use super::super::packet::PacketSpec;
+use super::super::walk::{MAX_DEPTH, MAX_STEPS};
 use crate::model::Ruleset;
 use kproxy_parsers::iptables::{Rule, Target};
-use serde::Serialize;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The filter chains the test tracer runs after nat PREROUTING, in order.
@@ -26,25 +27,6 @@ pub const FILTER_CHAINS: [&str; 4] = [
     "KUBE-NODEPORTS",
     "KUBE-PROXY-FIREWALL",
 ];
-
-/// Deepest chain nesting followed before giving up (kube-proxy's rules nest 4 deep).
-const MAX_DEPTH: usize = 64;
-/// Most rules evaluated in one trace: a ruleset whose chains fan out (every rule of A jumping to
-/// B, every rule of B to C, …) has exponentially many paths without any loop.
-const MAX_STEPS: usize = 4_000_000;
-
-/// The tracer's result, formatted exactly as kube-proxy's tests compare it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TestTrace {
-    /// Terminal outputs joined with `", "`: DNAT destinations as written, `ACCEPT`, `DROP`, `REJECT`.
-    pub output: String,
-    /// True if any matched rule on any explored branch jumped to KUBE-MARK-MASQ.
-    pub masq: bool,
-    /// `table/chain#n` of every rule that matched, in walk order (text output only: the JSON
-    /// form carries exactly `output` and `masq`, as kube-proxy's tests compare them).
-    #[serde(skip)]
-    pub matched: Vec<String>,
-}
 
 /// The destination as the tracer tracks it: an address, or the unparsable text an IPv6 DNAT
 /// output leaves behind (`"[fd00"`).

@@ -2,7 +2,7 @@
 //! every base chain of its family (`ip` or `ip6` tables, and `inet` tables) by hook and priority,
 //! statement by statement, as nf_tables evaluates them.
 //!
-//! The hooks are the iptables walk's ([`super::super::kernel`]): arriving traffic runs
+//! The hooks are the iptables walk's ([`super::super::walk`]): arriving traffic runs
 //! prerouting, then input (local destination after DNAT) or forward and postrouting;
 //! node-originated traffic runs output and postrouting, and for a local destination the loopback
 //! prerouting and input, where NAT chains no longer run (the connection's NAT is set up). At
@@ -24,10 +24,8 @@
 //! target act without its parameters, with a note.
 
 use super::super::SimError;
-use super::super::kernel::{
-    Distribution, Entries, KernelInput, MAX_DEPTH, MAX_OUTCOMES, MAX_STEPS, Notes, Origin, Outcome,
-    Phase, Route, Step, StepResult, StepRule, Verdict, masquerade_source,
-};
+use super::super::outcome::{Distribution, Step, StepResult, StepRule, Verdict};
+use super::super::walk::{At, BranchOf, ChainEnd, Flow, KernelInput, Model, Phase, Walk};
 use super::eval::{self, Missing, Packet, Val};
 use crate::graph::nftables::dnat::{self, DnatPick};
 use crate::graph::nftables::{is_kube_proxy_table, layout};
@@ -35,30 +33,14 @@ use crate::parsers::nft::{
     Chain, Element, Expr, Family, Nat, NatKind, Policy, Rule, Ruleset, Stmt, Table,
     Verdict as NftVerdict,
 };
-use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::collections::HashMap;
 
-/// The hooks' nft names, and what NAT runs there, for the walk's stages (shared with the
-/// iptables walk).
-impl Phase {
-    fn nft_hook(self) -> &'static str {
-        match self {
-            Phase::Prerouting | Phase::LoopbackPrerouting => "prerouting",
-            Phase::Input | Phase::LoopbackInput => "input",
-            Phase::Forward => "forward",
-            Phase::Output => "output",
-            Phase::Postrouting => "postrouting",
-            Phase::Done => "",
-        }
-    }
-
-    /// The NAT kind a NAT chain at this stage sets up (`None`: NAT chains do not run).
-    fn nat(self) -> Option<NatKind> {
-        match self {
-            Phase::Prerouting | Phase::Output => Some(NatKind::Dnat),
-            Phase::Input | Phase::Postrouting => Some(NatKind::Snat),
-            _ => None,
-        }
+/// The NAT kind a NAT chain at this stage sets up (`None`: NAT chains do not run).
+fn nat_at(phase: Phase) -> Option<NatKind> {
+    match phase {
+        Phase::Prerouting | Phase::Output => Some(NatKind::Dnat),
+        Phase::Input | Phase::Postrouting => Some(NatKind::Snat),
+        _ => None,
     }
 }
 
@@ -66,16 +48,15 @@ impl Phase {
 #[derive(Debug, Clone, Copy)]
 struct Hooked {
     priority: i32,
-    table: usize,
-    chain: usize,
+    chain: ChainId,
     nat: bool,
 }
 
+/// A chain: its table's and its own index in the ruleset.
 #[derive(Debug, Clone, Copy)]
-struct Frame {
+struct ChainId {
     table: usize,
     chain: usize,
-    next: usize,
 }
 
 /// How a branch forked off in the middle of a rule goes on.
@@ -85,52 +66,29 @@ enum Resume<'d> {
     Verdict(&'d NftVerdict<'d>, String),
 }
 
-#[derive(Debug, Clone)]
-struct Branch<'d> {
-    probability: f64,
-    src: IpAddr,
-    dst: IpAddr,
-    dport: u16,
-    mark: u32,
-    ct_dnat: bool,
-    ct_snat: bool,
-    dnat: Option<(IpAddr, u16)>,
-    snat: Option<IpAddr>,
-    masquerade: bool,
-    phase: Phase,
-    hook_idx: usize,
-    route: Option<Route>,
-    stack: Vec<Frame>,
-    entered: Entries<'d>,
-    decided_by: Option<String>,
-    path: Vec<Step<'d, 'd>>,
+/// What a branch of the nftables walk keeps besides the packet.
+#[derive(Debug, Clone, Default)]
+struct State<'d> {
     /// Elements `update @set` added on this walk: (table, set, value).
     added: Vec<(usize, &'d str, Val)>,
     resume: Option<Resume<'d>>,
 }
 
-/// What a rule did.
-enum Flow<'d> {
-    /// Go on with the walk.
-    Next,
-    /// The walk ended.
-    Done(Outcome<'d, 'd>),
-}
-
-struct Walker<'r, 'd> {
+/// An nftables ruleset as the walk reads it: the tables of the packet's family, and the base
+/// chains of each hook in the order they run.
+struct Nftables<'d> {
     rules: &'d Ruleset<'d>,
-    input: &'r KernelInput,
-    tables: Vec<usize>,
     chains: HashMap<(usize, &'d str), usize>,
     hooks: HashMap<&'static str, Vec<Hooked>>,
-    pending: VecDeque<Branch<'d>>,
-    outcomes: Vec<Outcome<'d, 'd>>,
-    notes: Notes,
-    steps: usize,
 }
 
+/// A branch of the nftables walk.
+type Branch<'d> = BranchOf<'d, 'd, Nftables<'d>>;
+/// The nftables walk in progress.
+type Walker<'w, 'd> = Walk<'w, 'd, 'd, Nftables<'d>>;
+
 /// Walks `input.packet` through every base chain of `rules` that sees it and returns every
-/// outcome, as [`super::super::kernel::simulate`] does for iptables.
+/// outcome, as [`super::super::iptables::kernel::simulate`] does for iptables.
 pub fn simulate<'d>(
     rules: &'d Ruleset<'_>,
     input: &KernelInput,
@@ -165,8 +123,10 @@ pub fn simulate<'d>(
             };
             hooks.entry(hook).or_default().push(Hooked {
                 priority: base.priority,
-                table: ti,
-                chain: ci,
+                chain: ChainId {
+                    table: ti,
+                    chain: ci,
+                },
                 nat: base.kind == "nat",
             });
         }
@@ -178,266 +138,309 @@ pub fn simulate<'d>(
         list.sort_by_key(|h| {
             (
                 h.priority,
-                std::cmp::Reverse(h.table),
-                std::cmp::Reverse(h.chain),
+                std::cmp::Reverse(h.chain.table),
+                std::cmp::Reverse(h.chain.chain),
             )
         });
     }
-    let p = input.packet;
-    let start = Branch {
-        probability: 1.0,
-        src: p.src,
-        dst: p.dst,
-        dport: p.dport,
-        mark: 0,
-        ct_dnat: false,
-        ct_snat: false,
-        dnat: None,
-        snat: None,
-        masquerade: false,
-        phase: match input.origin {
-            Origin::Node => Phase::Output,
-            Origin::Pod | Origin::External => Phase::Prerouting,
-        },
-        hook_idx: 0,
-        route: None,
-        stack: Vec::new(),
-        entered: Entries::default(),
-        decided_by: None,
-        path: Vec::new(),
-        added: Vec::new(),
-        resume: None,
-    };
-    let mut w = Walker {
-        rules,
-        input,
-        tables,
-        chains,
-        hooks,
-        pending: VecDeque::from([start]),
-        outcomes: Vec::new(),
-        notes: Notes::default(),
-        steps: 0,
-    };
-    if input.local.ips().is_empty() {
-        w.note(
-            "no node addresses given (--local-ip/--node-ip): only loopback addresses count as local"
-                .to_string(),
-        );
-    }
-    if w.tables.is_empty() {
-        w.note(format!(
+    let mut walk = Walk::new(input);
+    if tables.is_empty() {
+        walk.note(format!(
             "the ruleset has no table of the packet's family ({}, inet): nothing filters or rewrites it",
             if v4 { "ip" } else { "ip6" }
         ));
     }
-    while let Some(branch) = w.pending.pop_front() {
-        let outcome = w.run(branch)?;
-        w.outcomes.push(outcome);
-        if w.outcomes.len() + w.pending.len() > MAX_OUTCOMES {
-            return Err(SimError::TooManyOutcomes {
-                limit: MAX_OUTCOMES,
-            });
-        }
-    }
-    Ok(Distribution {
-        packet: p,
-        origin: input.origin,
-        outcomes: w.outcomes,
-        notes: w.notes.into_list(),
-    })
+    let model = Nftables {
+        rules,
+        chains,
+        hooks,
+    };
+    walk.run(&model, State::default())
 }
 
-impl<'d> Walker<'_, 'd> {
-    fn note(&mut self, text: String) {
-        self.notes.add(text);
-    }
-
-    fn table(&self, ti: usize) -> &'d Table<'d> {
-        &self.rules.tables[ti]
-    }
-
-    fn chain(&self, f: Frame) -> &'d Chain<'d> {
-        &self.rules.tables[f.table].chains[f.chain]
-    }
-
-    fn finish(
-        &self,
-        b: Branch<'d>,
-        verdict: Verdict,
-        decided_by: Option<String>,
-    ) -> Outcome<'d, 'd> {
-        Outcome {
-            probability: b.probability,
-            dnat: b.dnat,
-            verdict,
-            decided_by,
-            route: if verdict == Verdict::Accept {
-                b.route
-            } else {
-                None
-            },
-            masquerade: b.masquerade,
-            snat: b.snat,
-            mark: b.mark,
-            path: b.path,
-        }
-    }
-
-    fn packet<'s>(&'s self, b: &Branch<'d>) -> Packet<'s> {
-        let loopback = matches!(b.phase, Phase::LoopbackPrerouting | Phase::LoopbackInput);
-        let in_iface = match b.phase {
-            _ if loopback => Some("lo"),
-            Phase::Output => None,
-            _ if self.input.origin == Origin::Node => None,
-            _ => self.input.in_iface.as_deref(),
-        };
-        let out_iface = match b.phase {
-            Phase::Prerouting | Phase::Input | Phase::LoopbackPrerouting | Phase::LoopbackInput => {
-                None
-            }
-            _ if self.input.local.contains(b.dst) => Some("lo"),
-            _ => self.input.out_iface.as_deref(),
-        };
-        Packet {
-            src: b.src,
-            sport: self.input.packet.sport,
-            dst: b.dst,
-            dport: b.dport,
-            proto: self.input.packet.proto,
-            mark: b.mark,
-            ct_dnat: b.ct_dnat,
-            ct_snat: b.ct_snat,
-            in_iface,
-            out_iface,
-            local: &self.input.local,
-        }
-    }
-
-    fn next_phase(&self, b: &Branch<'d>) -> Phase {
-        let local = self.input.local.contains(b.dst);
-        match b.phase {
-            Phase::Prerouting if local => Phase::Input,
-            Phase::Prerouting => Phase::Forward,
-            Phase::Forward | Phase::Output => Phase::Postrouting,
-            Phase::Postrouting if self.input.origin == Origin::Node && local => {
-                Phase::LoopbackPrerouting
-            }
-            Phase::LoopbackPrerouting => Phase::LoopbackInput,
-            Phase::Input | Phase::LoopbackInput | Phase::Postrouting | Phase::Done => Phase::Done,
-        }
-    }
+impl<'d> Model<'d, 'd> for Nftables<'d> {
+    type Chain = ChainId;
+    type Rule = &'d Rule<'d>;
+    type State = State<'d>;
 
     /// The next base chain of the branch's hook that sees the packet.
-    fn next_base(&self, b: &mut Branch<'d>) -> Option<Frame> {
-        let list = self.hooks.get(b.phase.nft_hook())?;
-        while let Some(h) = list.get(b.hook_idx).copied() {
-            b.hook_idx += 1;
+    fn next_base(&self, b: &mut Branch<'d>) -> Option<ChainId> {
+        let list = self.hooks.get(b.phase.hook())?;
+        while let Some(h) = list.get(b.base).copied() {
+            b.base += 1;
             if h.nat {
-                let runs = match b.phase.nat() {
-                    Some(NatKind::Dnat) => !b.ct_dnat,
-                    Some(_) => !b.ct_snat,
+                let runs = match nat_at(b.phase) {
+                    Some(NatKind::Dnat) => !b.ct.dnat,
+                    Some(_) => !b.ct.snat,
                     None => false,
                 };
                 if !runs {
                     continue;
                 }
             }
-            return Some(Frame {
-                table: h.table,
-                chain: h.chain,
-                next: 0,
-            });
+            return Some(h.chain);
         }
         None
     }
 
-    fn run(&mut self, mut b: Branch<'d>) -> Result<Outcome<'d, 'd>, SimError> {
-        if let Some(Resume::Verdict(v, here)) = b.resume.take()
-            && let Flow::Done(o) = self.verdict(&mut b, v, here)?
-        {
-            return Ok(o);
-        }
-        loop {
-            if b.stack.is_empty() {
-                if let Some(f) = self.next_base(&mut b) {
-                    b.stack.push(f);
-                    continue;
-                }
-                b.phase = self.next_phase(&b);
-                b.hook_idx = 0;
-                if let Some(route) = match b.phase {
-                    Phase::Input | Phase::LoopbackInput => Some(Route::Local),
-                    Phase::Forward => Some(Route::Forward),
-                    Phase::Output => Some(Route::Output),
-                    _ => None,
-                } {
-                    b.route = Some(route);
-                }
-                if b.phase == Phase::Done {
-                    let decided = b.decided_by.clone();
-                    return Ok(self.finish(b, Verdict::Accept, decided));
-                }
-                continue;
-            }
-            let depth = b.stack.len();
-            let Some(frame) = b.stack.last_mut() else {
-                continue;
-            };
-            let f = *frame;
-            let chain = self.chain(f);
-            let Some(rule) = chain.rules.get(f.next) else {
-                if depth > 1 {
-                    b.stack.pop();
-                    continue;
-                }
-                if let Some(o) = self.policy(&mut b, f) {
-                    return Ok(o);
-                }
-                continue;
-            };
-            frame.next += 1;
-            self.steps += 1;
-            if self.steps > MAX_STEPS {
-                return Err(SimError::TooManySteps { limit: MAX_STEPS });
-            }
-            if let Flow::Done(o) = self.rule(&mut b, f, rule, f.next + 1)? {
-                return Ok(o);
-            }
-        }
+    fn rule_at(&self, f: ChainId, index: usize) -> At<&'d Rule<'d>> {
+        self.chain(f).rules.get(index).map_or(At::End, At::Rule)
     }
 
-    /// The end of base chain `f`: its policy.
-    fn policy(&mut self, b: &mut Branch<'d>, f: Frame) -> Option<Outcome<'d, 'd>> {
-        let table = self.table(f.table);
+    fn chain_end(&self, f: ChainId) -> ChainEnd<'d> {
         let chain = self.chain(f);
-        b.stack.clear();
         let drop = chain
             .base
             .as_ref()
             .is_some_and(|base| base.policy == Some(Policy::Drop));
-        let policy = if drop { "drop" } else { "accept" };
-        if !chain.rules.is_empty() || drop {
-            b.path.push(Step {
-                table: &table.name,
-                chain: &chain.name,
-                number: 0,
-                result: StepResult::Policy,
-                rule: None,
-                policy: Some(policy),
-            });
+        ChainEnd {
+            table: &self.table(f.table).name,
+            chain: &chain.name,
+            policy: if drop { "drop" } else { "accept" },
+            drop,
+            shown: !chain.rules.is_empty() || drop,
+            filter: self.is_filter(f),
         }
-        let decided = format!("{}/{} policy {policy}", table.name, chain.name);
-        if drop {
-            return Some(self.finish(b.clone(), Verdict::Drop, Some(decided)));
-        }
-        if self.is_filter(f) {
-            b.decided_by = Some(decided);
-        }
-        None
     }
 
-    fn is_filter(&self, base: Frame) -> bool {
+    /// Evaluates rule `number` of chain `f`, statement by statement.
+    // Inlined into the walk's loop, which calls it once per rule.
+    #[inline]
+    fn eval(
+        &self,
+        w: &mut Walker<'_, 'd>,
+        b: &mut Branch<'d>,
+        f: ChainId,
+        rule: &'d Rule<'d>,
+        number: usize,
+    ) -> Result<Flow<'d, 'd>, SimError> {
+        let table: &'d Table<'d> = self.table(f.table);
+        let chain: &'d Chain<'d> = self.chain(f);
+        let here = format!("{}/{}#{number}", table.name, chain.name);
+        let step = |result| Step {
+            table: &table.name,
+            chain: &chain.name,
+            number,
+            result,
+            rule: Some(StepRule::Nft(rule)),
+            policy: None,
+        };
+        let mut random: Option<f64> = None;
+        let kube_proxy = is_kube_proxy_table(table);
+        for (at, stmt) in rule.stmts.iter().enumerate() {
+            let skip =
+                |w: &mut Walker<'_, 'd>, b: &mut Branch<'d>, undecidable: Option<&'static str>| {
+                    if let Some(why) = undecidable {
+                        w.note(format!("`{stmt}` ({here}): {why}; taken as not matching"));
+                    }
+                    b.path.push(step(StepResult::Skipped { at, undecidable }));
+                    Ok(Flow::Next)
+                };
+            if kube_proxy && !layout::known_statement(stmt) {
+                // kube-proxy's own rule, in a form this build does not know: nothing past it
+                // is concluded (neither "no DNAT" nor any verdict).
+                w.note(format!(
+                    "{here}: `{stmt}` is a statement of kube-proxy's table this build does not know (the node's kube-proxy may be newer than this build): the outcome past it is unknown"
+                ));
+                b.path.push(step(StepResult::Skipped {
+                    at,
+                    undecidable: Some(UNKNOWN_STATEMENT),
+                }));
+                return Ok(Flow::Done(b.finish(Verdict::Unknown, Some(here))));
+            }
+            match stmt {
+                Stmt::Counter(_) | Stmt::NamedCounter(_) | Stmt::Log(_) => {}
+                Stmt::Match { left, op, right } => {
+                    if let Expr::Numgen {
+                        mode,
+                        modulus,
+                        offset,
+                    } = left
+                    {
+                        if mode != "random" {
+                            return skip(w, b, Some("numgen inc depends on earlier packets"));
+                        }
+                        let hits = (0..*modulus)
+                            .filter(|k| {
+                                eval::compare(&Val::Num(u64::from(k + offset)), *op, right)
+                                    .unwrap_or(false)
+                            })
+                            .count();
+                        let p = hits as f64 / f64::from((*modulus).max(1));
+                        if p <= 0.0 {
+                            return skip(w, b, None);
+                        }
+                        if p < 1.0 {
+                            let mut other = b.clone();
+                            other.probability *= 1.0 - p;
+                            other.path.push(step(StepResult::SkippedRandom(1.0 - p)));
+                            w.defer(other);
+                            b.probability *= p;
+                            random = Some(random.unwrap_or(1.0) * p);
+                        }
+                        continue;
+                    }
+                    let packet = packet(w, b);
+                    let v = match eval::value(left, &packet) {
+                        Ok(v) => v,
+                        Err(Missing::NotThisPacket) => return skip(w, b, None),
+                        Err(Missing::Undecidable(why)) => return skip(w, b, Some(why)),
+                    };
+                    let holds = match right {
+                        Expr::SetRef(name) => self
+                            .lookup(f.table, name, &v)
+                            .map(|e| e.is_some() || self.added(b, f.table, name, &v))
+                            .map(|found| (*op == crate::parsers::nft::RelOp::Ne) != found),
+                        _ => eval::compare(&v, *op, right),
+                    };
+                    match holds {
+                        Ok(true) => {}
+                        Ok(false) => return skip(w, b, None),
+                        Err(why) => return skip(w, b, Some(why)),
+                    }
+                }
+                Stmt::Mangle { key, value } => match key {
+                    Expr::Meta(k) if k == "mark" => match eval::value(value, &packet(w, b)) {
+                        Ok(Val::Num(n)) => b.mark = n as u32,
+                        _ => w.note(format!("{here}: the new mark is not known; kept")),
+                    },
+                    _ => w.note(format!("{here}: `{stmt}` is not modelled; ignored")),
+                },
+                Stmt::SetUpdate { op, set, elem } => {
+                    let key = match elem {
+                        Expr::Set(items) => items.first().map(|e| &e.key),
+                        other => Some(other),
+                    };
+                    match key.map(|k| eval::value(k, &packet(w, b))) {
+                        Some(Ok(v)) if op == "delete" => b
+                            .state
+                            .added
+                            .retain(|(t, s, x)| !(*t == f.table && s == set && *x == v)),
+                        Some(Ok(v)) => b.state.added.push((f.table, set, v)),
+                        _ => w.note(format!("{here}: `{stmt}`: the element is not known")),
+                    }
+                }
+                Stmt::Vmap { key, map } => {
+                    let elements: &'d [Element<'d>] = match map {
+                        Expr::Set(items) => items,
+                        Expr::SetRef(name) => match table.set(name) {
+                            Some(s) => &s.elements,
+                            None => return skip(w, b, Some("a map the table does not have")),
+                        },
+                        _ => return skip(w, b, Some("a map kproxy does not model")),
+                    };
+                    if let Expr::Numgen {
+                        mode,
+                        modulus,
+                        offset,
+                    } = key
+                    {
+                        if mode != "random" {
+                            return skip(w, b, Some("numgen inc depends on earlier packets"));
+                        }
+                        return self.numgen_vmap(
+                            w, b, f, rule, number, elements, *modulus, *offset, random,
+                        );
+                    }
+                    let v = match eval::value(key, &packet(w, b)) {
+                        Ok(v) => v,
+                        Err(Missing::NotThisPacket) => return skip(w, b, None),
+                        Err(Missing::Undecidable(why)) => return skip(w, b, Some(why)),
+                    };
+                    let verdict = match eval::find(&v, elements) {
+                        Ok(Some(Element {
+                            value: Some(Expr::Verdict(v)),
+                            ..
+                        })) => v,
+                        Ok(_) => return skip(w, b, None),
+                        Err(why) => return skip(w, b, Some(why)),
+                    };
+                    b.path.push(step(matched(random)));
+                    return self.verdict(w, b, verdict, here);
+                }
+                Stmt::Verdict(v) => {
+                    b.path.push(step(matched(random)));
+                    return self.verdict(w, b, v, here);
+                }
+                // nft refuses a port above 65535 (`Value … exceeds valid range`): such a rule
+                // was never loaded, and read on it would keep the packet's port.
+                Stmt::Nat(nat) if matches!(nat.port, Some(Expr::Number(p)) if u16::try_from(p).is_err()) =>
+                {
+                    return skip(
+                        w,
+                        b,
+                        Some("its port is above 65535, which nft refuses to load"),
+                    );
+                }
+                Stmt::Nat(nat) => {
+                    if matches!(nat.addr, Some(Expr::Map { .. }))
+                        && let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
+                    {
+                        return Ok(self.numgen_dnat(w, b, f, rule, number, &pick, random));
+                    }
+                    b.path.push(step(matched(random)));
+                    self.nat(w, b, nat, &here);
+                    b.stack.clear();
+                    return Ok(Flow::Next);
+                }
+                Stmt::Reject(_) => {
+                    b.path.push(step(matched(random)));
+                    return Ok(Flow::Done(b.finish(Verdict::Reject, Some(here))));
+                }
+                Stmt::Xt { kind, name } if kind == "target" => {
+                    b.path.push(step(matched(random)));
+                    return self.xt_target(w, b, name, here);
+                }
+                Stmt::Xt { name, .. } => {
+                    let why = "an iptables-nft extension whose parameters nft does not show (read this table with iptables-save)";
+                    w.note(format!("{here}: xt match {name}: {why}"));
+                    return skip(w, b, Some("an iptables-nft match nft does not show"));
+                }
+                Stmt::Verbatim(_) => {
+                    return skip(w, b, Some("a statement kproxy does not model"));
+                }
+            }
+        }
+        b.path.push(step(matched(random)));
+        Ok(Flow::Next)
+    }
+
+    fn resume(&self, w: &mut Walker<'_, 'd>, b: &mut Branch<'d>) -> Result<Flow<'d, 'd>, SimError> {
+        match b.state.resume.take() {
+            Some(Resume::Verdict(v, here)) => self.verdict(w, b, v, here),
+            None => Ok(Flow::Next),
+        }
+    }
+}
+
+/// The packet as the rules see it now.
+fn packet<'s, 'd>(w: &'s Walker<'_, 'd>, b: &Branch<'d>) -> Packet<'s> {
+    let (in_iface, out_iface) = w.interfaces(b);
+    Packet {
+        src: b.src,
+        sport: w.input.packet.sport,
+        dst: b.dst,
+        dport: b.dport,
+        proto: w.input.packet.proto,
+        mark: b.mark,
+        ct_dnat: b.ct.dnat,
+        ct_snat: b.ct.snat,
+        in_iface,
+        out_iface,
+        local: &w.input.local,
+    }
+}
+
+impl<'d> Nftables<'d> {
+    fn table(&self, ti: usize) -> &'d Table<'d> {
+        &self.rules.tables[ti]
+    }
+
+    fn chain(&self, f: ChainId) -> &'d Chain<'d> {
+        &self.rules.tables[f.table].chains[f.chain]
+    }
+
+    fn is_filter(&self, base: ChainId) -> bool {
         self.chain(base)
             .base
             .as_ref()
@@ -459,229 +462,27 @@ impl<'d> Walker<'_, 'd> {
 
     /// Whether `update @name` added `v` earlier on this walk.
     fn added(&self, b: &Branch<'d>, ti: usize, name: &str, v: &Val) -> bool {
-        b.added
+        b.state
+            .added
             .iter()
             .any(|(t, s, x)| *t == ti && *s == name && x == v)
-    }
-
-    /// Evaluates one rule of chain `f` (number `number`).
-    fn rule(
-        &mut self,
-        b: &mut Branch<'d>,
-        f: Frame,
-        rule: &'d Rule<'d>,
-        number: usize,
-    ) -> Result<Flow<'d>, SimError> {
-        let table: &'d Table<'d> = self.table(f.table);
-        let chain: &'d Chain<'d> = self.chain(f);
-        let here = format!("{}/{}#{number}", table.name, chain.name);
-        let step = |result| Step {
-            table: &table.name,
-            chain: &chain.name,
-            number,
-            result,
-            rule: Some(StepRule::Nft(rule)),
-            policy: None,
-        };
-        let mut random: Option<f64> = None;
-        let kube_proxy = is_kube_proxy_table(table);
-        for (at, stmt) in rule.stmts.iter().enumerate() {
-            let skip = |w: &mut Self, b: &mut Branch<'d>, undecidable: Option<&'static str>| {
-                if let Some(why) = undecidable {
-                    w.note(format!("`{stmt}` ({here}): {why}; taken as not matching"));
-                }
-                b.path.push(step(StepResult::Skipped { at, undecidable }));
-                Ok(Flow::Next)
-            };
-            if kube_proxy && !layout::known_statement(stmt) {
-                // kube-proxy's own rule, in a form this build does not know: nothing past it
-                // is concluded (neither "no DNAT" nor any verdict).
-                self.note(format!(
-                    "{here}: `{stmt}` is a statement of kube-proxy's table this build does not know (the node's kube-proxy may be newer than this build): the outcome past it is unknown"
-                ));
-                b.path.push(step(StepResult::Skipped {
-                    at,
-                    undecidable: Some(UNKNOWN_STATEMENT),
-                }));
-                return Ok(Flow::Done(self.finish(
-                    b.clone(),
-                    Verdict::Unknown,
-                    Some(here),
-                )));
-            }
-            match stmt {
-                Stmt::Counter(_) | Stmt::NamedCounter(_) | Stmt::Log(_) => {}
-                Stmt::Match { left, op, right } => {
-                    if let Expr::Numgen {
-                        mode,
-                        modulus,
-                        offset,
-                    } = left
-                    {
-                        if mode != "random" {
-                            return skip(self, b, Some("numgen inc depends on earlier packets"));
-                        }
-                        let hits = (0..*modulus)
-                            .filter(|k| {
-                                eval::compare(&Val::Num(u64::from(k + offset)), *op, right)
-                                    .unwrap_or(false)
-                            })
-                            .count();
-                        let p = hits as f64 / f64::from((*modulus).max(1));
-                        if p <= 0.0 {
-                            return skip(self, b, None);
-                        }
-                        if p < 1.0 {
-                            let mut other = b.clone();
-                            other.probability *= 1.0 - p;
-                            other.path.push(step(StepResult::SkippedRandom(1.0 - p)));
-                            self.pending.push_back(other);
-                            b.probability *= p;
-                            random = Some(random.unwrap_or(1.0) * p);
-                        }
-                        continue;
-                    }
-                    let packet = self.packet(b);
-                    let v = match eval::value(left, &packet) {
-                        Ok(v) => v,
-                        Err(Missing::NotThisPacket) => return skip(self, b, None),
-                        Err(Missing::Undecidable(why)) => return skip(self, b, Some(why)),
-                    };
-                    let holds = match right {
-                        Expr::SetRef(name) => self
-                            .lookup(f.table, name, &v)
-                            .map(|e| e.is_some() || self.added(b, f.table, name, &v))
-                            .map(|found| (*op == crate::parsers::nft::RelOp::Ne) != found),
-                        _ => eval::compare(&v, *op, right),
-                    };
-                    match holds {
-                        Ok(true) => {}
-                        Ok(false) => return skip(self, b, None),
-                        Err(why) => return skip(self, b, Some(why)),
-                    }
-                }
-                Stmt::Mangle { key, value } => match key {
-                    Expr::Meta(k) if k == "mark" => match eval::value(value, &self.packet(b)) {
-                        Ok(Val::Num(n)) => b.mark = n as u32,
-                        _ => self.note(format!("{here}: the new mark is not known; kept")),
-                    },
-                    _ => self.note(format!("{here}: `{stmt}` is not modelled; ignored")),
-                },
-                Stmt::SetUpdate { op, set, elem } => {
-                    let key = match elem {
-                        Expr::Set(items) => items.first().map(|e| &e.key),
-                        other => Some(other),
-                    };
-                    match key.map(|k| eval::value(k, &self.packet(b))) {
-                        Some(Ok(v)) if op == "delete" => b
-                            .added
-                            .retain(|(t, s, x)| !(*t == f.table && s == set && *x == v)),
-                        Some(Ok(v)) => b.added.push((f.table, set, v)),
-                        _ => self.note(format!("{here}: `{stmt}`: the element is not known")),
-                    }
-                }
-                Stmt::Vmap { key, map } => {
-                    let elements: &'d [Element<'d>] = match map {
-                        Expr::Set(items) => items,
-                        Expr::SetRef(name) => match table.set(name) {
-                            Some(s) => &s.elements,
-                            None => return skip(self, b, Some("a map the table does not have")),
-                        },
-                        _ => return skip(self, b, Some("a map kproxy does not model")),
-                    };
-                    if let Expr::Numgen {
-                        mode,
-                        modulus,
-                        offset,
-                    } = key
-                    {
-                        if mode != "random" {
-                            return skip(self, b, Some("numgen inc depends on earlier packets"));
-                        }
-                        return self
-                            .numgen_vmap(b, f, rule, number, elements, *modulus, *offset, random);
-                    }
-                    let v = match eval::value(key, &self.packet(b)) {
-                        Ok(v) => v,
-                        Err(Missing::NotThisPacket) => return skip(self, b, None),
-                        Err(Missing::Undecidable(why)) => return skip(self, b, Some(why)),
-                    };
-                    let verdict = match eval::find(&v, elements) {
-                        Ok(Some(Element {
-                            value: Some(Expr::Verdict(v)),
-                            ..
-                        })) => v,
-                        Ok(_) => return skip(self, b, None),
-                        Err(why) => return skip(self, b, Some(why)),
-                    };
-                    b.path.push(step(matched(random)));
-                    return self.verdict(b, verdict, here);
-                }
-                Stmt::Verdict(v) => {
-                    b.path.push(step(matched(random)));
-                    return self.verdict(b, v, here);
-                }
-                // nft refuses a port above 65535 (`Value … exceeds valid range`): such a rule
-                // was never loaded, and read on it would keep the packet's port.
-                Stmt::Nat(nat) if matches!(nat.port, Some(Expr::Number(p)) if u16::try_from(p).is_err()) =>
-                {
-                    return skip(
-                        self,
-                        b,
-                        Some("its port is above 65535, which nft refuses to load"),
-                    );
-                }
-                Stmt::Nat(nat) => {
-                    if matches!(nat.addr, Some(Expr::Map { .. }))
-                        && let Some(Ok(pick)) = dnat::dnat_pick(stmt, table)
-                    {
-                        return Ok(self.numgen_dnat(b, f, rule, number, &pick, random));
-                    }
-                    b.path.push(step(matched(random)));
-                    self.nat(b, nat, &here);
-                    b.stack.clear();
-                    return Ok(Flow::Next);
-                }
-                Stmt::Reject(_) => {
-                    b.path.push(step(matched(random)));
-                    return Ok(Flow::Done(self.finish(
-                        b.clone(),
-                        Verdict::Reject,
-                        Some(here),
-                    )));
-                }
-                Stmt::Xt { kind, name } if kind == "target" => {
-                    b.path.push(step(matched(random)));
-                    return self.xt_target(b, name, here);
-                }
-                Stmt::Xt { name, .. } => {
-                    let why = "an iptables-nft extension whose parameters nft does not show (read this table with iptables-save)";
-                    self.note(format!("{here}: xt match {name}: {why}"));
-                    return skip(self, b, Some("an iptables-nft match nft does not show"));
-                }
-                Stmt::Verbatim(_) => {
-                    return skip(self, b, Some("a statement kproxy does not model"));
-                }
-            }
-        }
-        b.path.push(step(matched(random)));
-        Ok(Flow::Next)
     }
 
     /// `numgen random mod N [offset M] vmap { … }`: one branch per verdict, with the share of
     /// the N values that select it; values without an element leave the rule unmatched.
     #[allow(clippy::too_many_arguments)]
     fn numgen_vmap(
-        &mut self,
+        &self,
+        w: &mut Walker<'_, 'd>,
         b: &mut Branch<'d>,
-        f: Frame,
+        f: ChainId,
         rule: &'d Rule<'d>,
         number: usize,
         elements: &'d [Element<'d>],
         modulus: u32,
         offset: u32,
         random: Option<f64>,
-    ) -> Result<Flow<'d>, SimError> {
+    ) -> Result<Flow<'d, 'd>, SimError> {
         let table: &'d Table<'d> = self.table(f.table);
         let chain: &'d Chain<'d> = self.chain(f);
         let here = format!("{}/{}#{number}", table.name, chain.name);
@@ -726,8 +527,8 @@ impl<'d> Walker<'_, 'd> {
                 policy: None,
             };
             other.path.push(step);
-            other.resume = verdict.map(|v| Resume::Verdict(v, here.clone()));
-            self.pending.push_back(other);
+            other.state.resume = verdict.map(|v| Resume::Verdict(v, here.clone()));
+            w.defer(other);
         }
         let Some((p, verdict)) = first else {
             return Ok(Flow::Next);
@@ -747,7 +548,7 @@ impl<'d> Walker<'_, 'd> {
             policy: None,
         });
         match verdict {
-            Some(v) => self.verdict(b, v, here),
+            Some(v) => self.verdict(w, b, v, here),
             None => Ok(Flow::Next),
         }
     }
@@ -757,14 +558,15 @@ impl<'d> Walker<'_, 'd> {
     /// values without a map entry leave the rule unmatched (the lookup fails).
     #[allow(clippy::too_many_arguments)]
     fn numgen_dnat(
-        &mut self,
+        &self,
+        w: &mut Walker<'_, 'd>,
         b: &mut Branch<'d>,
-        f: Frame,
+        f: ChainId,
         rule: &'d Rule<'d>,
         number: usize,
         pick: &DnatPick,
         random: Option<f64>,
-    ) -> Flow<'d> {
+    ) -> Flow<'d, 'd> {
         let table: &'d Table<'d> = self.table(f.table);
         let chain: &'d Chain<'d> = self.chain(f);
         let step = |result| Step {
@@ -788,13 +590,13 @@ impl<'d> Walker<'_, 'd> {
             let mut arm = if first { b.clone() } else { base.clone() };
             arm.probability = base.probability * p;
             arm.path.push(step(result));
-            dnat_to(&mut arm, target.ip, target.port);
+            arm.dnat_to(target.ip, target.port);
             arm.stack.clear();
             if first {
                 *b = arm;
                 first = false;
             } else {
-                self.pending.push_back(arm);
+                w.defer(arm);
             }
         }
         if !pick.missing.is_empty() {
@@ -807,7 +609,7 @@ impl<'d> Walker<'_, 'd> {
             if first {
                 *b = other;
             } else {
-                self.pending.push_back(other);
+                w.defer(other);
             }
         }
         Flow::Next
@@ -815,90 +617,55 @@ impl<'d> Walker<'_, 'd> {
 
     /// Applies a verdict at `here` (`table/chain#n`).
     fn verdict(
-        &mut self,
+        &self,
+        w: &mut Walker<'_, 'd>,
         b: &mut Branch<'d>,
         v: &'d NftVerdict<'d>,
         here: String,
-    ) -> Result<Flow<'d>, SimError> {
+    ) -> Result<Flow<'d, 'd>, SimError> {
         let Some(&top) = b.stack.last() else {
             return Ok(Flow::Next);
         };
-        let base = b.stack[0];
+        let base = b.stack[0].chain;
+        let top = top.chain;
         match v {
-            NftVerdict::Accept => {
-                if self.is_filter(base) {
-                    b.decided_by = Some(here);
-                }
-                b.stack.clear();
-            }
+            NftVerdict::Accept => b.accept(here, self.is_filter(base)),
             NftVerdict::Drop => {
-                return Ok(Flow::Done(self.finish(
-                    b.clone(),
-                    Verdict::Drop,
-                    Some(here),
-                )));
+                return Ok(Flow::Done(b.finish(Verdict::Drop, Some(here))));
             }
             NftVerdict::Continue => {}
-            NftVerdict::Return => {
-                if b.stack.len() == 1 {
-                    if let Some(f) = b.stack.last_mut() {
-                        f.next = usize::MAX;
-                    }
-                } else {
-                    b.stack.pop();
-                }
-            }
+            NftVerdict::Return => b.leave(),
             NftVerdict::Jump(target) | NftVerdict::Goto(target) => {
                 let table: &'d Table<'d> = self.table(top.table);
                 let Some(&ci) = self.chains.get(&(top.table, &**target)) else {
-                    self.note(format!(
+                    w.note(format!(
                         "{here} goes to {target}, which table {} does not have; ignored",
                         table.name
                     ));
                     return Ok(Flow::Next);
                 };
                 if is_kube_proxy_table(table) && !layout::known_chain(target) {
-                    self.note(format!(
+                    w.note(format!(
                         "{here} goes to {target}, a chain of kube-proxy's table this build does not know (the node's kube-proxy may be newer than this build): the outcome past it is unknown"
                     ));
-                    return Ok(Flow::Done(self.finish(
-                        b.clone(),
-                        Verdict::Unknown,
-                        Some(here),
-                    )));
+                    return Ok(Flow::Done(b.finish(Verdict::Unknown, Some(here))));
                 }
-                if b.stack.len() >= MAX_DEPTH {
-                    return Err(SimError::TooDeep {
-                        chain: format!("{}/{target}", table.name),
-                        depth: MAX_DEPTH,
-                    });
-                }
-                let name: &'d str = &table.chains[ci].name;
-                b.entered.enter(&table.name, name)?;
-                if matches!(v, NftVerdict::Goto(_)) {
-                    if b.stack.len() == 1 {
-                        if let Some(f) = b.stack.last_mut() {
-                            f.next = usize::MAX;
-                        }
-                    } else {
-                        b.stack.pop();
-                    }
-                }
-                b.stack.push(Frame {
+                let chain = ChainId {
                     table: top.table,
                     chain: ci,
-                    next: 0,
-                });
+                };
+                let name: &'d str = &table.chains[ci].name;
+                b.enter(chain, &table.name, name, matches!(v, NftVerdict::Goto(_)))?;
             }
         }
         Ok(Flow::Next)
     }
 
     /// Applies a NAT statement (which ends the base chain).
-    fn nat(&mut self, b: &mut Branch<'d>, nat: &Nat<'d>, here: &str) {
+    fn nat(&self, w: &mut Walker<'_, 'd>, b: &mut Branch<'d>, nat: &Nat<'d>, here: &str) {
         match nat.kind {
             NatKind::Dnat => {
-                let packet = self.packet(b);
+                let packet = packet(w, b);
                 let (addr, port) = match &nat.addr {
                     Some(Expr::Addr(a)) => (Some(*a), None),
                     Some(Expr::Map { key, map }) => match self.map_value(b, key, map, &packet) {
@@ -907,7 +674,7 @@ impl<'d> Walker<'_, 'd> {
                             [Val::Ip(a), Val::Num(p)] => match u16::try_from(*p) {
                                 Ok(p) => (Some(*a), Some(p)),
                                 Err(_) => {
-                                    self.note(format!(
+                                    w.note(format!(
                                         "{here}: the map gives port {p}, above 65535, which nft refuses to load; not applied"
                                     ));
                                     return;
@@ -924,12 +691,12 @@ impl<'d> Walker<'_, 'd> {
                     _ => port,
                 };
                 if addr.is_none() {
-                    self.note(format!(
+                    w.note(format!(
                         "{here}: the DNAT address is not known; the destination is kept"
                     ));
                 }
                 let dst = addr.unwrap_or(b.dst);
-                dnat_to(b, dst, port);
+                b.dnat_to(dst, port);
             }
             NatKind::Snat => {
                 match &nat.addr {
@@ -937,56 +704,22 @@ impl<'d> Walker<'_, 'd> {
                         b.src = *a;
                         b.snat = Some(*a);
                     }
-                    _ => self.note(format!("{here}: the SNAT address is not known")),
+                    _ => w.note(format!("{here}: the SNAT address is not known")),
                 }
-                b.ct_snat = true;
+                b.ct.snat = true;
             }
             NatKind::Masquerade => {
-                self.masquerade(b, here);
+                w.masquerade(b, here, "masquerade");
             }
             NatKind::Redirect => {
-                b.dst = self.redirect_address(b.dst);
+                b.dst = w.redirect_address(b.dst);
                 if let Some(Expr::Number(p)) = &nat.port {
                     b.dport = u16::try_from(*p).unwrap_or(b.dport);
                 }
                 b.dnat = Some((b.dst, b.dport));
-                b.ct_dnat = true;
+                b.ct.dnat = true;
             }
         }
-    }
-
-    fn masquerade(&mut self, b: &mut Branch<'d>, here: &str) {
-        match masquerade_source(b.dst, &self.input.local) {
-            Some(addr) => {
-                b.src = addr;
-                b.snat = Some(addr);
-            }
-            None => self.note(format!(
-                "{here}: masquerade source unknown (give the node's addresses with --local-ip)"
-            )),
-        }
-        b.masquerade = true;
-        b.ct_snat = true;
-    }
-
-    /// Where `redirect` sends the packet: loopback for the node's own traffic, else its first
-    /// address of the family.
-    fn redirect_address(&self, dst: IpAddr) -> IpAddr {
-        let loopback = if dst.is_ipv4() {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            IpAddr::V6(Ipv6Addr::LOCALHOST)
-        };
-        if self.input.origin == Origin::Node {
-            return loopback;
-        }
-        self.input
-            .local
-            .ips()
-            .iter()
-            .copied()
-            .find(|ip| ip.is_ipv4() == dst.is_ipv4())
-            .unwrap_or(loopback)
     }
 
     /// The value `key map { … }` / `key map @m` gives the packet.
@@ -1001,7 +734,7 @@ impl<'d> Walker<'_, 'd> {
         let elements: &[Element<'d>] = match map {
             Expr::Set(items) => items,
             Expr::SetRef(name) => {
-                let top = b.stack.last()?;
+                let top = b.stack.last()?.chain;
                 &self.table(top.table).set(name)?.elements
             }
             _ => return None,
@@ -1012,48 +745,41 @@ impl<'d> Walker<'_, 'd> {
 
     /// An iptables-nft `xt target NAME`: what it does, without the parameters nft hides.
     fn xt_target(
-        &mut self,
+        &self,
+        w: &mut Walker<'_, 'd>,
         b: &mut Branch<'d>,
         name: &str,
         here: String,
-    ) -> Result<Flow<'d>, SimError> {
+    ) -> Result<Flow<'d, 'd>, SimError> {
         let hidden = "nft does not show its parameters; read this table with iptables-save";
         match name {
-            "ACCEPT" => return self.verdict(b, &NftVerdict::Accept, here),
+            "ACCEPT" => return self.verdict(w, b, &NftVerdict::Accept, here),
             "DROP" => {
-                return Ok(Flow::Done(self.finish(
-                    b.clone(),
-                    Verdict::Drop,
-                    Some(here),
-                )));
+                return Ok(Flow::Done(b.finish(Verdict::Drop, Some(here))));
             }
             "REJECT" => {
-                return Ok(Flow::Done(self.finish(
-                    b.clone(),
-                    Verdict::Reject,
-                    Some(here),
-                )));
+                return Ok(Flow::Done(b.finish(Verdict::Reject, Some(here))));
             }
-            "RETURN" => return self.verdict(b, &NftVerdict::Return, here),
+            "RETURN" => return self.verdict(w, b, &NftVerdict::Return, here),
             "DNAT" | "REDIRECT" => {
-                self.note(format!(
+                w.note(format!(
                     "{here}: xt target {name}: the new destination is not known ({hidden})"
                 ));
-                b.ct_dnat = true;
+                b.ct.dnat = true;
                 b.stack.clear();
             }
             "MASQUERADE" => {
-                self.masquerade(b, &here);
+                w.masquerade(b, &here, "masquerade");
                 b.stack.clear();
             }
             "SNAT" => {
-                self.note(format!(
+                w.note(format!(
                     "{here}: xt target SNAT: the new source is not known ({hidden})"
                 ));
-                b.ct_snat = true;
+                b.ct.snat = true;
                 b.stack.clear();
             }
-            other => self.note(format!(
+            other => w.note(format!(
                 "{here}: xt target {other}: not modelled ({hidden}); the walk goes on"
             )),
         }
@@ -1063,16 +789,6 @@ impl<'d> Walker<'_, 'd> {
 
 /// Why a walk stops at a statement of kube-proxy's this build does not know.
 const UNKNOWN_STATEMENT: &str = "a statement of kube-proxy's table this build does not know";
-
-/// Rewrites the branch's destination (the port only when one is given).
-fn dnat_to(b: &mut Branch<'_>, ip: IpAddr, port: Option<u16>) {
-    b.dst = ip;
-    if let Some(p) = port {
-        b.dport = p;
-    }
-    b.dnat = Some((b.dst, b.dport));
-    b.ct_dnat = true;
-}
 
 fn matched(random: Option<f64>) -> StepResult {
     match random {
@@ -1085,7 +801,7 @@ fn matched(random: Option<f64>) -> StepResult {
 mod tests {
     use super::*;
     use crate::parsers::nft::{ParseOptions, parse};
-    use crate::trace::sim::{LocalAddrs, PacketSpec};
+    use crate::trace::sim::{LocalAddrs, Origin, PacketSpec, Route};
 
     fn run(
         text: &'static str,

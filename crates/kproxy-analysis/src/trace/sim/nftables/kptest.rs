@@ -23,18 +23,14 @@
 
 use super::super::SimError;
 use super::super::engine::LocalAddrs;
-use super::super::kptest::TestTrace;
+use super::super::outcome::TestTrace;
 use super::super::packet::PacketSpec;
+use super::super::walk::{MAX_DEPTH, MAX_STEPS};
 use super::table_for;
 use crate::graph::nftables::{dnat, key_parts, protocol_of};
 use crate::parsers::nft::{Element, Expr, RelOp, Ruleset, Stmt, Table, Verdict};
 use crate::proxier::nftables::names as kp;
 use std::net::IpAddr;
-
-/// Deepest chain nesting followed before giving up (kube-proxy's chains nest 5 deep).
-const MAX_DEPTH: usize = 64;
-/// Most statements evaluated in one trace (chains that fan out without a loop).
-const MAX_STEPS: usize = 4_000_000;
 
 /// The chains the tracer runs, in order (the destination is rewritten after the second).
 pub const TRACER_CHAINS: [&str; 4] = [

@@ -379,7 +379,7 @@ COMMIT
         };
         let mut best = std::time::Duration::MAX;
         let mut shape = (0, 0);
-        for _ in 0..3 {
+        for _ in 0..5 {
             let t0 = std::time::Instant::now();
             let d = simulate(rules, &input).unwrap();
             best = best.min(t0.elapsed());
@@ -391,8 +391,9 @@ COMMIT
     #[test]
     fn walk_time_grows_linearly_with_the_chains_jumped_to() {
         // A loop guard or note list searched from the start at each step makes the walk
-        // quadratic: four times the chains would take sixteen times as long.
-        let (small, large) = (5_000, 20_000);
+        // quadratic: sixteen times the chains would take 256 times as long. The wide margin
+        // keeps a loaded machine's noise from failing a linear walk.
+        let (small, large) = (2_000, 32_000);
         let (small_text, large_text) = (chain_sequence(small), chain_sequence(large));
         let opts = ParseOptions::strict();
         let small_rules = Ruleset::parse(&small_text, &opts).unwrap();
@@ -405,8 +406,8 @@ COMMIT
         assert_eq!((steps, notes), (2 + 2 * large, large + 1));
         let ratio = t_large.as_secs_f64() / t_small.as_secs_f64().max(1e-6);
         assert!(
-            ratio < 8.0,
-            "4x the chains took {ratio:.1}x as long ({t_small:?} for {small}, {t_large:?} for {large})"
+            ratio < 64.0,
+            "16x the chains took {ratio:.1}x as long ({t_small:?} for {small}, {t_large:?} for {large})"
         );
     }
 

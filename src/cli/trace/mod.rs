@@ -237,32 +237,19 @@ fn run_packet(
         dump.tables.extend(jumps.tables);
     }
     let rules = Ruleset::from_dump(dump);
-    let format = args.output.unwrap_or(TraceOutput::Text);
-    // The structured document, or `None` for text (made only when asked for: a long walk's
-    // JSON value is as large as its text).
-    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
-        Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value())?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
-            _ => None,
-        })
-    };
-    if !matches!(
-        format,
-        TraceOutput::Json | TraceOutput::Yaml | TraceOutput::Text
-    ) {
-        bail!("trace --packet prints text, json or yaml, not {format:?}");
-    }
+    let format = packet_format(args)?;
     // The walk's document or its text (each made only when printed), with what the walk
     // assumed of a partial input.
     let print = |json: &dyn Fn() -> serde_json::Value,
                  text: &dyn Fn() -> String|
      -> anyhow::Result<String> {
-        Ok(match document(&|| with_assumptions(json(), &assumed))? {
-            Some(doc) => doc,
-            None if assumed.is_empty() => text(),
-            None => assumptions_text(&assumed) + &text(),
-        })
+        Ok(
+            match packet_document(format, &|| with_assumptions(json(), &assumed))? {
+                Some(doc) => doc,
+                None if assumed.is_empty() => text(),
+                None => assumptions_text(&assumed) + &text(),
+            },
+        )
     };
     let out = match args.model {
         ModelArg::KubeProxyTest => {
@@ -282,6 +269,32 @@ fn run_packet(
     };
     super::common::write_stdout(&out).context("writing output")?;
     Ok(Outcome::Clean)
+}
+
+/// `--packet`'s output format: text (the default), json or yaml; the path view's other formats
+/// are refused.
+pub(super) fn packet_format(args: &TraceArgs) -> anyhow::Result<TraceOutput> {
+    let format = args.output.unwrap_or(TraceOutput::Text);
+    if !matches!(
+        format,
+        TraceOutput::Json | TraceOutput::Yaml | TraceOutput::Text
+    ) {
+        bail!("trace --packet prints text, json or yaml, not {format:?}");
+    }
+    Ok(format)
+}
+
+/// A walk's structured document in `format`, or `None` for text: `value` is made only when
+/// asked for (a long walk's JSON value is as large as its text).
+pub(super) fn packet_document(
+    format: TraceOutput,
+    value: &dyn Fn() -> serde_json::Value,
+) -> anyhow::Result<Option<String>> {
+    Ok(match format {
+        TraceOutput::Json => Some(crate::output::to_json(&value())?),
+        TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
+        _ => None,
+    })
 }
 
 /// The document of a walk with what it assumed of a partial input (`partial`: `gaps`,

@@ -1,7 +1,10 @@
 //! `trace --nft-ruleset FILE`: the packet simulator and the path view on a node in kube-proxy's
 //! nftables mode.
 
-use super::{ModelArg, TraceArgs, TraceOutput, decisions_of, kernel_input, print_path_view};
+use super::{
+    ModelArg, TraceArgs, decisions_of, kernel_input, packet_document, packet_format,
+    print_path_view,
+};
 use crate::cli::common::{GlobalArgs, warn};
 use crate::cli::graph::nftables::{parse_ruleset, read_ruleset, warn_without_kube_proxy_table};
 use crate::exit::Outcome;
@@ -35,22 +38,7 @@ fn run_packet(
     packet_text: &str,
 ) -> anyhow::Result<Outcome> {
     let packet: PacketSpec = packet_text.parse()?;
-    let format = args.output.unwrap_or(TraceOutput::Text);
-    // The structured document, or `None` for text (made only when asked for: a long walk's
-    // JSON value is as large as its text).
-    let document = |value: &dyn Fn() -> serde_json::Value| -> anyhow::Result<Option<String>> {
-        Ok(match format {
-            TraceOutput::Json => Some(crate::output::to_json(&value())?),
-            TraceOutput::Yaml => Some(crate::output::to_yaml(&value())?),
-            _ => None,
-        })
-    };
-    if !matches!(
-        format,
-        TraceOutput::Json | TraceOutput::Yaml | TraceOutput::Text
-    ) {
-        bail!("trace --packet prints text, json or yaml, not {format:?}");
-    }
+    let format = packet_format(args)?;
     let mut unknown = false;
     let out = match args.model {
         ModelArg::KubeProxyTest => {
@@ -66,7 +54,7 @@ fn run_packet(
             for e in &t.errors {
                 warn(format!("kube-proxy's test tracer would report: {e}"));
             }
-            match document(&|| report::test_trace_json(&t.trace))? {
+            match packet_document(format, &|| report::test_trace_json(&t.trace))? {
                 Some(doc) => doc,
                 None => report::test_trace_text(&t.trace),
             }
@@ -75,7 +63,7 @@ fn run_packet(
             let input = kernel_input(args, packet);
             let d = kernel::simulate(rules, &input)?;
             unknown = d.outcomes.iter().any(|o| o.verdict == Verdict::Unknown);
-            match document(&|| report::distribution_json(&d))? {
+            match packet_document(format, &|| report::distribution_json(&d))? {
                 Some(doc) => doc,
                 None => report::distribution_text(&d),
             }

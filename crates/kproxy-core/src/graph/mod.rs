@@ -1,6 +1,6 @@
 //! The service graph rebuilt from a ruleset: entries, chains, endpoints with shares, anomalies.
 //!
-//! [`build`] turns one parsed `iptables-save` / `iptables -S` dump into a [`ServiceGraph`]: per
+//! [`iptables::build`] turns one parsed `iptables-save` / `iptables -S` dump into a [`ServiceGraph`]: per
 //! service port its entry points (cluster IP, NodePorts, external IPs, load-balancer IPs, health
 //! check port), its `KUBE-SVC/SVL/EXT/FW/XLB` chains, each endpoint chain with its effective share
 //! of new connections and DNAT target, masquerade rules and why they fire, session affinity, and the

@@ -8,8 +8,8 @@
 //!   check reads the exact restore input the plan sends, so it holds whatever the render said.
 //! - nftables: every command of the `nft -f` transaction names `table ip|ip6 kube-proxy` of
 //!   the plan's family; nothing else (`include`, `define`, other tables) is allowed.
-//! - IPVS: ipsets kube-proxy's IPVS proxier creates (and stale `KUBE-*` sets to destroy, as the
-//!   planner decides, see [`super::ipvs::plan::Ownership::set`]), virtual servers the render
+//! - IPVS: ipsets kube-proxy's IPVS proxier creates (never a set destroyed: only a rollback does
+//!   that, of a set its repair created), virtual servers the render
 //!   expects or that [`super::ipvs::plan::Ownership`] says are kube-proxy's.
 //!
 //! A plan that asks for anything else is a bug in the render: it is refused, never applied,

@@ -1,5 +1,5 @@
 //! `trace`'s path view of a service: kube-proxy's plan for the node, made from the API state,
-//! which the node's rules are shown against ([`crate::trace::path`]).
+//! which the node's rules are shown against (`kproxy_analysis::trace::path`).
 
 use super::Note;
 use crate::proxier::iptables::{ServiceDecisions, expected_service_ports};

@@ -4,7 +4,7 @@
 //! where and why masquerade happens, session affinity, the filter-table verdicts (REJECT when no
 //! endpoints, source-range DROP) and the rule counters when the dump has them.
 //!
-//! Built from a [`ServiceGraph`] (what the node has) and, optionally, kube-proxy's decisions for the
+//! Built from a [`ServiceGraph`](crate::graph::ServiceGraph) (what the node has) and, optionally, kube-proxy's decisions for the
 //! API state ([`ServiceDecisions`], what the node should have): divergences — missing or stale
 //! endpoints, wrong shares, missing entry points — are marked inline.
 //!

@@ -302,7 +302,7 @@ pub fn expected_service_ports(
 }
 
 /// [`expected_service_ports`] with a choice of endpoint detail ([`EndpointDetail::Lean`] is what
-/// [`render`] uses: same decisions, no informational copies).
+/// [`super::render`] uses: same decisions, no informational copies).
 pub fn decide_with(
     state: &ClusterState,
     config: &ProxyConfig,

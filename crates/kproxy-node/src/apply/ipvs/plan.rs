@@ -9,7 +9,7 @@
 //!   are never used.
 //! - Only what kube-proxy owns is touched ([`Ownership`]): virtual servers of its family on its
 //!   service addresses (or node addresses in the NodePort range) outside `ipvs.excludeCIDRs`;
-//!   ipsets by the names kube-proxy gives them ([`SetDef`]); `kube-ipvs0`. Everything else is
+//!   ipsets by the names kube-proxy gives them ([`SetDef`](crate::proxier::ipvs::sets::SetDef)); `kube-ipvs0`. Everything else is
 //!   listed as kept, with the reason.
 //! - A repair never destroys an ipset: kube-proxy destroys its sets only on `--cleanup`, by
 //!   name, and a `KUBE-` prefix proves nothing (kube-router's `KUBE-SRC-`/`KUBE-DST-` sets). Only

@@ -1,7 +1,7 @@
 //! `--model kube-proxy-test`: the walk of kube-proxy's unit-test packet tracer.
 //!
 //! Reproduces `tracePacket`/`runChain` of `pkg/proxy/iptables/proxier_test.go` on top of the
-//! shared [`matches()`](super::engine::matches) engine with
+//! shared [`matches()`](crate::trace::sim::engine::matches) engine with
 //! [`MatchPolicy::KubeProxyTest`]: nat PREROUTING, then the destination becomes the first
 //! output cut at its first `:` (the port is never rewritten), then the filter chains
 //! KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS and KUBE-PROXY-FIREWALL from the

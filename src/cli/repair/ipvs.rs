@@ -8,13 +8,13 @@ use super::report::{
 };
 use super::{RepairArgs, RepairFormat, input_facts, local_iptables};
 use crate::apply::guard::unless_forced;
-use crate::apply::iptables::repair::Rotation;
 use crate::apply::ipvs::changes::{Ipvs0Change, IpvsChange};
 use crate::apply::ipvs::guard::{IpvsGuardInput, refusals};
 use crate::apply::ipvs::host::IpvsTools;
 use crate::apply::ipvs::plan::IpvsPlan;
 use crate::apply::ipvs::repair::{IpvsRepairOptions, IpvsTarget, repair};
 use crate::apply::ipvs::state::{Ipvs0Text, IpvsState};
+use crate::apply::transaction::Rotation;
 use crate::cli::common::{load_proxy_inputs, read_input};
 use crate::exit::Outcome;
 use crate::model::Ruleset;

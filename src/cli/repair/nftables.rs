@@ -10,7 +10,7 @@ use super::{RepairArgs, RepairFormat, input_facts};
 use crate::apply::guard::unless_forced;
 use crate::apply::nftables::host::{LocalNft, NftHost};
 use crate::apply::nftables::plan::{Action, NftPlan};
-use crate::apply::nftables::repair::{NftRepairOptions, NftRepairReport, Target, repair};
+use crate::apply::nftables::repair::{NftRepairReport, Target, repair};
 use crate::cli::common::{GlobalArgs, load_config};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
@@ -106,16 +106,7 @@ pub fn run(
     let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();
     let endpoints: usize = targets.iter().map(|t| t.expected.endpoint_chains).sum();
     let painter = Painter::for_stdout();
-    let opts = NftRepairOptions {
-        full: args.full,
-        apply: args.apply,
-        backup_dir: args.local_backup_dir(),
-        keep_backups: args.keep_backups,
-        node: inputs.facts.node_name.clone(),
-        rollback: args.rollback_policy(),
-        inject_fault: args.inject_fault,
-        pause_before_rollback: args.pause_before_rollback.clone(),
-    };
+    let opts = args.repair_options(&inputs.facts.node_name, args.local_backup_dir());
     let guard = |plan: &NftPlan, counts: &crate::apply::nftables::repair::NodeCounts| {
         unless_forced(args.force, || {
             crate::apply::nftables::repair::refusals(&guard_facts, ports, endpoints, counts, plan)

@@ -4,7 +4,8 @@
 use super::RepairArgs;
 use crate::apply::allow::NOT_KUBE_PROXYS;
 use crate::apply::iptables::plan::{ChainAction, Plan};
-use crate::apply::iptables::repair::{RepairError, RollbackOutcome, Rotation};
+use crate::apply::iptables::repair::RepairError;
+use crate::apply::transaction::{RollbackOutcome, Rotation};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -340,7 +341,7 @@ mod tests {
             }),
             backup: PathBuf::from("/b/node-ipv4-1.rules"),
             rollback: match rollback {
-                None => Ok(crate::apply::iptables::rollback::RolledBack {
+                None => Ok(crate::apply::transaction::RolledBack {
                     attempts,
                     notes: Vec::new(),
                 }),

@@ -1,10 +1,12 @@
-//! Repair: plans (per-chain diff → `iptables-restore --noflush` input), backups, the guarded
-//! apply-verify-rollback transaction, and the resync loop that stands in for a dead kube-proxy.
+//! Repair, one module per mode ([`iptables`], [`ipvs`], [`nftables`]: plans, the guarded
+//! apply-verify-rollback transaction) beside what they share ([`transaction`], [`backup`],
+//! [`guard`], [`allow`], [`host`], [`conntrack`]), and the resync loop that stands in for a dead
+//! kube-proxy.
 //!
 //! Everything here is dry-run by default at the CLI, touches only kube-proxy's own objects
 //! (every plan is checked against [`allow`] before anything is written), never removes a rule
 //! from a built-in chain that the repair did not insert, and rolls back only what it changed
-//! ([`rollback`]).
+//! ([`iptables::rollback`], [`nftables::rollback`]).
 
 pub mod allow;
 pub mod backup;
@@ -15,3 +17,4 @@ pub mod iptables;
 pub mod ipvs;
 pub mod nftables;
 pub mod resync;
+pub mod transaction;

@@ -6,11 +6,14 @@
 
 use super::host::RulesHost;
 use super::plan::{Plan, TablePlan, plan};
-use super::rollback::{RollbackPolicy, RolledBack, roll_back};
+use super::rollback::roll_back;
 use crate::apply::allow::{Proxier, check_plan};
-use crate::apply::backup::{rollback_file, rotate, write_backup};
+use crate::apply::backup::{rollback_file, write_backup};
 use crate::apply::guard::{GuardInput, InputConditions, refusals, unless_forced};
 use crate::apply::host::HostError;
+use crate::apply::transaction::{
+    RepairOptions, RollbackOutcome, Rotation, pause_before_rollback, rollback_text,
+};
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, expected_service_ports, render};
 use crate::state::ProxyInputs;
@@ -18,9 +21,6 @@ use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::ParseOptions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// What a rollback came to: what it did, or why it failed and how to finish it by hand.
-pub type RollbackOutcome = Result<RolledBack, String>;
 
 /// Errors of a repair. Every variant says whether the node was restored. Each message holds the
 /// error it wraps (shown once: not repeated as a source).
@@ -108,57 +108,6 @@ impl RepairError {
     }
 }
 
-/// How a failed repair's message tells what the rollback did.
-pub fn rollback_text(rollback: &RollbackOutcome, backup: &Path) -> String {
-    match rollback {
-        Ok(r) if r.attempts == 0 => format!(
-            "nothing had been changed; the backup is {}",
-            backup.display()
-        ),
-        Ok(r) => {
-            let mut s = format!(
-                "what the repair changed was restored from the backup {}",
-                backup.display()
-            );
-            if r.attempts > 1 {
-                s.push_str(&format!(" (after {} attempts)", r.attempts));
-            }
-            for n in &r.notes {
-                s.push_str("; ");
-                s.push_str(n);
-            }
-            s
-        }
-        Err(e) => format!(
-            "PUTTING BACK WHAT THE REPAIR CHANGED FAILED TOO: {e}; the backup is {}",
-            backup.display()
-        ),
-    }
-}
-
-/// What to do.
-#[derive(Debug, Clone)]
-pub struct RepairOptions {
-    /// Rewrite every expected chain (a kube-proxy full sync) instead of only the differing ones.
-    pub full: bool,
-    /// Change the node (otherwise only plan).
-    pub apply: bool,
-    /// Where backups go.
-    pub backup_dir: PathBuf,
-    /// How many backups of the node to keep (older ones are removed; 0 keeps all).
-    pub keep_backups: usize,
-    /// Node name (for the backup file name).
-    pub node: String,
-    /// The rollback's xtables lock wait and retries.
-    pub rollback: RollbackPolicy,
-    /// Test only: append an invalid rule to the last table's restore input, so that restore fails
-    /// after earlier tables were applied (proves the rollback).
-    pub inject_fault: bool,
-    /// Test only: before rolling back, create this file and wait (at most a minute) until it
-    /// is removed, so that a test can hold the xtables lock during the rollback.
-    pub pause_before_rollback: Option<PathBuf>,
-}
-
 /// The result of a repair.
 #[derive(Debug)]
 pub struct RepairReport {
@@ -176,44 +125,6 @@ pub struct RepairReport {
     pub restore_time: Duration,
     /// Time spent reading the rules back and re-planning (the verification).
     pub verify_time: Duration,
-}
-
-/// Old backups removed after a new one was written.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rotation {
-    /// What was removed, oldest first.
-    pub removed: Vec<PathBuf>,
-    /// Why removing failed, when it did (the repair goes on: the new backup is written).
-    pub error: Option<String>,
-}
-
-impl Rotation {
-    /// Rotates the backups of `node` in `dir`, keeping `keep`.
-    pub fn run(dir: &Path, node: &str, keep: usize) -> Rotation {
-        match rotate(dir, node, keep) {
-            Ok(removed) => Rotation {
-                removed,
-                error: None,
-            },
-            Err(e) => Rotation {
-                removed: Vec::new(),
-                error: Some(format!("removing old backups in {}: {e}", dir.display())),
-            },
-        }
-    }
-}
-
-/// Test only: announces the rollback by creating `file` and waits, at most a minute, until
-/// it is removed ([`RepairOptions::pause_before_rollback`]).
-pub fn pause_before_rollback(file: Option<&Path>) {
-    let Some(file) = file else { return };
-    if std::fs::write(file, "rolling back\n").is_err() {
-        return;
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while file.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The rules kube-proxy would install for `inputs` (a render with base jumps, as

@@ -10,7 +10,7 @@
 //! - in a built-in chain, exactly the jump rules it inserted are deleted (`-D CHAIN SPEC`, each
 //!   found in the chain as it is now: one it no longer holds is not deleted).
 //!
-//! The rollback has its own xtables lock wait and retries with backoff ([`RollbackPolicy`]);
+//! The rollback has its own xtables lock wait and retries with backoff ([`crate::apply::transaction::RollbackPolicy`]);
 //! before each attempt its input is written beside the backup, so that a rollback that still
 //! fails can be finished by hand with the exact command of the backend and network namespace
 //! used ([`super::host::RulesHost::by_hand`]).
@@ -18,60 +18,12 @@
 use super::host::{RulesHost, restore_args, restore_argv};
 use super::plan::{ChainAction, TablePlan};
 use crate::apply::backup::write_private;
+use crate::apply::transaction::{RollbackPolicy, RolledBack};
 use crate::model::{RuleEntry, Ruleset, TableRules};
 use kproxy_parsers::iptables::ParseOptions;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
-
-/// How hard a rollback tries before it gives up and tells how to finish it by hand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RollbackPolicy {
-    /// Attempts in all (at least one is made).
-    pub attempts: u32,
-    /// The xtables lock wait of each attempt (`iptables-restore -w`).
-    pub lock_wait: Duration,
-    /// The pause after the first failed attempt, doubled after each further one.
-    pub backoff: Duration,
-}
-
-impl Default for RollbackPolicy {
-    fn default() -> Self {
-        RollbackPolicy {
-            attempts: 3,
-            lock_wait: Duration::from_secs(10),
-            backoff: Duration::from_secs(1),
-        }
-    }
-}
-
-impl RollbackPolicy {
-    /// The policy with `lock_wait` as the wait of each attempt.
-    pub fn waiting(lock_wait: Duration) -> Self {
-        RollbackPolicy {
-            lock_wait,
-            ..RollbackPolicy::default()
-        }
-    }
-
-    /// Runs `attempt` until it succeeds or the attempts are spent, pausing between attempts.
-    /// Returns the attempts made and the last error.
-    pub fn run<E>(&self, mut attempt: impl FnMut() -> Result<(), E>) -> (u32, Result<(), E>) {
-        let attempts = self.attempts.max(1);
-        let mut pause = self.backoff;
-        let mut made = 0;
-        loop {
-            made += 1;
-            let result = attempt();
-            if result.is_ok() || made >= attempts {
-                return (made, result);
-            }
-            std::thread::sleep(pause);
-            pause = pause.saturating_mul(2);
-        }
-    }
-}
 
 /// The rollback input of the tables a repair applied, and what it could not put back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -223,15 +175,6 @@ fn rule_line(op: &str, chain: &str, raw: &str) -> String {
     }
 }
 
-/// What a rollback did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RolledBack {
-    /// Attempts made (0: there was nothing to undo).
-    pub attempts: u32,
-    /// What was left as it is now, and why.
-    pub notes: Vec<String>,
-}
-
 /// Puts back what the tables `applied` changed, from `backup_text` (the backup's
 /// `iptables-save -c`), with `policy`'s lock wait and retries. Before each attempt the input
 /// is read afresh against the node's rules and written to `file`. Returns what was done, or
@@ -365,27 +308,5 @@ mod tests {
         );
         // A table the repair did not apply is not rolled back.
         assert_eq!(rollback_input(&before, None, &[]).text, "");
-    }
-
-    #[test]
-    fn retries_pause_and_stop() {
-        let policy = RollbackPolicy {
-            attempts: 3,
-            lock_wait: Duration::from_secs(1),
-            backoff: Duration::from_millis(1),
-        };
-        let mut calls = 0;
-        let (made, r) = policy.run(|| {
-            calls += 1;
-            if calls < 2 { Err("busy") } else { Ok(()) }
-        });
-        assert_eq!((made, r), (2, Ok(())));
-        let (made, r) = policy.run(|| Err::<(), _>("busy"));
-        assert_eq!((made, r), (3, Err("busy")));
-        let once = RollbackPolicy {
-            attempts: 0,
-            ..policy
-        };
-        assert_eq!(once.run(|| Err::<(), _>("x")).0, 1);
     }
 }

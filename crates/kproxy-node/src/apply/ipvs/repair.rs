@@ -14,8 +14,9 @@ use crate::apply::backup::{new_backup_dir, rollback_file, write_backup, write_pr
 use crate::apply::host::HostError;
 use crate::apply::iptables::host::{IptablesHost, RulesHost};
 use crate::apply::iptables::plan::TablePlan;
-use crate::apply::iptables::repair::Rotation;
-use crate::apply::iptables::rollback::{RollbackPolicy, roll_back as roll_back_chains};
+use crate::apply::iptables::rollback::roll_back as roll_back_chains;
+use crate::apply::transaction::RollbackPolicy;
+use crate::apply::transaction::Rotation;
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;

@@ -12,10 +12,10 @@ use super::rollback::rollback_script;
 use crate::apply::allow::check_nft_script;
 use crate::apply::backup::{new_backup_dir, rollback_file, write_private};
 use crate::apply::host::HostError;
-use crate::apply::iptables::repair::{
-    RollbackOutcome, Rotation, pause_before_rollback, rollback_text,
+use crate::apply::transaction::{
+    RepairOptions, RollbackOutcome, RollbackPolicy, RolledBack, Rotation, pause_before_rollback,
+    rollback_text,
 };
-use crate::apply::iptables::rollback::{RollbackPolicy, RolledBack};
 use crate::compare::nftables::diff::diff;
 use crate::compare::nftables::expected::ExpectedTable;
 use crate::compare::nftables::{
@@ -110,29 +110,6 @@ impl NftRepairError {
             _ => None,
         }
     }
-}
-
-/// What to do.
-#[derive(Debug, Clone)]
-pub struct NftRepairOptions {
-    /// Rewrite every expected chain (a kube-proxy full sync).
-    pub full: bool,
-    /// Change the node (otherwise only plan).
-    pub apply: bool,
-    /// Where backups go.
-    pub backup_dir: PathBuf,
-    /// How many backups of the node to keep (older ones are removed; 0 keeps all).
-    pub keep_backups: usize,
-    /// Node name (for the backup directory's name).
-    pub node: String,
-    /// The rollback's retries (nft takes no lock: its wait is not used).
-    pub rollback: RollbackPolicy,
-    /// Test only: end the last family's transaction with an invalid command, so that it fails
-    /// after the earlier ones were applied (proves the rollback).
-    pub inject_fault: bool,
-    /// Test only: before rolling back, create this file and wait (at most a minute) until it
-    /// is removed.
-    pub pause_before_rollback: Option<PathBuf>,
 }
 
 /// One family to repair: its render, and whether it is repaired even when the node has no
@@ -372,7 +349,7 @@ fn plan_refusals(plan: &NftPlan) -> Vec<String> {
 pub fn repair(
     host: &impl NftHost,
     targets: &[Target],
-    opts: &NftRepairOptions,
+    opts: &RepairOptions,
     before_apply: impl FnOnce(&NftPlan, &NodeCounts) -> Vec<String>,
 ) -> Result<(NftRepairReport, Vec<String>), NftRepairError> {
     let same_tx = host.same_transaction_delete();

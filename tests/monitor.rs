@@ -9,7 +9,7 @@
 //! running without ever saying "in sync" from them.
 
 use crate::support::netns::{Backend, Netns, require_root_and_tools};
-use crate::support::repair::cluster_file;
+use crate::support::repair::{cluster_file, config_in_mode};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -151,22 +151,6 @@ fn kproxy_ok(args: &[&str]) -> String {
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-/// The example cluster's configuration in `mode` (with the fixed parts of `config.yaml`).
-fn config_in_mode(dir: &Path, mode: &str) -> PathBuf {
-    let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
-    assert!(
-        text.contains("\nmode: iptables\n"),
-        "config.yaml names its mode"
-    );
-    let path = dir.join(format!("config-{mode}.yaml"));
-    std::fs::write(
-        &path,
-        text.replace("\nmode: iptables\n", &format!("\nmode: {mode}\n")),
-    )
-    .expect("write config");
-    path
 }
 
 /// `render` of `state` for node-1 in `mode`, one family (`4`, `6`).

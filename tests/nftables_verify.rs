@@ -18,18 +18,7 @@ use std::process::{Command, Output};
 
 /// The example cluster's configuration with `mode: nftables`, written into `dir`.
 pub(crate) fn nft_config(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
-    assert!(
-        text.contains("\nmode: iptables\n"),
-        "config.yaml names its mode"
-    );
-    let path = dir.join("config-nftables.yaml");
-    std::fs::write(
-        &path,
-        text.replace("\nmode: iptables\n", "\nmode: nftables\n"),
-    )
-    .expect("write config");
-    path
+    crate::support::repair::config_in_mode(dir, "nftables")
 }
 
 /// `kubectl-kproxy ARGS… --state … --config CONFIG` without colour.

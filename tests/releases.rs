@@ -13,31 +13,10 @@
 //! upgrade leaves is KP909 and repair leaves it.
 
 use crate::support::netns::{Backend, Family, Netns, require_root_and_tools};
+use crate::support::repair::{cluster_file, config_in_mode};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
-
-fn cluster_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/cluster")
-        .join(name)
-}
-
-/// The example cluster's configuration in `mode`, written into `dir`.
-fn config(dir: &Path, mode: &str) -> PathBuf {
-    let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
-    assert!(
-        text.contains("\nmode: iptables\n"),
-        "config.yaml names its mode"
-    );
-    let path = dir.join(format!("config-{mode}.yaml"));
-    std::fs::write(
-        &path,
-        text.replace("\nmode: iptables\n", &format!("\nmode: {mode}\n")),
-    )
-    .expect("write config");
-    path
-}
 
 /// `kubectl-kproxy ARGS… --state … --config CONFIG --nfacct none` (the namespaces have no
 /// nfacct counters).
@@ -153,7 +132,7 @@ fn iptables_release(minor: u32) {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let config = config(dir.path(), "iptables");
+    let config = config_in_mode(dir.path(), "iptables");
     let version = format!("1.{minor}");
     let render = |family: &str| {
         stdout(
@@ -233,7 +212,7 @@ fn nftables_release(minor: u32) {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let config = config(dir.path(), "nftables");
+    let config = config_in_mode(dir.path(), "nftables");
     let version = format!("1.{minor}");
     let ns = loaded(&config, &format!("reln{minor}"), &version);
     let listings = [
@@ -293,7 +272,7 @@ releases!(
 fn a_release_newer_than_the_build_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");
     for mode in ["iptables", "nftables"] {
-        let config = config(dir.path(), mode);
+        let config = config_in_mode(dir.path(), mode);
         for args in [
             &["render", "--kube-proxy-version", "1.39"][..],
             &["render", "--kube-proxy-version", "v1.39.0"][..],
@@ -325,7 +304,7 @@ fn a_1_36_table_is_another_release_for_1_35_and_keeps_its_upgrade_residue() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let config = config(dir.path(), "nftables");
+    let config = config_in_mode(dir.path(), "nftables");
     let ns = loaded(&config, "relres", "1.36");
     let write = |name: &str| {
         let path = dir.path().join(name);
@@ -415,7 +394,7 @@ fn a_missing_named_counter_is_found_and_repaired() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let config = config(dir.path(), "nftables");
+    let config = config_in_mode(dir.path(), "nftables");
     let ns = loaded(&config, "relctr", "1.38");
     ns.nft_load(
         "flush chain ip kube-proxy localhost-nodeport-reject-tcp\n\

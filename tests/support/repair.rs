@@ -85,6 +85,23 @@ pub fn cluster_file(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The example cluster's configuration with `mode: MODE` instead of its `mode: iptables`,
+/// written into `dir` as `config-MODE.yaml`.
+pub fn config_in_mode(dir: &Path, mode: &str) -> PathBuf {
+    let text = std::fs::read_to_string(cluster_file("config.yaml")).expect("config.yaml");
+    assert!(
+        text.contains("\nmode: iptables\n"),
+        "config.yaml names its mode"
+    );
+    let path = dir.join(format!("config-{mode}.yaml"));
+    std::fs::write(
+        &path,
+        text.replace("\nmode: iptables\n", &format!("\nmode: {mode}\n")),
+    )
+    .expect("write config");
+    path
+}
+
 /// `kubectl-kproxy ARGS… --state … --config …` with the example cluster's files, without colour.
 pub fn kproxy_on_cluster(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"));

@@ -350,7 +350,7 @@ where
         Ok(s) => s,
         Err(e) => {
             row.state = NodeState::Failed;
-            row.error = Some(chain(&e));
+            row.error = Some(super::common::error_text(&e));
             return Done::row(row);
         }
     };
@@ -379,7 +379,7 @@ where
         }
         Ok(Err(e)) => {
             row.state = NodeState::Failed;
-            row.error = Some(chain(&e));
+            row.error = Some(super::common::error_text(&e));
             (row, Vec::new())
         }
         Err(e) => {
@@ -402,16 +402,6 @@ fn pod_of(collector: &str) -> Option<String> {
     let inside = collector.split_once('(')?.1;
     let location = inside.split([',', ')']).next()?;
     Some(location.rsplit('/').next()?.trim().to_string())
-}
-
-/// An error and its causes on one line.
-fn chain(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
-    for cause in e.chain().skip(1) {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-    }
-    text
 }
 
 fn print(run: &Run, format: Format, no_headers: bool) -> anyhow::Result<()> {

@@ -362,11 +362,22 @@ pub fn print_error(e: &anyhow::Error) {
     use std::io::Write;
     let mut err = std::io::stderr().lock();
     let label = Painter::for_stderr().paint(Role::Error, "error");
-    let _ = write!(err, "{label}: {e}");
+    let _ = writeln!(err, "{label}: {}", error_text(e));
+}
+
+/// An error and its causes as one line. Many library errors already name their cause in
+/// their own message (`reading F: No such file…` with the I/O error as its source too): a
+/// cause the line already says is not said again.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
     for cause in e.chain().skip(1) {
-        let _ = write!(err, ": {cause}");
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
     }
-    let _ = writeln!(err);
+    text
 }
 
 /// Writes a command's whole output to stdout. A reader that went away (`| head`) is not an
@@ -550,5 +561,27 @@ impl IpvsArgs {
                 w,
             )
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn error_text_says_each_cause_once() {
+        let io = || std::io::Error::other("No such file or directory (os error 2)");
+        let said_twice = anyhow::Error::new(io())
+            .context("reading /x: No such file or directory (os error 2)")
+            .context("loading --state");
+        assert_eq!(
+            error_text(&said_twice),
+            "loading --state: reading /x: No such file or directory (os error 2)"
+        );
+        let new_cause = anyhow::Error::new(io()).context("reading /x");
+        assert_eq!(
+            error_text(&new_cause),
+            "reading /x: No such file or directory (os error 2)"
+        );
     }
 }

@@ -491,7 +491,7 @@ impl Repairer for CliRepairer {
         match super::repair::run(repair, &self.global) {
             Ok(Outcome::Clean) => Ok("repair --local --apply: applied and verified".into()),
             Ok(other) => Err(format!("repair --local --apply ended with {other:?}")),
-            Err(e) => Err(format!("{e:#}")),
+            Err(e) => Err(super::common::error_text(&e)),
         }
     }
 }

@@ -224,7 +224,7 @@ pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
         "backup": changed.as_ref().map(|(b, _)| b.display().to_string()),
         "rollback_error": changed.as_ref().and_then(|(_, r)| r.as_ref().err()),
         "rollback_notes": changed.as_ref().and_then(|(_, r)| r.as_ref().ok()).map(|u| u.notes.clone()).unwrap_or_default(),
-        "error": format!("{e:#}"),
+        "error": crate::cli::common::error_text(&e),
     })
 }
 

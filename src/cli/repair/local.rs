@@ -12,6 +12,7 @@ use crate::apply::iptables::plan::{ChainAction, Plan, plan};
 use crate::apply::iptables::repair::{RepairReport, expected_and_guard, guarded_repair};
 use crate::apply::transaction::Rotation;
 use crate::cli::common::{load_proxy_inputs, read_input};
+use crate::compare::iptables::scope::keep_left_out;
 use crate::compare::version::ReleaseChoice;
 use crate::exit::Outcome;
 use crate::model::Ruleset;
@@ -59,9 +60,12 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
     if let (Some(path), Some(text)) = (&args.iptables_save, given) {
         let current = Ruleset::parse(&text, &ParseOptions::strict())
             .map_err(|e| e.in_source(path.display().to_string()))?;
+        let left_out = crate::compare::left_out::services(&inputs.state);
+        let (expected_text, left_alone) = keep_left_out(&expected_text, &text, &left_out);
         let expected = Ruleset::parse(&expected_text, &ParseOptions::strict())
             .context("parsing the render")?;
-        let p = plan(&expected, &current, args.full);
+        let mut p = plan(&expected, &current, args.full);
+        p.left_alone = left_alone;
         let mut refused = refusals(&guard, &current);
         refused.extend(check_plan(&p, Proxier::Iptables));
         let conntrack = conntrack::repair_step(&args, &inputs, &refused)?;
@@ -83,7 +87,11 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
         return finish(&args, doc, &ending);
     }
 
-    let opts = args.repair_options(&inputs.facts.node_name, args.local_backup_dir());
+    let opts = args.repair_options(
+        &inputs.facts.node_name,
+        args.local_backup_dir(),
+        &inputs.state,
+    );
     let (report, refused) = guarded_repair(&host, &expected_text, &guard, &opts, args.force)?;
     // Stale conntrack entries are cleared after the rules are right, as kube-proxy does after
     // each sync.

@@ -146,8 +146,15 @@ pub struct RepairArgs {
 
 impl RepairArgs {
     /// The options of the repair transaction for `node`, its backup going to `backup_dir`.
-    fn repair_options(&self, node: &str, backup_dir: PathBuf) -> RepairOptions {
+    /// The Services whose object `state` left out as invalid are left as they are.
+    fn repair_options(
+        &self,
+        node: &str,
+        backup_dir: PathBuf,
+        state: &crate::state::ClusterState,
+    ) -> RepairOptions {
         RepairOptions {
+            left_out: crate::compare::left_out::services(state),
             full: self.full,
             apply: self.apply,
             backup_dir,

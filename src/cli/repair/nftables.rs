@@ -5,7 +5,7 @@
 //! it, back up, apply, read back, verify, and roll back on failure. The logic is in
 //! `apply::nftables`.
 
-use super::report::{Ending, PlanDoc, finish, millis, write_refusals};
+use super::report::{Ending, PlanDoc, finish, millis, write_left_alone, write_refusals};
 use super::{RepairArgs, RepairFormat, input_facts};
 use crate::apply::guard::unless_forced;
 use crate::apply::nftables::host::{LocalNft, NftHost};
@@ -106,7 +106,11 @@ pub fn run(
     let ports: usize = targets.iter().map(|t| t.expected.index.ports.len()).sum();
     let endpoints: usize = targets.iter().map(|t| t.expected.endpoint_chains).sum();
     let painter = Painter::for_stdout();
-    let opts = args.repair_options(&inputs.facts.node_name, args.local_backup_dir());
+    let opts = args.repair_options(
+        &inputs.facts.node_name,
+        args.local_backup_dir(),
+        &inputs.state,
+    );
     let guard = |plan: &NftPlan, counts: &crate::apply::nftables::repair::NodeCounts| {
         unless_forced(args.force, || {
             crate::apply::nftables::repair::refusals(&guard_facts, ports, endpoints, counts, plan)
@@ -287,6 +291,7 @@ fn plan_doc(
             }
         }
     }
+    write_left_alone(&mut s, &p.left_alone, painter);
     let input = p.script();
     if args.show_restore {
         let _ = writeln!(s, "--- nft -f input ---\n{input}---");

@@ -176,6 +176,7 @@ fn repair_through<R: CommandRunner>(
     let opts = args.repair_options(
         &inputs.facts.node_name,
         backup_dir(args.backup_dir.as_deref()),
+        &inputs.state,
     );
     let (report, refused) = guarded_repair(&host, &expected_text, &guard, &opts, args.force)
         .with_context(|| format!("repairing node {node} through {label}"))?;

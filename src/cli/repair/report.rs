@@ -6,6 +6,7 @@ use crate::apply::allow::NOT_KUBE_PROXYS;
 use crate::apply::iptables::plan::{ChainAction, Plan};
 use crate::apply::iptables::repair::RepairError;
 use crate::apply::transaction::{RollbackOutcome, Rotation};
+use crate::compare::left_out::{LeftOutService, NotChecked};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -311,6 +312,26 @@ pub(super) fn write_chain_changes(
                 }
             }
         }
+    }
+    write_left_alone(s, &p.left_alone, painter);
+}
+
+/// Writes one line per Service whose API object is invalid and whose rules the plan leaves as
+/// they are.
+pub(super) fn write_left_alone(s: &mut String, left_alone: &[NotChecked], painter: Painter) {
+    for n in left_alone {
+        let shown = LeftOutService {
+            service: n.service.clone(),
+            ports: Vec::new(),
+            cluster_ips: Vec::new(),
+        }
+        .shown();
+        let _ = writeln!(
+            s,
+            "{} Service {shown} ({}): the API state's object is invalid",
+            painter.paint(Role::Dim, "left as they are:"),
+            n.counts()
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! draining tolerated.
 
 use super::finding::Finding;
+use super::left_out::{LeftOutService, NotChecked, tally};
 use crate::proxier::ipvs::{ExpectedIpvs, ExpectedVs, iptables as ipvs_rules, sets};
 use crate::state::ip::IpFamily;
 use crate::state::mode::ProxyMode;
@@ -100,6 +101,86 @@ pub struct ActualIpvs<'a> {
     pub iptables_save: Option<&'a str>,
     /// Addresses on `kube-ipvs0` (`ip -o addr show dev kube-ipvs0`), when collected.
     pub kube_ipvs0: Option<Vec<IpAddr>>,
+}
+
+/// `actual` without what belongs to the Services in `left_out` (their rules are not judged):
+/// the virtual servers at their cluster IPs' ports and at their NodePorts, their cluster IPs
+/// on `kube-ipvs0` and in the ipsets' entries (`10.96.0.10,tcp:80`). Its `iptables-save` is
+/// cut by the caller ([`super::iptables::scope::without_left_out`]), which owns the text.
+/// Also what was taken out per Service.
+pub fn without_left_out<'a>(
+    actual: &ActualIpvs<'a>,
+    left_out: &[LeftOutService],
+) -> (ActualIpvs<'a>, Vec<NotChecked>) {
+    let mut counts = Vec::new();
+    let mut count = |l: &LeftOutService| {
+        tally(
+            &mut counts,
+            NotChecked {
+                service: l.service.clone(),
+                chains: 0,
+                objects: 1,
+            },
+        );
+    };
+    let ips = |l: &LeftOutService| -> Vec<IpAddr> {
+        l.cluster_ips
+            .iter()
+            .filter_map(|ip| ip.parse().ok())
+            .collect()
+    };
+    let owner = |key: &ServiceKey| -> Option<&LeftOutService> {
+        let ServiceKey::Inet {
+            protocol,
+            addr,
+            port,
+        } = key
+        else {
+            return None;
+        };
+        left_out.iter().find(|l| {
+            l.ports.iter().any(|p| {
+                p.protocol.eq_ignore_ascii_case(protocol.as_str())
+                    && ((p.port == Some(*port) && ips(l).contains(addr))
+                        || p.node_port == Some(*port))
+            })
+        })
+    };
+    let mut kept = actual.clone();
+    for listing in &mut kept.dump.listings {
+        listing.services.retain(|vs| match owner(&vs.key) {
+            Some(l) => {
+                count(l);
+                false
+            }
+            None => true,
+        });
+    }
+    for set in kept.ipsets.iter_mut().flatten() {
+        set.entries.retain(|e| {
+            let address = e.text.split(',').next().unwrap_or("");
+            match left_out
+                .iter()
+                .find(|l| l.cluster_ips.iter().any(|ip| ip == address))
+            {
+                Some(l) => {
+                    count(l);
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+    if let Some(addresses) = &mut kept.kube_ipvs0 {
+        addresses.retain(|a| match left_out.iter().find(|l| ips(l).contains(a)) {
+            Some(l) => {
+                count(l);
+                false
+            }
+            None => true,
+        });
+    }
+    (kept, counts)
 }
 
 fn vs_label(p: Protocol, a: IpAddr, port: u16) -> String {

@@ -537,6 +537,7 @@ mod tests {
                 iptables: Plan {
                     tables: Vec::new(),
                     full: false,
+                    left_alone: Vec::new(),
                 },
                 destroy_sets: destroy,
                 ipvs0_del: Vec::new(),

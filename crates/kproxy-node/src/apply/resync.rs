@@ -142,8 +142,12 @@ fn sync_iptables(
         },
     )
     .to_restore_text();
-    let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;
     let saved = opts.host.save(false)?;
+    // The rules of a Service whose object is invalid are left as they are.
+    let left_out = crate::compare::left_out::services(state);
+    let (expected_text, _) =
+        crate::compare::iptables::scope::keep_left_out(&expected_text, &saved, &left_out);
+    let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;
     let current = Ruleset::parse(&saved, &ParseOptions::default())?;
     if let Some(why) = crate::apply::guard::unknown_refusal(&current) {
         return Err(ResyncError::UnknownLayout(why).into());

@@ -27,6 +27,9 @@ pub struct RepairOptions {
     /// Test only: before rolling back, create this file and wait (at most a minute) until it
     /// is removed, so that a test can hold the xtables lock during the rollback.
     pub pause_before_rollback: Option<PathBuf>,
+    /// The Services whose API object was left out as invalid
+    /// ([`crate::compare::left_out::services`]): their rules on the node are left as they are.
+    pub left_out: Vec<crate::compare::left_out::LeftOutService>,
 }
 
 /// How hard a rollback tries before it gives up and tells how to finish it by hand.

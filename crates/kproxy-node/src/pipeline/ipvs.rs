@@ -77,11 +77,34 @@ pub(super) fn check(
         random_fully: facts.random_fully,
         mark: given.masquerade_mark.clone(),
     };
+    // The Services whose object was left out as invalid: not rendered, their objects on the
+    // node not judged.
+    let left_out = crate::compare::left_out::services(state);
+    let judged = crate::compare::left_out::judged_state(state, &left_out);
+    let mut not_checked = Vec::new();
+    let cut: Vec<Option<String>> = [v4, v6]
+        .into_iter()
+        .map(|text| {
+            let text = text.filter(|_| !left_out.is_empty())?;
+            let (kept, counts) = crate::compare::iptables::scope::without_left_out(text, &left_out);
+            for n in counts {
+                crate::compare::left_out::tally(&mut not_checked, n);
+            }
+            Some(kept)
+        })
+        .collect();
+    let (v4, v6) = (
+        cut[0].as_deref().or(v4),
+        cut.get(1).and_then(|c| c.as_deref()).or(v6),
+    );
     let mut findings: Vec<Finding> = Vec::new();
     let mut ports = std::collections::BTreeSet::new();
     let mut warnings = Vec::new();
-    for family in families(&dump, facts.family) {
-        let expected: ExpectedIpvs = render(state, config, &node, family, &opts);
+    let all_families = families(&dump, facts.family);
+    let first = all_families.first().copied();
+    for family in all_families {
+        let first = first.unwrap_or(family);
+        let expected: ExpectedIpvs = render(&judged, config, &node, family, &opts);
         // Said once: both families' renders warn of the same objects.
         for w in &expected.warnings {
             if !warnings.contains(w) {
@@ -95,10 +118,25 @@ pub(super) fn check(
             iptables_save: if family == IpFamily::V6 { v6 } else { v4 },
             kube_ipvs0: kube_ipvs0.clone(),
         };
+        let actual = if left_out.is_empty() {
+            actual
+        } else {
+            let (kept, counts) = crate::compare::ipvs::without_left_out(&actual, &left_out);
+            // Both families' passes see the same virtual servers and addresses: counted once.
+            if family == first {
+                for n in counts {
+                    crate::compare::left_out::tally(&mut not_checked, n);
+                }
+            }
+            kept
+        };
         findings.extend(verify(&expected, &actual));
     }
     notes.extend(warnings.iter().map(|w| Note::Warning(w.to_string())));
-    findings.extend(crate::compare::left_out::findings(&state.invalid));
+    findings.extend(crate::compare::left_out::findings(
+        &state.invalid,
+        &not_checked,
+    ));
     if let Some(shown) = rules_show(Some(&dump), v4.or(v6)) {
         findings.extend(mode_finding(ProxyMode::or_default(config.mode), shown));
     }

@@ -8,6 +8,7 @@ use super::rule_level;
 use crate::compare::catalogue as cat;
 use crate::compare::finding::Finding;
 use crate::compare::grouping::Folder;
+use crate::compare::left_out::{LeftOutService, NotChecked};
 use crate::compare::report::Report;
 use crate::graph::{self, GraphOptions, NameResolver};
 use crate::model::Ruleset;
@@ -69,6 +70,10 @@ pub struct NodePlans {
     /// The families planned: those with a dump.
     families: Vec<IpFamily>,
     planned: OnceLock<Planned>,
+    /// The Services whose rules are not judged ([`crate::compare::left_out::services`]): they
+    /// are not planned, and their rules are taken out of the dumps. Known before the plans
+    /// are made, which verify does while it parses the dumps.
+    left_out: Vec<LeftOutService>,
     /// What [`NodePlans::start`] plans from, until the plans are made.
     pending: Mutex<Option<PlanInputs>>,
 }
@@ -98,7 +103,10 @@ impl Planned {
         config: &ProxyConfig,
         facts: &NodeFacts,
         families: &[IpFamily],
+        left_out: &[LeftOutService],
     ) -> Planned {
+        let invalid = state.invalid.clone();
+        let state = &*crate::compare::left_out::judged_state(state, left_out);
         let plan = |family: IpFamily| {
             let mut facts = facts.clone();
             facts.family = family;
@@ -116,7 +124,7 @@ impl Planned {
         Planned {
             plans,
             not_collected,
-            invalid: state.invalid.clone(),
+            invalid,
         }
     }
 }
@@ -138,10 +146,12 @@ impl NodePlans {
         dumps: &[DumpText<'_>],
     ) -> NodePlans {
         let families = dump_families(dumps);
-        let planned = Planned::new(state, config, facts, &families);
+        let left_out = crate::compare::left_out::services(state);
+        let planned = Planned::new(state, config, facts, &families, &left_out);
         NodePlans {
             families,
             planned: OnceLock::from(planned),
+            left_out,
             pending: Mutex::new(None),
         }
     }
@@ -158,6 +168,7 @@ impl NodePlans {
         NodePlans {
             families: dump_families(dumps),
             planned: OnceLock::new(),
+            left_out: crate::compare::left_out::services(&state),
             pending: Mutex::new(Some(PlanInputs {
                 state,
                 config: config.clone(),
@@ -179,7 +190,7 @@ impl NodePlans {
                     state,
                     config,
                     facts,
-                }) => Planned::new(&state, &config, &facts, &self.families),
+                }) => Planned::new(&state, &config, &facts, &self.families, &self.left_out),
                 None => panic!("planning failed earlier"),
             }
         })
@@ -223,6 +234,11 @@ impl NodePlans {
     /// The objects the state left out ([`ClusterState::invalid`]).
     fn invalid(&self) -> &[InvalidObject] {
         &self.planned().invalid
+    }
+
+    /// The Services whose rules are not judged.
+    fn left_out(&self) -> &[LeftOutService] {
+        &self.left_out
     }
 }
 
@@ -394,7 +410,9 @@ pub fn verify_release(
     let mut unchecked = 0usize;
     let mut main_has_rules = false;
     let mut legacy_present_warning = false;
-    for d in &input.dumps {
+    let (judged, not_checked) = judged_dumps(&input.dumps, input.plans.left_out());
+    for d in judged.iter().map(JudgedDump::text) {
+        let d = &d;
         let checked = match (&release.writer, &release.inference) {
             (Some(w), Some(inference)) => {
                 let mut ours = Folder::new(false);
@@ -446,7 +464,10 @@ pub fn verify_release(
             );
         }
     }
-    findings.extend(crate::compare::left_out::findings(input.plans.invalid()));
+    findings.extend(crate::compare::left_out::findings(
+        input.plans.invalid(),
+        &not_checked,
+    ));
     match &input.legacy {
         Some(l) => {
             let legacy = parse(l, &input.parse)?;
@@ -476,6 +497,52 @@ pub fn verify_release(
         Report::new(input.node, mode, service_ports, findings).with_unchecked(unchecked);
     report.left_out(left_out);
     Ok(report)
+}
+
+/// The dumps without the rules of the Services in `left_out` (those are not judged), and what
+/// was taken out per Service (all dumps together).
+fn judged_dumps<'a>(
+    dumps: &[DumpText<'a>],
+    left_out: &[LeftOutService],
+) -> (Vec<JudgedDump<'a>>, Vec<NotChecked>) {
+    let mut not_checked = Vec::new();
+    if left_out.is_empty() {
+        let same = dumps.iter().map(|d| JudgedDump {
+            dump: *d,
+            cut: None,
+        });
+        return (same.collect(), not_checked);
+    }
+    let judged = dumps
+        .iter()
+        .map(|d| {
+            let (text, counts) = super::scope::without_left_out(d.text, left_out);
+            for n in counts {
+                crate::compare::left_out::tally(&mut not_checked, n);
+            }
+            JudgedDump {
+                dump: *d,
+                cut: Some(text),
+            }
+        })
+        .collect();
+    (judged, not_checked)
+}
+
+/// One dump as verify judges it: whole, or without some Services' rules.
+struct JudgedDump<'a> {
+    dump: DumpText<'a>,
+    cut: Option<String>,
+}
+
+impl JudgedDump<'_> {
+    /// The dump to check (its text the cut one, when cut).
+    fn text(&self) -> DumpText<'_> {
+        DumpText {
+            text: self.cut.as_deref().unwrap_or(self.dump.text),
+            ..self.dump
+        }
+    }
 }
 
 /// What checking one dump found, besides its findings.

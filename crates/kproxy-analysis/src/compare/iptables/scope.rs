@@ -14,6 +14,7 @@
 
 use super::run::{DumpText, NodePlans, VerifyError, VerifyInput, verify};
 use crate::compare::finding::Finding;
+use crate::compare::left_out::{LeftOutService, NotChecked};
 use crate::graph::ownership::{ChainKind, service_chain};
 use crate::state::ClusterState;
 use std::collections::{BTreeSet, HashMap};
@@ -145,8 +146,18 @@ impl<'t> DumpIndex<'t> {
     /// jumps to. Per-service chains no rule attributes to a Service belong to none and are in
     /// no cut: what they are is the whole verify's to say.
     pub fn new(text: &'t str) -> DumpIndex<'t> {
+        DumpIndex::seeded(text, &[])
+    }
+
+    /// [`DumpIndex::new`], with port chains also owned by the Service whose port hash names
+    /// them (`seeds`: hash, `namespace/name`), whatever the rules say: a Service known only by
+    /// its object ([`crate::compare::left_out::LeftOutService::port_chain_hashes`]).
+    pub fn seeded(text: &'t str, seeds: &[(&'t str, &'t str)]) -> DumpIndex<'t> {
         let lines: Vec<&'t str> = text.lines().collect();
         let mut port_owners: HashMap<&'t str, Vec<&'t str>> = HashMap::new();
+        for &(hash, service) in seeds {
+            add(port_owners.entry(hash).or_default(), service);
+        }
         let mut endpoint_owners: HashMap<&'t str, Vec<&'t str>> = HashMap::new();
         let mut endpoint_jumps: Vec<(&'t str, &'t str)> = Vec::new();
         for line in lines.iter().map(|l| rule_text(l)) {
@@ -244,6 +255,215 @@ impl<'t> DumpIndex<'t> {
         }
         out
     }
+}
+
+impl<'t> DumpIndex<'t> {
+    /// The lines that concern any of `services`, in their order.
+    fn owned_by(&self, services: &BTreeSet<String>) -> Vec<u32> {
+        let mut picked: Vec<u32> = services
+            .iter()
+            .flat_map(|s| self.by_service.get(s.as_str()).into_iter().flatten())
+            .copied()
+            .collect();
+        picked.sort_unstable();
+        picked.dedup();
+        picked
+    }
+
+    /// What the lines (those `within` accepts) hold of each Service: its chains (declarations of per-service
+    /// chains) and its rules in shared chains.
+    fn counted(
+        &self,
+        services: &BTreeSet<String>,
+        within: impl Fn(usize) -> bool,
+    ) -> Vec<NotChecked> {
+        services
+            .iter()
+            .filter_map(|s| {
+                let lines = self.by_service.get(s.as_str())?;
+                let mut n = NotChecked {
+                    service: s.clone(),
+                    ..NotChecked::default()
+                };
+                for &i in lines.iter().filter(|&&i| within(i as usize)) {
+                    let line = rule_text(self.lines.get(i as usize)?);
+                    match line_chain(line) {
+                        Some(chain) if line.starts_with(':') => {
+                            n.chains += usize::from(per_service(chain).is_some());
+                        }
+                        Some(chain) if per_service(chain).is_none() => n.objects += 1,
+                        _ => {}
+                    }
+                }
+                (n.chains + n.objects > 0).then_some(n)
+            })
+            .collect()
+    }
+
+    /// The dump without the lines that concern `services` (verify judges the rest), and what
+    /// was taken out of it per Service.
+    pub fn without(&self, services: &BTreeSet<String>) -> (String, Vec<NotChecked>) {
+        let dropped = self.owned_by(services);
+        let mut out = String::new();
+        let mut next = dropped.iter().peekable();
+        for (i, line) in self.lines.iter().enumerate() {
+            if next.peek().is_some_and(|&&d| d as usize == i) {
+                next.next();
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        (out, self.counted(services, |_| true))
+    }
+
+    /// `expected` (an `iptables-restore` text of whole tables, as the render writes it) with
+    /// this dump's lines of `services` added, as they are on the node: their chains declared
+    /// and filled, their rules in shared chains put before the expected ones (in nat
+    /// `KUBE-SERVICES` so before the `KUBE-NODEPORTS` tail). A plan against the node then
+    /// neither deletes nor changes them. Tables `expected` does not write are left out of it.
+    /// Also what was added per Service.
+    pub fn kept_in(
+        &self,
+        expected: &str,
+        services: &BTreeSet<String>,
+    ) -> (String, Vec<NotChecked>) {
+        let owned = self.owned_by(services);
+        if owned.is_empty() {
+            return (expected.to_string(), Vec::new());
+        }
+        // The node's lines by table: declarations, and rules by chain in their order.
+        let mut declared: HashMap<&str, Vec<&str>> = HashMap::new();
+        let mut rules: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        let mut table = "";
+        let mut next = owned.iter().peekable();
+        for (i, full) in self.lines.iter().enumerate() {
+            let line = rule_text(full);
+            if let Some(t) = line.strip_prefix('*') {
+                table = t.trim();
+            }
+            if next.peek().is_none_or(|&&o| o as usize != i) {
+                continue;
+            }
+            next.next();
+            match line_chain(line) {
+                Some(chain) if line.starts_with(':') => {
+                    declared.entry(table).or_default().push(chain);
+                }
+                Some(chain) => rules.entry((table, chain)).or_default().push(line),
+                None => {}
+            }
+        }
+        let expected_declares: BTreeSet<(&str, &str)> = {
+            let mut t = "";
+            let mut set = BTreeSet::new();
+            for line in expected.lines() {
+                if let Some(name) = line.strip_prefix('*') {
+                    t = name.trim();
+                } else if let Some(chain) = line_chain(line).filter(|_| line.starts_with(':')) {
+                    set.insert((t, chain));
+                }
+            }
+            set
+        };
+        let mut out = String::with_capacity(expected.len());
+        let put = |out: &mut String, line: &str| {
+            out.push_str(line);
+            out.push('\n');
+        };
+        let mut written: BTreeSet<(&str, &str)> = BTreeSet::new();
+        let mut table = "";
+        for line in expected.lines() {
+            if let Some(name) = line.strip_prefix('*') {
+                table = name.trim();
+                put(&mut out, line);
+                for chain in declared.get(table).into_iter().flatten() {
+                    if !expected_declares.contains(&(table, *chain)) {
+                        put(&mut out, &format!(":{chain} - [0:0]"));
+                    }
+                }
+                continue;
+            }
+            let chain = line_chain(line).filter(|_| line.starts_with("-A "));
+            if line.trim() == "COMMIT" {
+                let mut rest: Vec<(&(&str, &str), &Vec<&str>)> = rules
+                    .iter()
+                    .filter(|(k, _)| k.0 == table && !written.contains(*k))
+                    .collect();
+                rest.sort_by_key(|(k, lines)| (lines.first().copied(), **k));
+                for (k, lines) in rest {
+                    written.insert(*k);
+                    for l in lines {
+                        put(&mut out, l);
+                    }
+                }
+            } else if let Some(chain) = chain
+                && written.insert((table, chain))
+            {
+                for l in rules.get(&(table, chain)).into_iter().flatten() {
+                    put(&mut out, l);
+                }
+            }
+            put(&mut out, line);
+        }
+        // What a table the render does not write holds is neither kept nor counted.
+        let kept_tables: BTreeSet<&str> = expected
+            .lines()
+            .filter_map(|l| l.strip_prefix('*'))
+            .map(str::trim)
+            .collect();
+        let mut table = "";
+        let in_kept: Vec<bool> = self
+            .lines
+            .iter()
+            .map(|l| {
+                if let Some(name) = rule_text(l).strip_prefix('*') {
+                    table = name.trim();
+                }
+                kept_tables.contains(table)
+            })
+            .collect();
+        let counted = self.counted(services, |i| in_kept.get(i).copied().unwrap_or(false));
+        (out, counted)
+    }
+}
+
+/// The Services of `left_out` by name, and the hashes of their port chains as seeds of a
+/// [`DumpIndex::seeded`].
+fn left_out_seeds(left_out: &[LeftOutService]) -> (BTreeSet<String>, Vec<(String, &str)>) {
+    let services = left_out.iter().map(|l| l.service.clone()).collect();
+    let hashes = left_out
+        .iter()
+        .flat_map(|l| {
+            l.port_chain_hashes()
+                .into_iter()
+                .map(move |h| (h, l.service.as_str()))
+        })
+        .collect();
+    (services, hashes)
+}
+
+/// `text` (an `iptables-save`) without the rules of the Services in `left_out`, and what was
+/// taken out per Service ([`DumpIndex::without`]).
+pub fn without_left_out(text: &str, left_out: &[LeftOutService]) -> (String, Vec<NotChecked>) {
+    let (services, hashes) = left_out_seeds(left_out);
+    let seeds: Vec<(&str, &str)> = hashes.iter().map(|(h, s)| (h.as_str(), *s)).collect();
+    DumpIndex::seeded(text, &seeds).without(&services)
+}
+
+/// `expected` with `current`'s rules of the Services in `left_out` kept as they are, and what
+/// was kept per Service ([`DumpIndex::kept_in`]).
+pub fn keep_left_out(
+    expected: &str,
+    current: &str,
+    left_out: &[LeftOutService],
+) -> (String, Vec<NotChecked>) {
+    if left_out.is_empty() {
+        return (expected.to_string(), Vec::new());
+    }
+    let (services, hashes) = left_out_seeds(left_out);
+    let seeds: Vec<(&str, &str)> = hashes.iter().map(|(h, s)| (h.as_str(), *s)).collect();
+    DumpIndex::seeded(current, &seeds).kept_in(expected, &services)
 }
 
 /// [`DumpIndex::cut`] of `text`, for one cut.

@@ -13,6 +13,7 @@
 pub mod diff;
 pub mod expected;
 pub mod findings;
+pub mod left_alone;
 pub mod leftovers;
 pub mod release;
 
@@ -234,24 +235,24 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
     // family's table is rendered and parsed back while the listings are parsed and the other
     // family's table (usually small) is rendered.
     let [main_family, other_family] = families(input.facts.family);
+    let left_out = super::left_out::services(input.state);
+    let judged = super::left_out::judged_state(input.state, &left_out);
+    let state: &ClusterState = &judged;
+    let mut not_checked = Vec::new();
     let main_expected: OnceLock<ExpectedTable> = OnceLock::new();
     let (main_parsed, (rulesets, other_expected)) = rayon::join(
         || {
             let mut facts = input.facts.clone();
             facts.family = main_family;
             parse_expected(
-                main_expected
-                    .get_or_init(|| ExpectedTable::build(input.state, input.config, &facts)),
+                main_expected.get_or_init(|| ExpectedTable::build(state, input.config, &facts)),
             )
         },
         || {
             let rulesets = parse_listings(&input.listings, input.lenient);
             let mut facts = input.facts.clone();
             facts.family = other_family;
-            (
-                rulesets,
-                ExpectedTable::build(input.state, input.config, &facts),
-            )
+            (rulesets, ExpectedTable::build(state, input.config, &facts))
         },
     );
     let rulesets = rulesets?;
@@ -313,6 +314,18 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
         let Some(table) = parsed.table(nft_family, crate::proxier::nftables::names::TABLE) else {
             continue;
         };
+        let cut = (!left_out.is_empty())
+            .then(|| actual.map(|a| left_alone::without(a, &left_out)))
+            .flatten();
+        let actual = match &cut {
+            Some((kept, counts)) => {
+                for n in counts {
+                    super::left_out::tally(&mut not_checked, n.clone());
+                }
+                Some(kept)
+            }
+            None => actual,
+        };
         let d = diff::diff(table, actual);
         let mut found = findings::findings(&d, &expected.index, table);
         if let Some(actual) = actual {
@@ -324,7 +337,10 @@ pub fn verify(input: &NftVerifyInput<'_>) -> Result<Report, NftVerifyError> {
         out.extend(found);
         service_ports += ports;
     }
-    out.extend(super::left_out::findings(&input.state.invalid));
+    out.extend(super::left_out::findings(
+        &input.state.invalid,
+        &not_checked,
+    ));
     out.extend(leftovers::iptables_leftovers(&input.iptables));
     out.extend(leftovers::ipvs_leftovers(input.ipvsadm, input.ipset));
     if input.iptables.is_empty() {

@@ -145,6 +145,10 @@ pub struct Plan {
     pub tables: Vec<TablePlan>,
     /// Whether this is a full rewrite (`--full`).
     pub full: bool,
+    /// The Services whose API object was left out as invalid, and what of theirs the node
+    /// holds: left as they are ([`crate::compare::iptables::scope::keep_left_out`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_alone: Vec<crate::compare::left_out::NotChecked>,
 }
 
 impl Plan {
@@ -177,7 +181,11 @@ pub fn plan(expected: &Ruleset<'_>, current: &Ruleset<'_>, full: bool) -> Plan {
         let ct = current.table(et.name);
         tables.push(plan_table(et, ct, full));
     }
-    Plan { tables, full }
+    Plan {
+        tables,
+        full,
+        left_alone: Vec::new(),
+    }
 }
 
 fn plan_table(

@@ -14,6 +14,7 @@ use crate::apply::host::HostError;
 use crate::apply::transaction::{
     RepairOptions, RollbackOutcome, Rotation, pause_before_rollback, rollback_text,
 };
+use crate::compare::iptables::scope::keep_left_out;
 use crate::model::Ruleset;
 use crate::proxier::iptables::{RenderOptions, expected_service_ports, render};
 use crate::state::ProxyInputs;
@@ -169,11 +170,13 @@ pub fn repair(
     opts: &RepairOptions,
     before_apply: impl FnOnce(&Ruleset<'_>, &Plan) -> Vec<String>,
 ) -> Result<(RepairReport, Vec<String>), RepairError> {
-    let expected =
-        Ruleset::parse(expected_text, &ParseOptions::default()).map_err(RepairError::Expected)?;
     let saved = host.save(true).map_err(RepairError::Read)?;
+    let (expected_text, left_alone) = keep_left_out(expected_text, &saved, &opts.left_out);
+    let expected =
+        Ruleset::parse(&expected_text, &ParseOptions::default()).map_err(RepairError::Expected)?;
     let current = Ruleset::parse(&saved, &ParseOptions::default()).map_err(RepairError::Parse)?;
-    let the_plan = plan(&expected, &current, opts.full);
+    let mut the_plan = plan(&expected, &current, opts.full);
+    the_plan.left_alone = left_alone;
     let mut refusals = before_apply(&current, &the_plan);
     // Whatever the render asked for, only kube-proxy's objects are written (not even --force
     // lifts this).

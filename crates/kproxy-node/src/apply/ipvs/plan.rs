@@ -258,6 +258,7 @@ pub fn rollback_plan(
         Plan {
             tables: Vec::new(),
             full: false,
+            left_alone: Vec::new(),
         },
     )
 }

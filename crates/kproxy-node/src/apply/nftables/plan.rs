@@ -102,6 +102,10 @@ pub struct NftPlan {
     pub families: Vec<FamilyPlan>,
     /// Every expected chain was rewritten (`--full`).
     pub full: bool,
+    /// The Services whose API object was left out as invalid, and what of theirs the node's
+    /// tables hold: left as they are.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_alone: Vec<crate::compare::left_out::NotChecked>,
 }
 
 impl NftPlan {

@@ -16,8 +16,10 @@ use crate::apply::transaction::{
     RepairOptions, RollbackOutcome, RollbackPolicy, RolledBack, Rotation, pause_before_rollback,
     rollback_text,
 };
+use crate::compare::left_out::{LeftOutService, tally};
 use crate::compare::nftables::diff::diff;
 use crate::compare::nftables::expected::ExpectedTable;
+use crate::compare::nftables::left_alone;
 use crate::compare::nftables::{
     NftText, NftVerifyError, kube_proxy_table, parse_expected, parse_listings,
 };
@@ -121,6 +123,9 @@ pub struct Target {
     pub expected: ExpectedTable,
     /// Create the table when the node lacks it.
     pub required: bool,
+    /// The Services whose API object was left out as invalid: what of theirs the node's
+    /// table holds is left as it is ([`crate::compare::nftables::left_alone`]).
+    pub left_out: Vec<LeftOutService>,
 }
 
 impl Target {
@@ -133,14 +138,18 @@ impl Target {
             IpFamily::V4 => IpFamily::V6,
             IpFamily::V6 => IpFamily::V4,
         };
+        let left_out = crate::compare::left_out::services(state);
+        let state = &*crate::compare::left_out::judged_state(state, &left_out);
         [
             Target {
                 expected: ExpectedTable::build(state, config, facts),
                 required: true,
+                left_out: left_out.clone(),
             },
             Target {
                 expected: ExpectedTable::build(state, config, &other),
                 required: false,
+                left_out,
             },
         ]
     }
@@ -288,6 +297,7 @@ fn plan_all(
     let mut plan = NftPlan {
         families: Vec::new(),
         full,
+        left_alone: Vec::new(),
     };
     let mut remaining = 0usize;
     let mut counts = NodeCounts::default();
@@ -314,6 +324,18 @@ fn plan_all(
         if let Some(t) = actual {
             counts.add(t);
         }
+        let kept = actual
+            .filter(|_| !target.left_out.is_empty())
+            .map(|t| left_alone::without(t, &target.left_out));
+        let actual = match &kept {
+            Some((rest, left)) => {
+                for n in left {
+                    tally(&mut plan.left_alone, n.clone());
+                }
+                Some(rest)
+            }
+            None => actual,
+        };
         let d = diff(expected, actual);
         remaining += d.chains.len()
             + d.sets.len()

@@ -78,6 +78,7 @@ fn no_iptables() -> Plan {
     Plan {
         tables: Vec::new(),
         full: false,
+        left_alone: Vec::new(),
     }
 }
 

@@ -583,6 +583,149 @@ fn repair_with_the_injections_leaves_foreign_rules_byte_identical() {
     }
 }
 
+// ---- a healthy Service whose object in the state is invalid --------------------------------------
+
+impl Target {
+    /// The node's kube-proxy rules as listed (iptables: `iptables-save` without its comment
+    /// lines; nftables: `nft list table ip kube-proxy`).
+    fn kube_proxy_rules(self, ns: &Netns) -> String {
+        match self {
+            Target::Iptables(b) => {
+                let save = ns.save(b, false).expect("save");
+                save.lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .map(|l| format!("{l}\n"))
+                    .collect()
+            }
+            Target::Nftables => ns
+                .nft(&["list", "table", "ip", "kube-proxy"])
+                .expect("nft list table"),
+        }
+    }
+
+    /// Flushes the service chain of `shop/cart:http`: drift a repair must undo.
+    fn drift_cart(self, ns: &Netns) {
+        let rules = self.kube_proxy_rules(ns);
+        match self {
+            Target::Iptables(b) => {
+                let chain = rules
+                    .lines()
+                    .find(|l| {
+                        l.contains("\"shop/cart:http cluster IP\"") && l.contains("-j KUBE-SVC-")
+                    })
+                    .and_then(|l| l.rsplit(' ').next())
+                    .expect("shop/cart's service chain");
+                ns.restore(b, &format!("*nat\n:{chain} - [0:0]\nCOMMIT\n"), true)
+                    .expect("flush");
+            }
+            Target::Nftables => {
+                let chain = rules
+                    .lines()
+                    .filter_map(|l| l.trim().strip_prefix("chain "))
+                    .map(|l| l.trim_end_matches(" {"))
+                    .find(|c| c.starts_with("service-") && c.ends_with("-shop/cart/tcp/http"))
+                    .expect("shop/cart's service chain");
+                ns.nft(&["flush", "chain", "ip", "kube-proxy", chain])
+                    .expect("flush");
+            }
+        }
+    }
+
+    /// `verify node-1 -o json` of the node's rules as listed now.
+    fn verify(self, ns: &Netns, state: &Path, dir: &Path) -> Output {
+        let (flag, listing) = match self {
+            Target::Iptables(b) => ("--iptables-save", ns.save(b, false).expect("save")),
+            Target::Nftables => ("--nft-ruleset", ns.nft(&["list", "ruleset"]).expect("nft")),
+        };
+        let file = dir.join("listing");
+        std::fs::write(&file, listing).expect("write listing");
+        crate::support::kproxy()
+            .args(["verify", "node-1", "-o", "json", flag])
+            .arg(&file)
+            .arg("--state")
+            .arg(state)
+            .arg("--config")
+            .arg(config(dir, matches!(self, Target::Nftables)))
+            .output()
+            .expect("run verify")
+    }
+}
+
+/// The example cluster with the Service `shop/web` made invalid (a label the API server
+/// rejects): the node's rules for it are kube-proxy's, the state's copy is not to be trusted.
+fn web_invalid() -> Value {
+    let mut state = cluster_with([]);
+    let web = state["items"]
+        .as_array_mut()
+        .expect("items")
+        .iter_mut()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "web")
+        .expect("shop/web");
+    web["metadata"]["labels"] = json!({"bad label!": "x"});
+    state
+}
+
+#[test]
+fn a_services_rules_are_neither_judged_nor_touched_when_its_object_is_invalid() {
+    if !netfilter_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clean = write_json(dir.path(), "clean.json", &cluster_with([]));
+    let bad = write_json(dir.path(), "bad.json", &web_invalid());
+    for target in Target::ALL {
+        let ns = target.namespace();
+        let o = target.repair(&ns, &clean, dir.path(), dir.path());
+        expect_exit(&o, 0, &format!("{target:?}: repair with the clean state"));
+        let healthy = target.kube_proxy_rules(&ns);
+        assert!(healthy.contains("shop/web"), "{target:?}: {healthy}");
+        target.drift_cart(&ns);
+
+        // verify: the drift of shop/cart is found, nothing of shop/web is judged.
+        let o = target.verify(&ns, &bad, dir.path());
+        let report = json_doc(&o);
+        let judged: Vec<(String, Option<String>, Option<String>)> = findings(&report);
+        assert!(
+            judged
+                .iter()
+                .any(|(_, s, _)| s.as_deref().is_some_and(|s| s.starts_with("shop/cart"))),
+            "{target:?}: the drift is not found: {report:#}"
+        );
+        let web: Vec<&(String, Option<String>, Option<String>)> = judged
+            .iter()
+            .filter(|(_, s, _)| {
+                s.as_deref()
+                    .is_some_and(|s| s.starts_with("shop/web:") || s == "shop/web")
+            })
+            .collect();
+        assert_eq!(web.len(), 1, "{target:?}: {web:?}");
+        assert_eq!(web[0].0, "KP014", "{target:?}: {web:?}");
+        let said = report["findings"].to_string();
+        assert!(
+            said.contains("the node's rules of Service shop/web were not checked ("),
+            "{target:?}: {said}"
+        );
+
+        // repair: shop/cart is repaired, shop/web's rules stay byte for byte as they were.
+        let o = target.repair(&ns, &bad, dir.path(), dir.path());
+        expect_exit(&o, 0, &format!("{target:?}: repair with shop/web invalid"));
+        assert!(
+            stdout(&o).contains("left as they are: Service shop/web ("),
+            "{target:?}: {}",
+            text(&o)
+        );
+        assert!(stdout(&o).contains("applied and verified"), "{}", text(&o));
+        assert_eq!(
+            target.kube_proxy_rules(&ns),
+            healthy,
+            "{target:?}: the node is not as kube-proxy left it"
+        );
+        let again = target.repair(&ns, &bad, dir.path(), dir.path());
+        expect_exit(&again, 0, &format!("{target:?}: second repair"));
+        assert!(stdout(&again).contains("nothing to do"), "{}", text(&again));
+    }
+}
+
 // ---- property tests ---------------------------------------------------------------------------
 
 /// Pieces of hostile names: line breaks, quotes, restore and nft syntax, NUL, non-ASCII.

@@ -104,7 +104,7 @@ pub struct ActualIpvs<'a> {
 }
 
 /// `actual` without what belongs to the Services in `left_out` (their rules are not judged):
-/// the virtual servers at their cluster IPs' ports and at their NodePorts, their cluster IPs
+/// the virtual servers at their cluster IPs and at their NodePorts, their cluster IPs
 /// on `kube-ipvs0` and in the ipsets' entries (`10.96.0.10,tcp:80`). Its `iptables-save` is
 /// cut by the caller ([`super::iptables::scope::without_left_out`]), which owns the text.
 /// Also what was taken out per Service.
@@ -138,12 +138,12 @@ pub fn without_left_out<'a>(
         else {
             return None;
         };
+        // A cluster IP is one Service's alone: every port at it is that Service's.
         left_out.iter().find(|l| {
-            l.ports.iter().any(|p| {
-                p.protocol.eq_ignore_ascii_case(protocol.as_str())
-                    && ((p.port == Some(*port) && ips(l).contains(addr))
-                        || p.node_port == Some(*port))
-            })
+            ips(l).contains(addr)
+                || l.ports.iter().any(|p| {
+                    p.protocol.eq_ignore_ascii_case(protocol.as_str()) && p.node_port == Some(*port)
+                })
         })
     };
     let mut kept = actual.clone();
@@ -933,5 +933,80 @@ mod tests {
                 "{r}"
             );
         }
+    }
+
+    #[test]
+    fn a_left_out_services_virtual_servers_addresses_and_entries_are_taken_out() {
+        let dir = "testdata/ipvs/example-cluster";
+        let ipvsadm = crate::compare::fixture::read(&format!("{dir}/ipvsadm-Ln.txt"));
+        let ipset_text = crate::compare::fixture::read(&format!("{dir}/ipset-save.txt"));
+        let addr = crate::compare::fixture::read(&format!("{dir}/ip-addr-kube-ipvs0.txt"));
+        let actual = ActualIpvs {
+            dump: kproxy_parsers::ipvsadm::parse_dump(&ipvsadm).expect("ipvsadm"),
+            ipsets: Some(ipset::parse_ipset(&ipset_text).expect("ipset")),
+            iptables_save: None,
+            kube_ipvs0: Some(kproxy_parsers::ip_addr::interface_addresses(
+                &addr,
+                "kube-ipvs0",
+            )),
+        };
+        let dns = LeftOutService {
+            service: "kube-system/kube-dns".into(),
+            ports: Vec::new(),
+            cluster_ips: vec!["10.96.0.10".into()],
+        };
+        let (kept, counts) = without_left_out(&actual, std::slice::from_ref(&dns));
+        let dns_ip: IpAddr = "10.96.0.10".parse().expect("ip");
+        let at = |a: &ActualIpvs<'_>| {
+            a.dump
+                .merged_services()
+                .iter()
+                .filter(|vs| matches!(vs.key, ServiceKey::Inet { addr, .. } if addr == dns_ip))
+                .count()
+        };
+        let (vs_before, vs_after) = (at(&actual), at(&kept));
+        assert!(vs_before >= 3, "{vs_before}");
+        assert_eq!(vs_after, 0);
+        let services = |a: &ActualIpvs<'_>| a.dump.merged_services().len();
+        assert_eq!(services(&kept), services(&actual) - vs_before);
+        let entries = |a: &ActualIpvs<'_>| {
+            a.ipsets
+                .iter()
+                .flatten()
+                .flat_map(|s| &s.entries)
+                .filter(|e| e.text.starts_with("10.96.0.10"))
+                .count()
+        };
+        assert!(entries(&actual) >= 4);
+        assert_eq!(entries(&kept), 0);
+        let addresses = |a: &ActualIpvs<'_>| a.kube_ipvs0.as_ref().map(Vec::len).unwrap_or(0);
+        assert_eq!(addresses(&kept), addresses(&actual) - 1);
+        assert_eq!(
+            counts,
+            [NotChecked {
+                service: dns.service.clone(),
+                chains: 0,
+                objects: vs_before + entries(&actual) + 1,
+            }]
+        );
+        // A NodePort is matched by port and protocol on any address.
+        let np = LeftOutService {
+            service: "shop/web-nodeport".into(),
+            ports: vec![crate::compare::left_out::WrittenPort {
+                name: "http".into(),
+                protocol: "TCP".into(),
+                port: Some(80),
+                node_port: Some(30080),
+            }],
+            cluster_ips: Vec::new(),
+        };
+        let (kept, _) = without_left_out(&actual, &[np]);
+        assert!(
+            kept.dump
+                .merged_services()
+                .iter()
+                .all(|vs| !matches!(vs.key, ServiceKey::Inet { port: 30080, .. }))
+        );
+        assert!(services(&kept) < services(&actual));
     }
 }

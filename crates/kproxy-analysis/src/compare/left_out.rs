@@ -311,3 +311,72 @@ pub fn judged_state<'s>(
     });
     std::borrow::Cow::Owned(judged)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(items: serde_json::Value) -> ClusterState {
+        crate::state::load::from_str(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+            "state",
+        )
+        .expect("state")
+    }
+
+    #[test]
+    fn a_left_out_slice_names_its_service_with_the_valid_objects_ports() {
+        let s = state(serde_json::json!([
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"namespace": "shop", "name": "web"},
+             "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"namespace": "shop", "name": "web-abc",
+                          "labels": {"kubernetes.io/service-name": "web"}},
+             "addressType": "IPv4",
+             "ports": [{"name": "bad name!", "port": 8080}],
+             "endpoints": [{"addresses": ["10.0.1.5"]}]},
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"namespace": "shop", "name": "api", "labels": {"bad label!": "x"}},
+             "spec": {"clusterIP": "10.96.0.11", "ports": [{"name": "p", "port": 81, "protocol": "UDP", "nodePort": 30081}]}}
+        ]));
+        assert_eq!(s.invalid.len(), 2, "{:?}", s.invalid);
+        let left = services(&s);
+        let names: Vec<&str> = left.iter().map(|l| l.service.as_str()).collect();
+        assert_eq!(names, ["shop/api", "shop/web"]);
+        assert_eq!(left[0].cluster_ips, ["10.96.0.11"]);
+        assert_eq!(
+            left[0].ports,
+            [WrittenPort {
+                name: "p".into(),
+                protocol: "UDP".into(),
+                port: Some(81),
+                node_port: Some(30081),
+            }]
+        );
+        assert_eq!(left[1].ports[0].protocol, "TCP");
+        assert_eq!(left[1].cluster_ips, ["10.96.0.10"]);
+        // The valid Service of the bad slice is not judged either.
+        let judged = judged_state(&s, &left);
+        assert!(judged.services.is_empty());
+        assert!(judged.endpoint_slices.is_empty());
+        let f = findings(
+            &s.invalid,
+            &[NotChecked {
+                service: "shop/web".into(),
+                chains: 3,
+                objects: 1,
+            }],
+        );
+        let web = f
+            .iter()
+            .find(|f| f.message.contains("EndpointSlice shop/web-abc"))
+            .expect("finding");
+        assert!(
+            web.message
+                .ends_with("the node's rules of Service shop/web were not checked (3 chain(s) and 1 other object(s))"),
+            "{}",
+            web.message
+        );
+    }
+}

@@ -574,6 +574,112 @@ mod tests {
 }
 
 #[cfg(test)]
+mod left_out {
+    use super::*;
+    use crate::compare::fixture::read;
+    use crate::compare::left_out::WrittenPort;
+
+    fn web() -> LeftOutService {
+        let port = |name: &str, port| WrittenPort {
+            name: name.into(),
+            protocol: "TCP".into(),
+            port: Some(port),
+            node_port: None,
+        };
+        LeftOutService {
+            service: "shop/web".into(),
+            ports: vec![port("http", 80), port("https", 443)],
+            cluster_ips: Vec::new(),
+        }
+    }
+
+    /// The dump's lines without counters and comments, sorted.
+    fn sorted(text: &str) -> Vec<String> {
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| rule_text(l).to_string())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_left_out_services_chains_and_shared_rules_are_taken_out_and_counted() {
+        let dump = read("testdata/dumps/cluster.nft.save");
+        let (rest, counts) = without_left_out(&dump, &[web()]);
+        assert!(!rest.contains("shop/web:"), "{rest}");
+        assert!(!rest.contains("KUBE-SVC-67NZLRHBNDSAWJRO"), "{rest}");
+        // Another Service whose name starts alike keeps its rules.
+        assert!(rest.contains("shop/web-nodeport:http"), "{rest}");
+        let gone = dump.lines().count() - rest.lines().count();
+        assert_eq!(
+            counts,
+            [NotChecked {
+                service: "shop/web".into(),
+                chains: 8,
+                objects: 2,
+            }]
+        );
+        // Each chain is a declaration and its rules: more lines than chains and objects.
+        assert!(gone > 10, "{gone}");
+    }
+
+    #[test]
+    fn the_port_hash_finds_chains_no_comment_names() {
+        // Without the KUBE-SERVICES rules that name the Service, its chains are known only by
+        // the hash of its ports.
+        let dump = read("testdata/dumps/cluster.nft.save");
+        let uncommented = |l: &str| -> String {
+            match l.find("-m comment --comment \"shop/web:") {
+                Some(at) => {
+                    let end = l[at + 22..]
+                        .find("\" ")
+                        .map_or(l.len(), |e| at + 22 + e + 2);
+                    format!("{}{}", &l[..at], &l[end..])
+                }
+                None => l.to_string(),
+            }
+        };
+        let unnamed: String = dump
+            .lines()
+            .filter(|l| !(l.starts_with("-A KUBE-SERVICES") && l.contains("shop/web:")))
+            .map(|l| format!("{}\n", uncommented(l)))
+            .collect();
+        assert!(!unnamed.contains("shop/web:"), "{unnamed}");
+        let (rest, counts) = without_left_out(&unnamed, &[web()]);
+        assert!(!rest.contains("KUBE-SVC-67NZLRHBNDSAWJRO"), "{rest}");
+        assert!(!rest.contains("KUBE-SVC-UB7LXFC7TRMUABOP"), "{rest}");
+        assert_eq!(counts.first().map(|n| n.chains), Some(8));
+        // The comment-less index alone leaves them to the whole verify.
+        let index = DumpIndex::new(&unnamed);
+        let (rest, _) = index.without(&BTreeSet::from(["shop/web".to_string()]));
+        assert!(rest.contains("KUBE-SVC-67NZLRHBNDSAWJRO"));
+    }
+
+    #[test]
+    fn kept_in_gives_back_the_nodes_rules_of_the_service() {
+        let dump = read("testdata/dumps/cluster.nft.save");
+        // What a render without the Service would be: the node's other rules.
+        let (expected, _) = without_left_out(&dump, &[web()]);
+        let (kept, counts) = keep_left_out(&expected, &dump, &[web()]);
+        assert_eq!(sorted(&kept), sorted(&dump));
+        assert_eq!(counts.first().map(|n| (n.chains, n.objects)), Some((8, 2)));
+        // The nodeports tail stays the last rule of nat KUBE-SERVICES.
+        let last = kept
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SERVICES"))
+            .last()
+            .expect("rules");
+        assert!(last.contains("KUBE-NODEPORTS"), "{last}");
+        // Nothing to keep: the render as it is.
+        let (same, none) = keep_left_out(&expected, &dump, &[]);
+        assert_eq!(same, expected);
+        assert!(none.is_empty());
+    }
+}
+
+#[cfg(test)]
 mod equality {
     use super::*;
     use crate::compare::fixture::read;

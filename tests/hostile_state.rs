@@ -726,6 +726,85 @@ fn a_services_rules_are_neither_judged_nor_touched_when_its_object_is_invalid() 
     }
 }
 
+/// An IPVS node (the example cluster's real dumps) whose `kube-system/kube-dns` is healthy, and a
+/// state in which that Service's object is invalid: verify judges nothing of it and says so, and
+/// repair's plan leaves its virtual servers, set members, address and rules as they are.
+#[test]
+fn ipvs_leaves_an_invalid_services_objects_unjudged_and_untouched() {
+    let case = crate::support::ipvs::testdata_ipvs().join("example-cluster");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written = std::fs::read_to_string(case.join("state.json")).expect("state.json");
+    let mut state: Value = serde_json::from_str(&written).expect("state.json is JSON");
+    let dns = state["items"]
+        .as_array_mut()
+        .expect("items")
+        .iter_mut()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "kube-dns")
+        .expect("kube-dns");
+    dns["metadata"]["labels"] = json!({"bad label!": "x"});
+    let bad = write_json(dir.path(), "bad.json", &state);
+    let run = |command: &str, state: &Path, files: [(&str, &str); 4], json: bool| {
+        let mut cmd = crate::support::kproxy();
+        cmd.args([command, "--node", "node-1", "--ip-family", "4", "--state"])
+            .arg(state)
+            .arg("--config")
+            .arg(case.join("config.yaml"))
+            .env("NO_COLOR", "1");
+        if json {
+            cmd.args(["-o", "json"]);
+        }
+        for (flag, file) in files {
+            cmd.arg(flag).arg(case.join(file));
+        }
+        cmd.output().expect("run kubectl-kproxy")
+    };
+    let verify_files = [
+        ("--ipvsadm", "ipvsadm-Ln.txt"),
+        ("--ipset", "ipset-save.txt"),
+        ("--iptables-save", "iptables-save.txt"),
+        ("--ip-addr", "ip-addr-kube-ipvs0.txt"),
+    ];
+    let repair_files = [
+        ("--ipvsadm-save", "ipvsadm-Sn.txt"),
+        ("--ipset-save", "ipset-save.txt"),
+        ("--iptables-save", "iptables-save.txt"),
+        ("--kube-ipvs0", "ip-addr-kube-ipvs0.txt"),
+    ];
+    let clean = run("verify", &case.join("state.json"), verify_files, true);
+    expect_exit(&clean, 0, "clean IPVS verify");
+    let got = run("verify", &bad, verify_files, true);
+    let report = json_doc(&got);
+    assert_eq!(
+        findings(&report),
+        [(
+            "KP014".to_string(),
+            Some("kube-system/kube-dns".to_string()),
+            None
+        )],
+        "{report:#}"
+    );
+    assert!(
+        report["findings"]
+            .to_string()
+            .contains("the node's rules of Service kube-system/kube-dns were not checked ("),
+        "{report:#}"
+    );
+    let plan = run("repair", &bad, repair_files, false);
+    expect_exit(&plan, 0, "IPVS repair plan");
+    let said = stdout(&plan);
+    assert!(said.contains("nothing to do"), "{}", text(&plan));
+    assert!(
+        said.contains("left as they are: Service kube-system/kube-dns ("),
+        "{}",
+        text(&plan)
+    );
+    let doc = json_doc(&run("repair", &bad, repair_files, true));
+    assert_eq!(
+        doc["plan"]["iptables"]["left_alone"][0]["service"], "kube-system/kube-dns",
+        "{doc:#}"
+    );
+}
+
 // ---- property tests ---------------------------------------------------------------------------
 
 /// Pieces of hostile names: line breaks, quotes, restore and nft syntax, NUL, non-ASCII.

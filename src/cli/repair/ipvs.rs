@@ -71,8 +71,11 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
     }
     let inputs = load_proxy_inputs(&args.state, &args.facts, args.node_name.as_deref())?;
     let family = inputs.facts.family;
+    // A Service whose object (or one of whose slices) is invalid is not rendered: what the
+    // node holds of it is kept as it is (`IpvsTarget::left_out`).
+    let left_out = crate::compare::left_out::services(&inputs.state);
     let expected = px::render(
-        &inputs.state,
+        &crate::compare::left_out::judged_state(&inputs.state, &left_out),
         &inputs.config,
         &IpvsNode::from_facts(&inputs.facts),
         family,
@@ -93,7 +96,8 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
             .sum(),
         facts: input_facts(&args, &inputs)?,
     };
-    let target = IpvsTarget::new(expected, &inputs.facts.node_ips);
+    let mut target = IpvsTarget::new(expected, &inputs.facts.node_ips);
+    target.left_out = left_out;
     let painter = Painter::for_stdout();
 
     if offline {
@@ -107,7 +111,7 @@ pub(super) fn run(args: RepairArgs) -> anyhow::Result<Outcome> {
             )
         })?;
         let plan = target
-            .plan(&current, &rules)
+            .plan(&current, &ipt_text, &rules)
             .context("parsing the rendered IPVS-mode iptables rules")?;
         let mut refused = refusals(&guard, &current, &target.ownership(&current), &rules);
         refused.extend(crate::apply::allow::check_ipvs_plan(

@@ -103,6 +103,46 @@ pub struct ActualIpvs<'a> {
     pub kube_ipvs0: Option<Vec<IpAddr>>,
 }
 
+/// The Service of `left_out` a virtual server at `protocol addr:port` belongs to: one at its
+/// cluster IP (a cluster IP is one Service's alone, every port at it is that Service's), or
+/// at one of its NodePorts (on any address).
+pub fn left_out_virtual_server<'l>(
+    left_out: &'l [LeftOutService],
+    protocol: &str,
+    addr: &IpAddr,
+    port: u16,
+) -> Option<&'l LeftOutService> {
+    left_out.iter().find(|l| {
+        l.cluster_ips
+            .iter()
+            .any(|ip| ip.parse::<IpAddr>().is_ok_and(|ip| ip == *addr))
+            || l.ports
+                .iter()
+                .any(|p| p.protocol.eq_ignore_ascii_case(protocol) && p.node_port == Some(port))
+    })
+}
+
+/// The Service of `left_out` whose cluster IP `address` is (a `kube-ipvs0` address, the
+/// address an ipset entry starts with).
+pub fn left_out_address<'l>(
+    left_out: &'l [LeftOutService],
+    address: &str,
+) -> Option<&'l LeftOutService> {
+    let parsed = address.parse::<IpAddr>().ok();
+    left_out.iter().find(|l| {
+        l.cluster_ips
+            .iter()
+            .any(|ip| ip == address || (parsed.is_some() && ip.parse::<IpAddr>().ok() == parsed))
+    })
+}
+
+/// The `KUBE-LOOP-BACK` member kube-proxy adds for an endpoint `ip:port` of a `protocol`
+/// virtual server (`ip,proto:port,ip`: the hairpin of a local endpoint, `syncEndpoint` in
+/// `pkg/proxy/ipvs/proxier.go`).
+pub fn loopback_member(protocol: &str, ip: &IpAddr, port: u16) -> String {
+    format!("{ip},{}:{port},{ip}", protocol.to_ascii_lowercase())
+}
+
 /// `actual` without what belongs to the Services in `left_out` (their rules are not judged):
 /// the virtual servers at their cluster IPs and at their NodePorts, their cluster IPs
 /// on `kube-ipvs0` and in the ipsets' entries (`10.96.0.10,tcp:80`). Its `iptables-save` is
@@ -123,12 +163,6 @@ pub fn without_left_out<'a>(
             },
         );
     };
-    let ips = |l: &LeftOutService| -> Vec<IpAddr> {
-        l.cluster_ips
-            .iter()
-            .filter_map(|ip| ip.parse().ok())
-            .collect()
-    };
     let owner = |key: &ServiceKey| -> Option<&LeftOutService> {
         let ServiceKey::Inet {
             protocol,
@@ -138,14 +172,17 @@ pub fn without_left_out<'a>(
         else {
             return None;
         };
-        // A cluster IP is one Service's alone: every port at it is that Service's.
-        left_out.iter().find(|l| {
-            ips(l).contains(addr)
-                || l.ports.iter().any(|p| {
-                    p.protocol.eq_ignore_ascii_case(protocol.as_str()) && p.node_port == Some(*port)
-                })
-        })
+        left_out_virtual_server(left_out, protocol.as_str(), addr, *port)
     };
+    // The hairpin members of the left-out virtual servers' endpoints are theirs too.
+    let mut loopback: BTreeMap<String, &LeftOutService> = BTreeMap::new();
+    for vs in actual.dump.listings.iter().flat_map(|l| &l.services) {
+        if let (Some(l), ServiceKey::Inet { protocol, .. }) = (owner(&vs.key), &vs.key) {
+            for rs in &vs.real_servers {
+                loopback.insert(loopback_member(protocol.as_str(), &rs.addr, rs.port), l);
+            }
+        }
+    }
     let mut kept = actual.clone();
     for listing in &mut kept.dump.listings {
         listing.services.retain(|vs| match owner(&vs.key) {
@@ -159,10 +196,8 @@ pub fn without_left_out<'a>(
     for set in kept.ipsets.iter_mut().flatten() {
         set.entries.retain(|e| {
             let address = e.text.split(',').next().unwrap_or("");
-            match left_out
-                .iter()
-                .find(|l| l.cluster_ips.iter().any(|ip| ip == address))
-            {
+            let hairpin = loopback.get(e.text).copied();
+            match hairpin.or_else(|| left_out_address(left_out, address)) {
                 Some(l) => {
                     count(l);
                     false
@@ -172,7 +207,7 @@ pub fn without_left_out<'a>(
         });
     }
     if let Some(addresses) = &mut kept.kube_ipvs0 {
-        addresses.retain(|a| match left_out.iter().find(|l| ips(l).contains(a)) {
+        addresses.retain(|a| match left_out_address(left_out, &a.to_string()) {
             Some(l) => {
                 count(l);
                 false

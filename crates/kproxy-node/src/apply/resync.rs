@@ -133,8 +133,11 @@ fn sync_iptables(
     facts: &NodeFacts,
     full: bool,
 ) -> anyhow::Result<(usize, usize)> {
+    // The rules of a Service whose object is invalid are left as they are: not rendered, kept
+    // from the node.
+    let left_out = crate::compare::left_out::services(state);
     let expected_text = render(
-        state,
+        &crate::compare::left_out::judged_state(state, &left_out),
         &opts.config,
         facts,
         RenderOptions {
@@ -143,8 +146,6 @@ fn sync_iptables(
     )
     .to_restore_text();
     let saved = opts.host.save(false)?;
-    // The rules of a Service whose object is invalid are left as they are.
-    let left_out = crate::compare::left_out::services(state);
     let (expected_text, _) =
         crate::compare::iptables::scope::keep_left_out(&expected_text, &saved, &left_out);
     let expected = Ruleset::parse(&expected_text, &ParseOptions::default())?;

@@ -131,15 +131,19 @@ pub struct RepairReport {
 /// The rules kube-proxy would install for `inputs` (a render with base jumps, as
 /// `iptables-restore` text) and the guard's view of them, with what it knows of the inputs.
 pub fn expected_and_guard(inputs: &ProxyInputs, facts: InputConditions) -> (String, GuardInput) {
+    // A Service whose object (or one of whose slices) is invalid is not rendered: its rules on
+    // the node are kept as they are ([`RepairOptions::left_out`]).
+    let left_out = crate::compare::left_out::services(&inputs.state);
+    let state = &*crate::compare::left_out::judged_state(&inputs.state, &left_out);
     let rendered = render(
-        &inputs.state,
+        state,
         &inputs.config,
         &inputs.facts,
         RenderOptions {
             with_base_jumps: true,
         },
     );
-    let service_ports = expected_service_ports(&inputs.state, &inputs.config, &inputs.facts);
+    let service_ports = expected_service_ports(state, &inputs.config, &inputs.facts);
     let guard = GuardInput {
         expected_service_ports: service_ports.ports.len(),
         expected_endpoints: service_ports.total_endpoints,

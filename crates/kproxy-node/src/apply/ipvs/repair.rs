@@ -17,12 +17,14 @@ use crate::apply::iptables::plan::TablePlan;
 use crate::apply::iptables::rollback::roll_back as roll_back_chains;
 use crate::apply::transaction::RollbackPolicy;
 use crate::apply::transaction::Rotation;
+use crate::compare::ipvs::{left_out_address, left_out_virtual_server, loopback_member};
+use crate::compare::left_out::{LeftOutService, NotChecked, tally};
 use crate::model::Ruleset;
 use crate::proxier::ipvs::{ExpectedIpvs, iptables::JUMPS};
 use crate::state::ip::IpFamily;
 use kproxy_parsers::ParseError;
 use kproxy_parsers::iptables::ParseOptions;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -100,6 +102,9 @@ pub struct IpvsTarget {
     pub iptables_text: String,
     /// The node's addresses (from the node facts), for NodePort virtual server ownership.
     pub node_addrs: BTreeSet<IpAddr>,
+    /// The Services whose API object was left out as invalid: what of theirs the node holds
+    /// (virtual servers, set members, `kube-ipvs0` addresses, iptables rules) is left as it is.
+    pub left_out: Vec<LeftOutService>,
 }
 
 impl IpvsTarget {
@@ -114,6 +119,7 @@ impl IpvsTarget {
             state,
             iptables_text,
             node_addrs: addrs,
+            left_out: Vec::new(),
         }
     }
 
@@ -132,15 +138,87 @@ impl IpvsTarget {
         }
     }
 
-    /// The plan from the node's `current` state and iptables rules to this target.
+    /// The plan from the node's `current` state and iptables rules (`current_text`, parsed as
+    /// `current_rules`) to this target. What the node holds of the Services in
+    /// [`IpvsTarget::left_out`] is kept: the plan neither deletes nor changes it.
     pub fn plan(
         &self,
         current: &IpvsState,
+        current_text: &str,
         current_rules: &Ruleset<'_>,
     ) -> Result<IpvsPlan, ParseError> {
-        let expected_rules = Ruleset::parse(&self.iptables_text, &ParseOptions::default())?;
-        let ipt = crate::apply::iptables::plan::plan(&expected_rules, current_rules, false);
-        Ok(plan(&self.state, current, &self.ownership(current), ipt))
+        let (iptables_text, mut left_alone) = crate::compare::iptables::scope::keep_left_out(
+            &self.iptables_text,
+            current_text,
+            &self.left_out,
+        );
+        let expected_rules = Ruleset::parse(&iptables_text, &ParseOptions::default())?;
+        let mut ipt = crate::apply::iptables::plan::plan(&expected_rules, current_rules, false);
+        let desired = self.with_left_out(current, &mut left_alone);
+        ipt.left_alone = left_alone;
+        Ok(plan(&desired, current, &self.ownership(current), ipt))
+    }
+
+    /// The expected state with `current`'s objects of the left-out Services in it, counted
+    /// into `left_alone`.
+    fn with_left_out(
+        &self,
+        current: &IpvsState,
+        left_alone: &mut Vec<NotChecked>,
+    ) -> std::borrow::Cow<'_, IpvsState> {
+        if self.left_out.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.state);
+        }
+        let mut count = |l: &LeftOutService| {
+            tally(
+                left_alone,
+                NotChecked {
+                    service: l.service.clone(),
+                    chains: 0,
+                    objects: 1,
+                },
+            );
+        };
+        let mut desired = self.state.clone();
+        // The hairpin members of the left-out virtual servers' endpoints are theirs too.
+        let mut loopback: BTreeMap<String, &LeftOutService> = BTreeMap::new();
+        for (key, vs) in &current.virtual_servers {
+            let (protocol, addr, port) = key;
+            if let Some(l) = left_out_virtual_server(&self.left_out, protocol.as_str(), addr, *port)
+            {
+                desired.virtual_servers.insert(*key, vs.clone());
+                count(l);
+                for (ip, port) in vs.real_servers.keys() {
+                    loopback.insert(loopback_member(protocol.as_str(), ip, *port), l);
+                }
+            }
+        }
+        if let (Some(want), Some(have)) = (&mut desired.sets, &current.sets) {
+            for (name, set) in have {
+                let Some(wanted) = want.get_mut(name) else {
+                    continue;
+                };
+                for (canonical, text) in &set.members {
+                    let address = canonical.split(',').next().unwrap_or("");
+                    let hairpin = loopback.get(canonical.as_str()).copied();
+                    if let Some(l) = hairpin.or_else(|| left_out_address(&self.left_out, address)) {
+                        wanted.members.insert(canonical.clone(), text.clone());
+                        count(l);
+                    }
+                }
+            }
+        }
+        if let (Ipvs0::Present(want), Ipvs0::Present(have)) =
+            (&mut desired.kube_ipvs0, &current.kube_ipvs0)
+        {
+            for a in have {
+                if let Some(l) = left_out_address(&self.left_out, &a.to_string()) {
+                    want.insert(*a);
+                    count(l);
+                }
+            }
+        }
+        std::borrow::Cow::Owned(desired)
     }
 }
 
@@ -329,7 +407,7 @@ pub fn repair(
     let current = snap.state()?;
     let rules = snap.rules()?;
     let the_plan = target
-        .plan(&current, &rules)
+        .plan(&current, &snap.iptables_save, &rules)
         .map_err(|error| IpvsRepairError::Parse {
             what: "expected iptables rules",
             error,
@@ -393,7 +471,7 @@ pub fn repair(
     let verify_started = Instant::now();
     let after = IpvsSnapshot::read(tools, ipt, false)?;
     let again = target
-        .plan(&after.state()?, &after.rules()?)
+        .plan(&after.state()?, &after.iptables_save, &after.rules()?)
         .map_err(|error| IpvsRepairError::Parse {
             what: "expected iptables rules",
             error,

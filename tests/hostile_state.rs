@@ -667,7 +667,8 @@ fn web_invalid() -> Value {
 
 #[test]
 fn a_services_rules_are_neither_judged_nor_touched_when_its_object_is_invalid() {
-    if !netfilter_ready() {
+    let tools: Vec<&str> = Target::ALL.iter().flat_map(|t| t.tools()).collect();
+    if !require_root_and_tools(&tools) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

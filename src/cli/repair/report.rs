@@ -6,7 +6,7 @@ use crate::apply::allow::NOT_KUBE_PROXYS;
 use crate::apply::iptables::plan::{ChainAction, Plan};
 use crate::apply::iptables::repair::RepairError;
 use crate::apply::transaction::{RollbackOutcome, Rotation};
-use crate::compare::left_out::{LeftOutService, NotChecked};
+use crate::compare::left_out::{NotChecked, shown};
 use crate::exit::Outcome;
 use crate::output::color::{Painter, Role};
 use std::fmt::Write as _;
@@ -225,7 +225,7 @@ pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
         "backup": changed.as_ref().map(|(b, _)| b.display().to_string()),
         "rollback_error": changed.as_ref().and_then(|(_, r)| r.as_ref().err()),
         "rollback_notes": changed.as_ref().and_then(|(_, r)| r.as_ref().ok()).map(|u| u.notes.clone()).unwrap_or_default(),
-        "error": crate::cli::common::error_text(&e),
+        "error": crate::cli::common::error_text(e),
     })
 }
 
@@ -320,12 +320,7 @@ pub(super) fn write_chain_changes(
 /// they are.
 pub(super) fn write_left_alone(s: &mut String, left_alone: &[NotChecked], painter: Painter) {
     for n in left_alone {
-        let shown = LeftOutService {
-            service: n.service.clone(),
-            ports: Vec::new(),
-            cluster_ips: Vec::new(),
-        }
-        .shown();
+        let shown = shown(&n.service);
         let _ = writeln!(
             s,
             "{} Service {shown} ({}): the API state's object is invalid",

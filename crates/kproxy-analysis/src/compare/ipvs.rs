@@ -1016,12 +1016,29 @@ mod tests {
         assert_eq!(entries(&kept), 0);
         let addresses = |a: &ActualIpvs<'_>| a.kube_ipvs0.as_ref().map(Vec::len).unwrap_or(0);
         assert_eq!(addresses(&kept), addresses(&actual) - 1);
+        // The hairpin members of kube-dns's endpoint go with it.
+        let all = |a: &ActualIpvs<'_>| {
+            a.ipsets
+                .iter()
+                .flatten()
+                .map(|s| s.entries.len())
+                .sum::<usize>()
+        };
+        let hairpins = all(&actual) - all(&kept) - entries(&actual);
+        assert_eq!(hairpins, 3);
+        assert!(
+            kept.ipsets
+                .iter()
+                .flatten()
+                .flat_map(|s| &s.entries)
+                .all(|e| !e.text.starts_with("10.244.1.3,"))
+        );
         assert_eq!(
             counts,
             [NotChecked {
                 service: dns.service.clone(),
                 chains: 0,
-                objects: vs_before + entries(&actual) + 1,
+                objects: vs_before + entries(&actual) + hairpins + 1,
             }]
         );
         // A NodePort is matched by port and protocol on any address.

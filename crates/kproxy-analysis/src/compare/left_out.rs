@@ -61,18 +61,34 @@ impl LeftOutService {
             })
             .collect()
     }
+}
 
-    /// The Service as messages name it (quoted and escaped when it is not plain text).
-    pub fn shown(&self) -> String {
-        let plain = self
-            .service
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'));
-        if plain && self.service.len() <= 128 {
-            self.service.clone()
-        } else {
-            crate::state::validate::shown_value(&self.service)
-        }
+/// A Service (`namespace/name`) as messages name it: bare when it is plain text, else quoted
+/// and escaped, so that no message carries a line break or control character from the state.
+pub fn shown(service: &str) -> String {
+    let plain = service
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'));
+    if plain && service.len() <= 128 {
+        service.to_string()
+    } else {
+        crate::state::validate::shown_value(service)
+    }
+}
+
+/// The Service (`namespace/name` as written) an object left out concerns: a Service itself,
+/// the Service an EndpointSlice's `kubernetes.io/service-name` label names; `None` for other
+/// kinds.
+pub fn owning_service(o: &InvalidObject) -> Option<String> {
+    match o.kind {
+        "Service" => Some(format!("{}/{}", o.namespace, o.name)),
+        "EndpointSlice" => o
+            .object
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .and_then(Value::as_str)
+            .map(|owner| format!("{}/{owner}", o.namespace)),
+        _ => None,
     }
 }
 
@@ -80,18 +96,8 @@ impl LeftOutService {
 pub fn services(state: &ClusterState) -> Vec<LeftOutService> {
     let mut out: BTreeMap<String, LeftOutService> = BTreeMap::new();
     for o in &state.invalid {
-        let service = match o.kind {
-            "Service" => format!("{}/{}", o.namespace, o.name),
-            "EndpointSlice" => match o
-                .object
-                .pointer("/metadata/labels")
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                .and_then(Value::as_str)
-            {
-                Some(owner) => format!("{}/{owner}", o.namespace),
-                None => continue,
-            },
-            _ => continue,
+        let Some(service) = owning_service(o) else {
+            continue;
         };
         let written = if o.kind == "Service" {
             Some(o.object.clone())
@@ -194,7 +200,7 @@ pub struct NotChecked {
 }
 
 impl NotChecked {
-    /// `2 chains and 3 other rules or elements`, for messages.
+    /// `8 chain(s) and 2 other object(s)`, for messages.
     pub fn counts(&self) -> String {
         format!(
             "{} chain(s) and {} other object(s)",
@@ -222,28 +228,14 @@ pub fn findings(invalid: &[InvalidObject], not_checked: &[NotChecked]) -> Vec<Fi
     invalid
         .iter()
         .map(|o| {
-            let owner = match o.kind {
-                "Service" => Some(format!("{}/{}", o.namespace, o.name)),
-                "EndpointSlice" => o
-                    .object
-                    .pointer("/metadata/labels")
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    .and_then(Value::as_str)
-                    .map(|owner| format!("{}/{owner}", o.namespace)),
-                _ => None,
-            };
+            let owner = owning_service(o);
             let unchecked = owner.as_deref().and_then(|s| {
                 let n = not_checked.iter().find(|n| n.service == s)?;
                 // A Service with several objects left out: its rules are counted once.
                 said.insert(&n.service).then(|| {
-                    let shown = LeftOutService {
-                        service: n.service.clone(),
-                        ports: Vec::new(),
-                        cluster_ips: Vec::new(),
-                    }
-                    .shown();
                     format!(
-                        "; the node's rules of Service {shown} were not checked ({})",
+                        "; the node's rules of Service {} were not checked ({})",
+                        shown(&n.service),
                         n.counts()
                     )
                 })

@@ -55,7 +55,16 @@ pub fn cut_state(state: &ClusterState, services: &BTreeSet<String>) -> ClusterSt
             .collect(),
         nodes: state.nodes.clone(),
         service_cidrs: state.service_cidrs.clone(),
-        invalid: Vec::new(),
+        // The objects of these Services left out as invalid: their rules are not judged here
+        // either, as the whole verify does not judge them.
+        invalid: state
+            .invalid
+            .iter()
+            .filter(|o| {
+                crate::compare::left_out::owning_service(o).is_some_and(|s| services.contains(&s))
+            })
+            .cloned()
+            .collect(),
     }
 }
 
@@ -668,8 +677,7 @@ mod left_out {
         // The nodeports tail stays the last rule of nat KUBE-SERVICES.
         let last = kept
             .lines()
-            .filter(|l| l.starts_with("-A KUBE-SERVICES"))
-            .last()
+            .rfind(|l| l.starts_with("-A KUBE-SERVICES"))
             .expect("rules");
         assert!(last.contains("KUBE-NODEPORTS"), "{last}");
         // Nothing to keep: the render as it is.

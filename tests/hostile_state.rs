@@ -727,6 +727,101 @@ fn a_services_rules_are_neither_judged_nor_touched_when_its_object_is_invalid() 
     }
 }
 
+/// `rules` with the rules of the chains whose order kube-proxy does not define sorted (the
+/// `UNORDERED_CHAINS` of repair's plan); every other line in its place.
+fn unordered(rules: &str) -> String {
+    const UNORDERED: &[&str] = &[
+        "KUBE-SERVICES",
+        "KUBE-NODEPORTS",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-PROXY-FIREWALL",
+    ];
+    let chain = |l: &str| {
+        l.strip_prefix("-A ")
+            .and_then(|r| r.split(' ').next())
+            .filter(|c| UNORDERED.contains(c))
+            .map(str::to_string)
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Vec<&str> = Vec::new();
+    let mut run_chain: Option<String> = None;
+    for line in rules.lines() {
+        let c = chain(line);
+        if c != run_chain || c.is_none() {
+            run.sort_unstable();
+            out.extend(run.drain(..).map(str::to_string));
+            run_chain = c.clone();
+        }
+        if c.is_some() {
+            run.push(line);
+        } else {
+            out.push(line.to_string());
+        }
+    }
+    run.sort_unstable();
+    out.extend(run.drain(..).map(str::to_string));
+    out.join("\n")
+}
+
+/// resync, whose every sync plans as repair does: the drift of another Service is undone, the
+/// rules of the Service whose object the API serves invalid are left as they are.
+#[test]
+fn resync_leaves_an_invalid_services_rules_as_they_are() {
+    let tools: Vec<&str> = Target::ALL.iter().flat_map(|t| t.tools()).collect();
+    if !require_root_and_tools(&tools) {
+        return;
+    }
+    let _serial = crate::resync::KUBE_PROXY_NAME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clean = write_json(dir.path(), "clean.json", &cluster_with([]));
+    let items = web_invalid()["items"].as_array().cloned().expect("items");
+    for target in Target::ALL {
+        let ns = target.namespace();
+        let o = target.repair(&ns, &clean, dir.path(), dir.path());
+        expect_exit(&o, 0, &format!("{target:?}: repair with the clean state"));
+        let healthy = target.kube_proxy_rules(&ns);
+        target.drift_cart(&ns);
+        assert_ne!(
+            target.kube_proxy_rules(&ns),
+            healthy,
+            "{target:?}: no drift"
+        );
+        let api = FakeApiServer::start();
+        api.add_objects(items.clone());
+        let kubeconfig = api.write_kubeconfig(dir.path());
+        let config = config(dir.path(), matches!(target, Target::Nftables));
+        // The namespace has no nfacct objects (repair --local found none either).
+        let mut args = vec!["--netns", ns.name(), "--node", "node-1", "--nfacct", "none"];
+        args.push("--config");
+        args.push(config.to_str().expect("utf-8 path"));
+        if let Target::Iptables(b) = target {
+            args.extend(["--backend", b.name()]);
+        }
+        let resync = crate::resync::Resync::spawn(dir.path(), &kubeconfig, &args);
+        // Its first sync is a full one: every chain is written again, and the chains whose
+        // order kube-proxy does not define (`KUBE-SERVICES`, …) may come back in another one.
+        let healthy = unordered(&healthy);
+        let started = std::time::Instant::now();
+        let mut now = unordered(&target.kube_proxy_rules(&ns));
+        while now != healthy && started.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            now = unordered(&target.kube_proxy_rules(&ns));
+        }
+        let differ: Vec<&str> = now
+            .lines()
+            .filter(|l| !healthy.lines().any(|h| h == *l))
+            .chain(healthy.lines().filter(|h| !now.lines().any(|l| l == *h)))
+            .collect();
+        assert!(
+            now == healthy,
+            "{target:?}: after resync's first sync the node is not as kube-proxy left it: {differ:#?}\n{}",
+            resync.stderr()
+        );
+    }
+}
+
 /// An IPVS node (the example cluster's real dumps) whose `kube-system/kube-dns` is healthy, and a
 /// state in which that Service's object is invalid: verify judges nothing of it and says so, and
 /// repair's plan leaves its virtual servers, set members, address and rules as they are.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Serialises the tests of this file: the refusal test runs a process named `kube-proxy`, which
 /// would make the watch test's resync refuse to start.
-static KUBE_PROXY_NAME: Mutex<()> = Mutex::new(());
+pub(crate) static KUBE_PROXY_NAME: Mutex<()> = Mutex::new(());
 
 const WEB: &str = "10.96.100.10:80";
 const WEB_SVC: &str = "KUBE-SVC-67NZLRHBNDSAWJRO";
@@ -70,13 +70,13 @@ fn api_service() -> [Value; 2] {
 }
 
 /// A child `resync` that is killed (if still running) when dropped; stderr goes to a file.
-struct Resync {
+pub(crate) struct Resync {
     child: Child,
     log: PathBuf,
 }
 
 impl Resync {
-    fn spawn(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Resync {
+    pub(crate) fn spawn(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Resync {
         let log = dir.join(format!("resync-{}.log", args.join("-").replace('/', "_")));
         let stderr = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_kubectl-kproxy"))
@@ -95,7 +95,7 @@ impl Resync {
         Resync { child, log }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 

@@ -455,17 +455,7 @@ impl CliRepairer {
                 .map_err(|e| format!("{}: {e}", p.display()))?;
             Ok(p)
         };
-        let s = &view.state;
-        let items: Vec<serde_json::Value> = s
-            .services
-            .iter()
-            .map(serde_json::to_value)
-            .chain(s.endpoint_slices.iter().map(serde_json::to_value))
-            .chain(s.nodes.iter().map(serde_json::to_value))
-            .chain(s.service_cidrs.iter().map(serde_json::to_value))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        let list = state_list(&view.state).map_err(|e| e.to_string())?;
         let state = write("state.json", &list.to_string())?;
         let config = match &view.config_text {
             Some((text, _)) => Some(write("config.yaml", text)?),
@@ -493,5 +483,43 @@ impl Repairer for CliRepairer {
             Ok(other) => Err(format!("repair --local --apply ended with {other:?}")),
             Err(e) => Err(super::common::error_text(&e)),
         }
+    }
+}
+
+/// `state` as the `List` the repair it runs reads: every object, with those loading left out
+/// as invalid as they were given, so that the repair leaves them out again and keeps their
+/// Services' rules as they are.
+fn state_list(s: &crate::state::ClusterState) -> serde_json::Result<serde_json::Value> {
+    let items: Vec<serde_json::Value> = s
+        .services
+        .iter()
+        .map(serde_json::to_value)
+        .chain(s.endpoint_slices.iter().map(serde_json::to_value))
+        .chain(s.nodes.iter().map(serde_json::to_value))
+        .chain(s.service_cidrs.iter().map(serde_json::to_value))
+        .chain(s.invalid.iter().map(|o| Ok(o.object.clone())))
+        .collect::<Result<_, _>>()?;
+    Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repairs_state_keeps_the_objects_left_out() {
+        let service = |name: &str, label: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"namespace": "shop", "name": name, "labels": {label: "x"}},
+                "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}})
+        };
+        let doc = serde_json::json!({"apiVersion": "v1", "kind": "List",
+            "items": [service("web", "bad label!"), service("api", "app")]});
+        let state = crate::state::load::from_str(&doc.to_string(), "state").expect("state");
+        assert_eq!(state.invalid.len(), 1);
+        let list = state_list(&state).expect("list");
+        let again = crate::state::load::from_str(&list.to_string(), "list").expect("again");
+        assert_eq!(again.invalid, state.invalid);
+        assert_eq!(again.services.len(), state.services.len());
     }
 }

@@ -241,7 +241,9 @@ struct Undone {
 fn rollback_notes(r: &RollbackOutcome) -> Result<Undone, String> {
     r.as_ref()
         .map(|done| Undone {
-            anything: done.attempts > 0,
+            // Notes without an attempt: the repair had changed what another writer has
+            // changed again since, and the rollback left it.
+            anything: done.attempts > 0 || !done.notes.is_empty(),
             notes: done.notes.clone(),
         })
         .map_err(Clone::clone)

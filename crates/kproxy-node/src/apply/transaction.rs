@@ -95,9 +95,14 @@ pub type RollbackOutcome = Result<RolledBack, String>;
 /// How a failed repair's message tells what the rollback did.
 pub fn rollback_text(rollback: &RollbackOutcome, backup: &Path) -> String {
     match rollback {
-        Ok(r) if r.attempts == 0 => format!(
+        Ok(r) if r.attempts == 0 && r.notes.is_empty() => format!(
             "nothing had been changed; the backup is {}",
             backup.display()
+        ),
+        Ok(r) if r.attempts == 0 => format!(
+            "nothing was put back from the backup {}; {}",
+            backup.display(),
+            r.notes.join("; ")
         ),
         Ok(r) => {
             let mut s = format!(

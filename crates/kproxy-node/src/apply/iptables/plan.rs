@@ -62,6 +62,10 @@ pub struct ChainChange {
     /// Restore lines for this chain's new content (`-A …` or `-I CHAIN 1 …`), in order.
     #[serde(skip)]
     restore_rules: Vec<String>,
+    /// The canonical rules the chain holds once this change is applied (created or rewritten
+    /// chains; empty for the others): what a rollback compares the chain with.
+    #[serde(skip)]
+    written: Vec<String>,
     /// Why a referenced stale chain is kept (the rules that jump to it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -81,6 +85,23 @@ impl ChainChange {
     /// The restore lines of this change's new content (`-A CHAIN …` or `-I CHAIN 1 …`).
     pub fn restore_lines(&self) -> &[String] {
         &self.restore_rules
+    }
+
+    /// Whether `chain` (as the node holds it now) still holds exactly what this change wrote
+    /// into it (a created or rewritten chain), compared canonically as the planner compares
+    /// rules: in order, except in the chains whose order kube-proxy does not define.
+    pub fn still_written(&self, chain: &Chain<'_>, family: Family) -> bool {
+        let mut now = canon_list(&chain.rules, family);
+        if now.len() != self.written.len() {
+            return false;
+        }
+        if !UNORDERED_CHAINS.contains(&self.chain.as_str()) {
+            return now == self.written;
+        }
+        let mut written = self.written.clone();
+        written.sort_unstable();
+        now.sort_unstable();
+        now == written
     }
 }
 
@@ -261,6 +282,7 @@ fn plan_table(
                 added: Vec::new(),
                 removed: canon_list(&cc.rules, ct.family),
                 restore_rules: Vec::new(),
+                written: Vec::new(),
                 note,
             });
         }
@@ -288,11 +310,12 @@ fn rewrite_change(
     let after = canon_list(&ec.rules, family);
     let before = cc.map(|c| canon_list(&c.rules, family)).unwrap_or_default();
     let (added, removed) = multiset_diff(&after, &before);
+    let rules_after = after.len();
     ChainChange {
         chain: ec.name.to_string(),
         action,
         rules_before: before.len(),
-        rules_after: after.len(),
+        rules_after,
         added,
         removed,
         restore_rules: ec
@@ -300,6 +323,7 @@ fn rewrite_change(
             .iter()
             .map(|r| restore_line("-A", ec.name, r.rule.raw))
             .collect(),
+        written: after,
         note: None,
     }
 }
@@ -349,6 +373,7 @@ fn missing_jumps(ec: &Chain<'_>, cc: Option<&Chain<'_>>, family: Family) -> Opti
             .rev()
             .map(|r| restore_line("-I", &format!("{} 1", ec.name), r.rule.raw))
             .collect(),
+        written: Vec::new(),
         note: None,
     })
 }

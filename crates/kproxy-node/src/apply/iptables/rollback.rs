@@ -2,11 +2,15 @@
 //! never whole tables, so that rules other programs (Docker, a CNI plugin, kubelet) wrote while
 //! the repair ran stay as they are.
 //!
+//! A chain is touched only while it still holds what the repair wrote: one another writer (a
+//! kube-proxy still syncing, a CNI plugin, an admin) changed since is that writer's now, and
+//! putting the backup back would undo its change; it is left, and a note says so.
+//!
 //! For each table the repair applied, one `iptables-restore --noflush --counters` input:
-//! - a chain it created is flushed and deleted (kept, empty, when a rule outside the rollback
-//!   jumps to it now: deleting it would fail the whole table);
-//! - a chain it rewrote or deleted is declared (created or flushed) and refilled with the
-//!   backup's rules and counters;
+//! - a chain it created, still as it wrote it, is flushed and deleted (kept, empty, when a rule
+//!   outside the rollback jumps to it now: deleting it would fail the whole table);
+//! - a chain it rewrote, still as it wrote it, or deleted, still absent, is declared (created
+//!   or flushed) and refilled with the backup's rules and counters;
 //! - in a built-in chain, exactly the jump rules it inserted are deleted (`-D CHAIN SPEC`, each
 //!   found in the chain as it is now: one it no longer holds is not deleted).
 //!
@@ -19,7 +23,7 @@ use super::host::{RulesHost, restore_args, restore_argv};
 use super::plan::{ChainAction, TablePlan};
 use crate::apply::backup::write_private;
 use crate::apply::transaction::{RollbackPolicy, RolledBack};
-use crate::model::{RuleEntry, Ruleset, TableRules};
+use crate::model::{Chain, RuleEntry, Ruleset, TableRules};
 use kproxy_parsers::iptables::ParseOptions;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -37,14 +41,20 @@ pub struct RollbackInput {
 /// The input that puts the chains `applied` changed back as `before` (the backup, an
 /// `iptables-save -c`) holds them. `now` is the node's rules as they are now, when they could
 /// be read: inserted jumps are deleted as it shows them, created chains only when they exist
-/// and nothing outside the rollback jumps to them. Without `now` the plan is taken to have
-/// been applied whole.
+/// and nothing outside the rollback jumps to them, and a created or rewritten chain only while
+/// it holds what the repair wrote (a deleted one only while it is absent). Without `now` the
+/// plan is taken to have been applied whole, and a note says so.
 pub fn rollback_input(
     before: &Ruleset<'_>,
     now: Option<&Ruleset<'_>>,
     applied: &[&TablePlan],
 ) -> RollbackInput {
     let mut out = RollbackInput::default();
+    if now.is_none() && !applied.is_empty() {
+        out.notes.push(
+            "the node's rules could not be read before the rollback: every chain the repair changed is put back, whatever it holds now".to_string(),
+        );
+    }
     for tp in applied {
         let body = table_rollback(
             tp,
@@ -67,21 +77,46 @@ fn table_rollback(
     now: Option<Option<&TableRules<'_>>>,
     notes: &mut Vec<String>,
 ) -> String {
-    let exists_now = |chain: &str| now.is_none_or(|t| t.is_some_and(|t| t.chain(chain).is_some()));
     let mut declare: Vec<&str> = Vec::new();
     let mut refill: Vec<&str> = Vec::new();
     let mut created: Vec<&str> = Vec::new();
     for c in &tp.changes {
+        // What the chain is now: `None` unknown, `Some(None)` absent.
+        let chain_now = now.map(|t| t.and_then(|t| t.chain(&c.chain)));
+        let ours = |ch: &Chain<'_>| c.still_written(ch, tp.family);
+        let mut left = |why: &str| {
+            notes.push(format!(
+                "table {} chain {}: {why}; left as the other writer left it",
+                tp.table, c.chain
+            ));
+        };
         match c.action {
-            ChainAction::Rewrite | ChainAction::Delete => {
-                declare.push(&c.chain);
-                refill.push(&c.chain);
-            }
-            ChainAction::Create if exists_now(&c.chain) => {
-                declare.push(&c.chain);
-                created.push(&c.chain);
-            }
-            ChainAction::Create | ChainAction::KeepReferenced | ChainAction::InsertJumps => {}
+            ChainAction::Rewrite => match chain_now {
+                Some(Some(ch)) if !ours(ch) => left("changed after the repair wrote it"),
+                Some(None) => left("deleted after the repair wrote it"),
+                _ => {
+                    declare.push(&c.chain);
+                    refill.push(&c.chain);
+                }
+            },
+            ChainAction::Delete => match chain_now {
+                Some(Some(_)) => left("deleted by the repair and created again since"),
+                _ => {
+                    declare.push(&c.chain);
+                    refill.push(&c.chain);
+                }
+            },
+            ChainAction::Create => match chain_now {
+                Some(Some(ch)) if !ours(ch) => {
+                    left("created by the repair and changed after it wrote it");
+                }
+                Some(None) => {}
+                _ => {
+                    declare.push(&c.chain);
+                    created.push(&c.chain);
+                }
+            },
+            ChainAction::KeepReferenced | ChainAction::InsertJumps => {}
         }
     }
     // The inserted jumps to delete, as the chain holds them now (rule text, and which rule).
@@ -278,9 +313,11 @@ mod tests {
         let before = rs(BEFORE);
         let p = plan(&rs(EXPECTED), &before, false);
         let applied: Vec<&TablePlan> = p.tables.iter().collect();
-        // Someone removed the jump we inserted, and a foreign chain jumps to KUBE-SERVICES.
+        // Someone removed the jump we inserted, and a foreign chain jumps to KUBE-SERVICES
+        // (which, as the rewritten service chain, still holds what the repair wrote).
         let now = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:OTHER - [0:0]\n\
--A OTHER -j KUBE-SERVICES\nCOMMIT\n";
+-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment \"a/b cluster IP\" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n\
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\n-A OTHER -j KUBE-SERVICES\nCOMMIT\n";
         let r = rollback_input(&before, Some(&rs(now)), &applied);
         assert!(!r.text.contains("-D PREROUTING"), "{}", r.text);
         assert!(!r.text.contains("-X KUBE-SERVICES"), "{}", r.text);
@@ -298,15 +335,119 @@ mod tests {
         let gone = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n";
         let r = rollback_input(&before, Some(&rs(gone)), &applied);
         assert!(!r.text.contains("KUBE-SERVICES"), "{}", r.text);
-        // Without the node's rules, the plan is taken as applied whole.
+        // Without the node's rules, the plan is taken as applied whole, and that is said.
         let r = rollback_input(&before, None, &applied);
         assert!(
             r.text.contains("-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n")
-                && r.text.contains("-X KUBE-SERVICES\n"),
+                && r.text.contains("-X KUBE-SERVICES\n")
+                && r.text.contains(":KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n")
+                && r.text.contains(":KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]\n"),
             "{}",
             r.text
         );
+        assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+        assert!(r.notes[0].contains("could not be read"), "{:?}", r.notes);
         // A table the repair did not apply is not rolled back.
         assert_eq!(rollback_input(&before, None, &[]).text, "");
+    }
+
+    #[test]
+    fn what_another_writer_changed_after_the_repair_is_left_and_said() {
+        let before = rs(BEFORE);
+        let p = plan(&rs(EXPECTED), &before, false);
+        let applied: Vec<&TablePlan> = p.tables.iter().collect();
+        // After the repair wrote its chains another writer rewrote the service chain (a newer
+        // endpoint), created the stale endpoint chain again, and added a rule to the created
+        // KUBE-SERVICES.
+        let now = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]\n:KUBE-SEP-CCCCCCCCCCCCCCCC - [0:0]\n\
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment \"a/b cluster IP\" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n\
+-A KUBE-SERVICES -d 10.96.0.9/32 -p tcp -m comment --comment \"e/f cluster IP\" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n\
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -j KUBE-SEP-CCCCCCCCCCCCCCCC\n\
+-A KUBE-SEP-BBBBBBBBBBBBBBBB -p tcp -j DNAT --to-destination 10.0.0.1:80\n\
+-A KUBE-SEP-CCCCCCCCCCCCCCCC -p tcp -j DNAT --to-destination 10.0.0.2:80\nCOMMIT\n";
+        let r = rollback_input(&before, Some(&rs(now)), &applied);
+        // Only the jump the repair inserted is undone: every chain is another writer's now.
+        assert_eq!(
+            r.text,
+            "*nat\n-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n"
+        );
+        let said = |chain: &str, why: &str| {
+            r.notes.iter().any(|n| {
+                n.starts_with(&format!("table nat chain {chain}: {why}"))
+                    && n.ends_with("left as the other writer left it")
+            })
+        };
+        assert!(
+            said(
+                "KUBE-SVC-AAAAAAAAAAAAAAAA",
+                "changed after the repair wrote it"
+            ),
+            "{:?}",
+            r.notes
+        );
+        assert!(
+            said(
+                "KUBE-SEP-BBBBBBBBBBBBBBBB",
+                "deleted by the repair and created again"
+            ),
+            "{:?}",
+            r.notes
+        );
+        assert!(
+            said("KUBE-SERVICES", "created by the repair and changed after"),
+            "{:?}",
+            r.notes
+        );
+        assert_eq!(r.notes.len(), 3, "{:?}", r.notes);
+
+        // A rewritten chain another writer deleted is not created again.
+        let gone = "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
+        let r = rollback_input(&before, Some(&rs(gone)), &applied);
+        assert!(!r.text.contains("KUBE-SVC-AAAAAAAAAAAAAAAA"), "{}", r.text);
+        assert!(
+            r.text.contains(":KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]\n"),
+            "the deleted chain, still absent, is created again: {}",
+            r.text
+        );
+        assert!(
+            said_in(
+                &r.notes,
+                "KUBE-SVC-AAAAAAAAAAAAAAAA",
+                "deleted after the repair wrote it"
+            ),
+            "{:?}",
+            r.notes
+        );
+
+        // The same rules in another order are still the repair's in KUBE-SERVICES, whose order
+        // kube-proxy does not define, but not in a service chain.
+        let expected = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n\
+-A KUBE-SERVICES -d 10.96.0.1/32 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n-A KUBE-SERVICES -d 10.96.0.2/32 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n\
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\nCOMMIT\n";
+        let drifted =
+            rs("*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n");
+        let p = plan(&rs(expected), &drifted, false);
+        let applied: Vec<&TablePlan> = p.tables.iter().collect();
+        let swapped = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n\
+-A KUBE-SERVICES -d 10.96.0.2/32 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n-A KUBE-SERVICES -d 10.96.0.1/32 -j KUBE-SVC-AAAAAAAAAAAAAAAA\n\
+-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN\nCOMMIT\n";
+        let r = rollback_input(&drifted, Some(&rs(swapped)), &applied);
+        assert_eq!(r.text, "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n");
+        assert!(
+            said_in(
+                &r.notes,
+                "KUBE-SVC-AAAAAAAAAAAAAAAA",
+                "changed after the repair wrote it"
+            ),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    fn said_in(notes: &[String], chain: &str, why: &str) -> bool {
+        notes
+            .iter()
+            .any(|n| n.starts_with(&format!("table nat chain {chain}: {why}")))
     }
 }

@@ -69,6 +69,10 @@ pub struct Change {
     pub removed: Vec<String>,
     /// Rules or elements that come.
     pub added: Vec<String>,
+    /// The rules a created, rewritten or recreated chain holds once the change is applied, as
+    /// nft lists them (empty for other changes): what a rollback compares the chain with.
+    #[serde(skip)]
+    pub written: Vec<String>,
     /// Why, when it is not obvious.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -191,7 +195,7 @@ fn key_text(e: &Element<'_>) -> String {
 }
 
 /// The chains and sets one chain's rules refer to.
-fn rule_refs<'t>(c: &'t Chain<'_>) -> (Vec<&'t str>, Vec<&'t str>) {
+pub(super) fn rule_refs<'t>(c: &'t Chain<'_>) -> (Vec<&'t str>, Vec<&'t str>) {
     let mut chains = Vec::new();
     let mut sets = Vec::new();
     let expr = |e: &'t Expr<'_>, sets: &mut Vec<&'t str>, chains: &mut Vec<&'t str>| match e {
@@ -273,6 +277,7 @@ pub fn plan_family(
             action: Action::Create,
             removed: Vec::new(),
             added: Vec::new(),
+            written: Vec::new(),
             note: Some(format!(
                 "{} chains, {} sets and maps, {} rules, {} elements",
                 expected.chains.len(),
@@ -454,12 +459,17 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                 Action::Recreate => (rules(e), rules(a)),
                 _ => (Vec::new(), rules(a)),
             };
+            let written = match action {
+                Action::Create | Action::Rewrite | Action::Recreate => rules(e),
+                _ => Vec::new(),
+            };
             Change {
                 object: "chain".into(),
                 name: n.to_string(),
                 action,
                 removed,
                 added,
+                written,
                 note,
             }
         };
@@ -502,6 +512,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                     action: Action::Create,
                     removed: Vec::new(),
                     added: elements(expected),
+                    written: Vec::new(),
                     note: None,
                 },
                 SetDiff::Declaration { expected, actual } => Change {
@@ -510,6 +521,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                     action: Action::Recreate,
                     removed: elements(actual),
                     added: elements(expected),
+                    written: Vec::new(),
                     note: Some(
                         "declared differently: deleted and added as kube-proxy declares it".into(),
                     ),
@@ -520,6 +532,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                     action: Action::Delete,
                     removed: Vec::new(),
                     added: Vec::new(),
+                    written: Vec::new(),
                     note: None,
                 },
                 SetDiff::Elements {
@@ -542,6 +555,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                         .map(|e| element_text(e))
                         .chain(changed.iter().map(|(e, _)| element_text(e)))
                         .collect(),
+                    written: Vec::new(),
                     note: None,
                 },
             };
@@ -554,6 +568,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                 action: Action::Create,
                 removed: Vec::new(),
                 added: Vec::new(),
+                written: Vec::new(),
                 note: None,
             });
         }
@@ -564,6 +579,7 @@ impl<'p, 'e, 'a, 'r> Builder<'p, 'e, 'a, 'r> {
                 action: Action::Delete,
                 removed: Vec::new(),
                 added: Vec::new(),
+                written: Vec::new(),
                 note: None,
             });
         }

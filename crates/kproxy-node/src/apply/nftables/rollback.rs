@@ -3,6 +3,13 @@
 //! not the objects of kube-proxy's table the repair left alone (their rules keep their
 //! handles and counters).
 //!
+//! An object is touched only while it still holds what the repair wrote (a deleted one only
+//! while it is still absent), compared as the planner compares them (the listing parsed and
+//! normalised): one another writer (a kube-proxy still syncing, an admin) changed since is that
+//! writer's now, and is left with a note. So is a created object something left as it is refers
+//! to now (deleting it would fail the transaction). Without a listing of the table now, every
+//! object the repair changed is put back, and a note says so.
+//!
 //! One `nft -f` transaction per family (all of it or nothing):
 //! 1. `flush chain` / `flush set|map` of every touched object the table has now;
 //! 2. `delete chain|set|map` of those the repair created, or declared anew (hook or type);
@@ -15,9 +22,11 @@
 //! deleted the element (`pkg/proxy/nftables/proxier.go`, stale chains): there a chain the
 //! repair created is left flushed, and said so.
 
-use super::plan::{Action, Change, FamilyPlan, name};
-use kproxy_parsers::nft::Family;
-use std::collections::BTreeMap;
+use super::plan::{Action, Change, FamilyPlan, name, rule_refs};
+use crate::compare::nftables::diff::target;
+use crate::compare::nftables::{NftText, kube_proxy_table, parse_listings};
+use kproxy_parsers::nft::{Expr, Family, Table};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 /// One object of an `nft list table` listing: its kind word (`chain`, `set`, `map`, `counter`,
@@ -148,21 +157,99 @@ pub fn rollback_script(
     let before_blocks: BTreeMap<String, Vec<Block>> = by_name(blocks(before));
     let now_blocks: Option<BTreeMap<String, Vec<Block>>> =
         now.map(|n| by_name(n.map(blocks).unwrap_or_default()));
+    // What the objects hold now and held before, parsed as the planner reads them; without a
+    // readable listing now, nothing can be told to be another writer's.
+    let label = format!("nft list {table}");
+    let parsed = |text| {
+        parse_listings(
+            &[NftText {
+                label: &label,
+                text,
+            }],
+            false,
+        )
+    };
+    let now_rs = match now {
+        None => {
+            notes.push(format!(
+                "{table}: could not be listed before the rollback: every object the repair changed is put back, whatever it holds now"
+            ));
+            None
+        }
+        Some(n) => match n.map(&parsed).transpose() {
+            Ok(rs) => Some(rs),
+            Err(e) => {
+                notes.push(format!(
+                    "{table}: its listing before the rollback could not be read ({e}): every object the repair changed is put back, whatever it holds now"
+                ));
+                None
+            }
+        },
+    };
+    let now_table = now_rs
+        .as_ref()
+        .map(|rs| rs.as_ref().and_then(|rs| kube_proxy_table(rs, family)));
+    let before_rs = parsed(before).ok();
+    let before_table = before_rs
+        .as_ref()
+        .and_then(|rs| kube_proxy_table(rs, family));
     let head =
         |verb: &str, kind: &str, n: &str| format!("{verb} {kind} {family} kube-proxy {}", name(n));
-    let mut flushes = String::new();
+    let mut flushes: Vec<String> = Vec::new();
     let mut deletions = String::new();
     let mut refills: Vec<&Block> = Vec::new();
+    // Objects this transaction flushes (their references go with their contents), and the
+    // created objects to delete.
+    let mut flushed: BTreeSet<&str> = BTreeSet::new();
+    let mut created: Vec<(&str, &str)> = Vec::new();
     for c in &plan.changes {
         // What the object is now: as listed, or as the plan left it.
-        let has_now: Option<&str> = match &now_blocks {
-            Some(n) => find(n, c).map(|b| b.kind.as_str()),
-            None => (c.action != Action::Delete).then_some(c.object.as_str()),
+        let mut has_now: Option<&str> = match &now_blocks {
+            Some(n) if now_table.is_some() => find(n, c).map(|b| b.kind.as_str()),
+            _ => (c.action != Action::Delete).then_some(c.object.as_str()),
+        };
+        let mut left = |why: &str| {
+            notes.push(format!(
+                "{table} {} {}: {why}; left as the other writer left it",
+                c.object, c.name
+            ));
         };
         let is_chain = c.object == "chain";
         let is_set = matches!(c.object.as_str(), "set" | "map");
-        if let Some(kind) = has_now.filter(|_| is_chain || is_set) {
-            let _ = writeln!(flushes, "{}", head("flush", kind, &c.name));
+        // Whether the object is still the repair's: `None` when that cannot be told (the
+        // listing now is unknown, or a created or replaced named object, whose content the
+        // plan does not hold).
+        let comparable = is_chain || is_set || c.action == Action::Delete;
+        let ours = now_table.filter(|_| comparable).map(|t| {
+            let held = t.and_then(|t| contents(t, c));
+            match c.action {
+                Action::Delete => held.is_none() && has_now.is_none(),
+                _ => held.is_some() && held == written(c, before_table),
+            }
+        });
+        if ours == Some(false) {
+            match (c.action, has_now) {
+                (Action::Delete, _) => left("deleted by the repair and created again since"),
+                (Action::Create, None) => {}
+                (Action::Create, Some(_)) => {
+                    left("created by the repair and changed after it wrote it")
+                }
+                (_, None) => left("deleted after the repair wrote it"),
+                (_, Some(_)) => left("changed after the repair wrote it"),
+            }
+            continue;
+        }
+        if !(is_chain || is_set) {
+            has_now = None;
+        }
+        if let Some(kind) = has_now {
+            flushes.push(head("flush", kind, &c.name));
+            if c.action == Action::Create && (is_set || same_transaction_delete) {
+                // Deleted after the loop, unless something left as it is refers to it.
+                created.push((&c.name, kind));
+                continue;
+            }
+            flushed.insert(&c.name);
             if matches!(c.action, Action::Create | Action::Recreate) {
                 if is_chain && !same_transaction_delete && c.action == Action::Create {
                     notes.push(format!(
@@ -180,12 +267,31 @@ pub fn rollback_script(
             refills.push(b);
         }
     }
+    flushed.extend(created.iter().map(|(n, _)| *n));
+    for (n, kind) in created {
+        let holders = now_table
+            .flatten()
+            .map(|t| referrers(t, n, &flushed))
+            .unwrap_or_default();
+        if holders.is_empty() {
+            let _ = writeln!(deletions, "{}", head("delete", kind, n));
+        } else {
+            let flush = head("flush", kind, n);
+            flushes.retain(|f| *f != flush);
+            notes.push(format!(
+                "{table} {kind} {n}: created by the repair, left as it is: {} refer(s) to it now, left as another writer left it",
+                holders.join(", ")
+            ));
+        }
+    }
     if flushes.is_empty() && deletions.is_empty() && refills.is_empty() {
         return (String::new(), notes);
     }
     // The table itself, in case it went away meanwhile.
     let _ = writeln!(s, "add {table}");
-    s.push_str(&flushes);
+    for f in &flushes {
+        let _ = writeln!(s, "{f}");
+    }
     s.push_str(&deletions);
     if !refills.is_empty() {
         // In the backup listing's own order: sets before the chains whose rules use them.
@@ -199,6 +305,71 @@ pub fn rollback_script(
         s.push_str("}\n");
     }
     (s, notes)
+}
+
+/// The rules of `c`'s chain, or the elements of its set or map (sorted), as the planner
+/// prints them; `None` when `table` has no such object (or `c` is of another kind).
+fn contents(table: &Table<'_>, c: &Change) -> Option<Vec<String>> {
+    match c.object.as_str() {
+        "chain" => table
+            .chains
+            .iter()
+            .find(|x| x.name == c.name)
+            .map(|x| x.rules.iter().map(ToString::to_string).collect()),
+        "set" | "map" => table.sets.iter().find(|x| x.name == c.name).map(|x| {
+            let mut v: Vec<String> = x.elements.iter().map(ToString::to_string).collect();
+            v.sort_unstable();
+            v
+        }),
+        _ => None,
+    }
+}
+
+/// What `c`'s object holds once the repair applied it, in the form of [`contents`]: a chain
+/// the rules it wrote, a set or map the elements it declared, or those `before` held with the
+/// ones it removed taken out and the ones it added put in (a set's elements of Services left
+/// out as invalid stay). `None` for a deleted object or one of another kind.
+fn written(c: &Change, before: Option<&Table<'_>>) -> Option<Vec<String>> {
+    let mut v = match (c.object.as_str(), c.action) {
+        ("chain", Action::Create | Action::Rewrite | Action::Recreate) => c.written.clone(),
+        ("chain", Action::Flush) => Vec::new(),
+        ("set" | "map", Action::Create | Action::Recreate) => c.added.clone(),
+        ("set" | "map", Action::Elements) => {
+            let mut held = before.and_then(|t| contents(t, c)).unwrap_or_default();
+            for r in &c.removed {
+                if let Some(i) = held.iter().position(|h| h == r) {
+                    held.swap_remove(i);
+                }
+            }
+            held.extend(c.added.iter().cloned());
+            held
+        }
+        _ => return None,
+    };
+    if c.object != "chain" {
+        v.sort_unstable();
+    }
+    Some(v)
+}
+
+/// The chains, sets and maps of `table` outside `flushed` whose rules or elements refer to the
+/// object `n` (deleting it would fail the whole transaction), as `KIND NAME`.
+fn referrers(table: &Table<'_>, n: &str, flushed: &BTreeSet<&str>) -> Vec<String> {
+    let kept = |name: &str| name != n && !flushed.contains(name);
+    let chains = table.chains.iter().filter(|c| kept(&c.name)).filter(|c| {
+        let (chains, sets) = rule_refs(c);
+        chains.contains(&n) || sets.contains(&n)
+    });
+    let sets = table.sets.iter().filter(|s| kept(&s.name)).filter(|s| {
+        s.elements.iter().any(|e| match &e.value {
+            Some(Expr::Verdict(v)) => target(v) == Some(n),
+            _ => false,
+        })
+    });
+    chains
+        .map(|c| format!("chain {}", c.name))
+        .chain(sets.map(|s| format!("{} {}", if s.is_map { "map" } else { "set" }, s.name)))
+        .collect()
 }
 
 /// The block of `c`'s object in `blocks` (a set and a map of one name are one object).
@@ -236,6 +407,7 @@ mod tests {
             action,
             removed: Vec::new(),
             added: Vec::new(),
+            written: Vec::new(),
             note: None,
         }
     }
@@ -279,7 +451,10 @@ mod tests {
         let p = plan(vec![
             change("chain", "service-A", Action::Rewrite),
             change("chain", "service-NEW", Action::Create),
-            change("map", "service-ips", Action::Elements),
+            Change {
+                removed: vec!["10.96.0.1 . tcp . 443 : goto service-A".into()],
+                ..change("map", "service-ips", Action::Elements)
+            },
             change("set", "cluster-ips", Action::Delete),
         ]);
         let now = "table ip kube-proxy {\n\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t}\n\
@@ -321,7 +496,9 @@ mod tests {
         let (script, notes) = rollback_script(Family::Ip, Some(LISTING), None, &p, false);
         assert!(script.contains("flush chain ip kube-proxy service-NEW\n"));
         assert!(!script.contains("delete chain"), "{script}");
-        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("could not be listed"), "{notes:?}");
+        assert!(notes[1].contains("left empty"), "{notes:?}");
         // Nothing touched that exists now or existed before: nothing to do.
         let (script, _) = rollback_script(
             Family::Ip,
@@ -331,5 +508,206 @@ mod tests {
             true,
         );
         assert_eq!(script, "");
+    }
+
+    /// A change of `object` `n` with the `written` rules (a chain) or `added` and `removed`
+    /// elements (a set or map).
+    fn wrote(
+        object: &str,
+        n: &str,
+        action: Action,
+        written: &[&str],
+        added: &[&str],
+        removed: &[&str],
+    ) -> Change {
+        let strings = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect();
+        Change {
+            written: strings(written),
+            added: strings(added),
+            removed: strings(removed),
+            ..change(object, n, action)
+        }
+    }
+
+    /// The table `LISTING` is, with `objects` (`KIND NAME { … }` blocks) in place of its own of
+    /// those names.
+    fn listing_with(objects: &[&str]) -> String {
+        let mut s = String::from("table ip kube-proxy {\n");
+        let replaced: Vec<String> = objects
+            .iter()
+            .filter_map(|o| blocks(&format!("table ip kube-proxy {{\n\t{o}\n}}\n")).pop())
+            .map(|(n, _)| n)
+            .collect();
+        for (n, b) in blocks(LISTING) {
+            if !replaced.contains(&n) {
+                s.push_str(&b.text);
+            }
+        }
+        for o in objects {
+            s.push_str(&format!("\t{o}\n"));
+        }
+        s.push_str("}\n");
+        s
+    }
+
+    #[test]
+    fn what_another_writer_changed_after_the_repair_is_left_and_said() {
+        let elem_a = "10.96.0.1 . tcp . 443 : goto service-A";
+        let elem_b = "10.96.0.2 . tcp . 80 : goto service-B";
+        let p = plan(vec![
+            // Rewritten: service-A to one rule, services to a vmap and a drop.
+            wrote(
+                "chain",
+                "service-A",
+                Action::Rewrite,
+                &["ip daddr 10.96.0.1 counter jump mark-for-masquerade"],
+                &[],
+                &[],
+            ),
+            wrote(
+                "chain",
+                "services",
+                Action::Rewrite,
+                &[
+                    "ip daddr . meta l4proto . th dport vmap @service-ips",
+                    "drop",
+                ],
+                &[],
+                &[],
+            ),
+            // Created with one rule, and an empty set.
+            wrote(
+                "chain",
+                "service-NEW",
+                Action::Create,
+                &["jump service-A"],
+                &[],
+                &[],
+            ),
+            wrote("set", "new-ips", Action::Create, &[], &[], &[]),
+            // One map element replaced by another; a stale set deleted.
+            wrote(
+                "map",
+                "service-ips",
+                Action::Elements,
+                &[],
+                &[elem_b],
+                &[elem_a],
+            ),
+            wrote("set", "cluster-ips", Action::Delete, &[], &[], &[]),
+        ]);
+        let map = |elements: &str| {
+            format!(
+                "map service-ips {{\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t\telements = {{ {elements} }}\n\t}}"
+            )
+        };
+        // As the repair left it: every object is still its own.
+        let as_written = listing_with(&[
+            "chain service-A {\n\t\tip daddr 10.96.0.1 counter packets 9 bytes 540 jump mark-for-masquerade\n\t}",
+            "chain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t\tdrop\n\t}",
+            "chain service-NEW {\n\t\tjump service-A\n\t}",
+            "set new-ips {\n\t\ttype ipv4_addr\n\t}",
+            &map(elem_b),
+        ])
+        .replace("\tset cluster-ips {\n\t\ttype ipv4_addr\n\t\tcomment \"Active { ClusterIPs\"\n\t\telements = { 10.96.0.1,\n\t\t\t     10.96.0.10 }\n\t}\n", "");
+        assert!(!as_written.contains("cluster-ips"), "{as_written}");
+        let (script, notes) =
+            rollback_script(Family::Ip, Some(LISTING), Some(Some(&as_written)), &p, true);
+        assert!(notes.is_empty(), "{notes:?}\n{as_written}");
+        for line in [
+            "flush chain ip kube-proxy service-A\n",
+            "flush chain ip kube-proxy services\n",
+            "delete chain ip kube-proxy service-NEW\n",
+            "delete set ip kube-proxy new-ips\n",
+            "flush map ip kube-proxy service-ips\n",
+            "\tset cluster-ips {\n",
+        ] {
+            assert!(script.contains(line), "no {line:?} in\n{script}");
+        }
+
+        // Another writer since: service-A rewritten (a newer endpoint), services deleted,
+        // service-NEW given a second rule, the map given another element, cluster-ips created
+        // again. Only the created set that is still as written goes.
+        let since = listing_with(&[
+            "chain service-A {\n\t\tip daddr 10.96.0.1 jump service-C\n\t}",
+            "chain service-NEW {\n\t\tjump service-A\n\t\tjump service-C\n\t}",
+            "set new-ips {\n\t\ttype ipv4_addr\n\t}",
+            &map(&format!("{elem_b}, 10.96.0.3 . tcp . 80 : goto service-C")),
+        ]);
+        let since = since.replace(
+            "\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}\n",
+            "",
+        );
+        assert!(!since.contains("chain services "), "{since}");
+        let (script, notes) =
+            rollback_script(Family::Ip, Some(LISTING), Some(Some(&since)), &p, true);
+        assert_eq!(
+            script,
+            "# kubectl-kproxy rollback: table ip kube-proxy (only what the repair changed)\n\
+add table ip kube-proxy\nflush set ip kube-proxy new-ips\ndelete set ip kube-proxy new-ips\n"
+        );
+        let said = |object: &str, why: &str| {
+            notes.iter().any(|n| {
+                n.starts_with(&format!("table ip kube-proxy {object}: {why}"))
+                    && n.ends_with("; left as the other writer left it")
+            })
+        };
+        assert!(
+            said("chain service-A", "changed after the repair wrote it"),
+            "{notes:?}"
+        );
+        assert!(
+            said("chain services", "deleted after the repair wrote it"),
+            "{notes:?}"
+        );
+        assert!(
+            said(
+                "chain service-NEW",
+                "created by the repair and changed after"
+            ),
+            "{notes:?}"
+        );
+        assert!(
+            said("map service-ips", "changed after the repair wrote it"),
+            "{notes:?}"
+        );
+        assert!(
+            said("set cluster-ips", "deleted by the repair and created again"),
+            "{notes:?}"
+        );
+        assert_eq!(notes.len(), 5, "{notes:?}");
+
+        // A created set another writer's chain now refers to stays (deleting it would fail
+        // the transaction), and nothing is left to do.
+        let held = since.replace(
+            "ip daddr 10.96.0.1 jump service-C",
+            "ip daddr @new-ips jump service-C",
+        );
+        let (script, notes) =
+            rollback_script(Family::Ip, Some(LISTING), Some(Some(&held)), &p, true);
+        assert_eq!(script, "", "{notes:?}");
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "table ip kube-proxy set new-ips: created by the repair, left as it is: chain service-A refer"
+            )),
+            "{notes:?}"
+        );
+
+        // The same listing unreadable: the plan is taken as applied whole, and that is said.
+        let (script, notes) = rollback_script(
+            Family::Ip,
+            Some(LISTING),
+            Some(Some("table ip kube-proxy {\n\tchain x {\n")),
+            &p,
+            true,
+        );
+        assert!(
+            script.contains("flush chain ip kube-proxy service-A\n"),
+            "{script}"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("could not be read")),
+            "{notes:?}"
+        );
     }
 }

@@ -126,3 +126,116 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
         "the family whose transaction failed changed nothing and is not rolled back"
     );
 }
+
+/// A rule no render writes: what another writer puts into a chain the repair rewrote.
+const LATER: &str = "meta mark 0x00001234 counter return comment \"written after the repair\"";
+
+#[test]
+fn nft_rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftrb-later");
+    // The repair rewrites masquerading, puts a map element back and deletes a stale chain in
+    // ip; ip6 (its last transaction) fails with the injected fault.
+    ns.nft_load(&format!(
+        "flush chain ip kube-proxy masquerading\n\
+         delete element ip kube-proxy service-ips {{ 10.96.100.20 . tcp . 443 }}\n\
+         add chain ip kube-proxy {STALE}\nadd rule ip kube-proxy {STALE} counter drop\n\
+         flush chain ip6 kube-proxy masquerading\n"
+    ))
+    .expect("drift");
+    let before = tables(&ns);
+    let pause = dir.path().join("pause");
+    let mut child = kproxy(
+        &config,
+        &[
+            "repair",
+            "--local",
+            "--netns",
+            ns.name(),
+            "--apply",
+            "--inject-fault",
+            "-o",
+            "json",
+        ],
+    )
+    .arg("--backup-dir")
+    .arg(dir.path())
+    .arg("--pause-before-rollback")
+    .arg(&pause)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn repair");
+    if !wait_for_file(&pause, Duration::from_secs(60)) {
+        let _ = child.kill();
+        panic!("the repair never reached its rollback");
+    }
+    // Another writer (a kube-proxy syncing a newer state, say) rewrites masquerading now.
+    let masquerading = || {
+        ns.nft(&["list", "chain", "ip", "kube-proxy", "masquerading"])
+            .expect("list chain")
+    };
+    let repaired = masquerading();
+    ns.nft_load(&format!(
+        "flush chain ip kube-proxy masquerading\nadd rule ip kube-proxy masquerading {LATER}\n"
+    ))
+    .expect("the other writer");
+    let third = masquerading();
+    assert!(
+        third.contains("written after the repair") && third != repaired,
+        "{third}"
+    );
+    std::fs::remove_file(&pause).expect("release the rollback");
+    let out = child.wait_with_output().expect("repair");
+    expect_exit(&out, 2, "injected fault");
+    let doc = json_doc(&out);
+    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
+    assert_eq!(
+        doc["rollback_error"],
+        serde_json::Value::Null,
+        "{}",
+        text(&out)
+    );
+
+    assert_eq!(
+        masquerading(),
+        third,
+        "the other writer's chain is as it left it"
+    );
+    // Everything else the repair changed is back as the backup had it.
+    let without_masquerading = |t: String| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.contains("ip kube-proxy masquerading"))
+            .map(str::to_string)
+            .collect()
+    };
+    let after = tables(&ns);
+    assert_eq!(
+        without_masquerading(after),
+        without_masquerading(before.clone())
+    );
+    assert!(
+        before.contains(STALE) && before.contains("10.96.100.20"),
+        "{before}"
+    );
+    let notes: Vec<&str> = doc["rollback_notes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        notes.iter().any(|n| n.starts_with(
+            "table ip kube-proxy chain masquerading: changed after the repair wrote it"
+        )),
+        "{doc:#}"
+    );
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("chain masquerading: changed after the repair"),
+        "{error}"
+    );
+}

@@ -589,3 +589,77 @@ fn backups_are_whole_rotated_and_never_follow_links() {
     }
     assert_eq!(std::fs::read_dir(&kept).expect("dir").count(), 2);
 }
+
+#[test]
+fn rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
+    if !require_root_and_tools(&iptables_tools()) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for backend in Backend::ALL {
+        let ns = installed(&format!("rb-later-{backend}"), backend, dir.path());
+        drift(&ns, backend);
+        let before = ns.save(backend, false).expect("save");
+        let pause = dir.path().join(format!("pause-later-{backend}"));
+        let mut child = failing_repair(&ns, backend, dir.path(), &pause)
+            .spawn()
+            .expect("spawn repair");
+        at_rollback(&mut child, &pause);
+        // Filter and nat are applied; mangle failed. Another writer (a kube-proxy syncing a
+        // newer state, say) rewrites the service chain the repair rewrote.
+        let web_svc =
+            |save: &str| chain_rules(save).remove(&("nat".to_string(), WEB_SVC.to_string()));
+        let repaired = web_svc(&ns.save(backend, false).expect("save"));
+        ns.restore(
+            backend,
+            &format!(
+                "*nat\n:{WEB_SVC} - [0:0]\n-A {WEB_SVC} -m comment --comment \"written after the repair\" -j RETURN\nCOMMIT\n"
+            ),
+            true,
+        )
+        .expect("the other writer");
+        let third = web_svc(&ns.save(backend, false).expect("save"));
+        assert!(third.is_some() && third != repaired, "{backend}: {third:?}");
+        std::fs::remove_file(&pause).expect("release the rollback");
+        let out = finished(child);
+        expect_exit(&out, 2, &format!("{backend}: injected fault"));
+        let doc = json_doc(&out);
+        assert_eq!(outcome(&doc), "rolled_back", "{backend}: {doc:#}");
+        assert_eq!(doc["rollback_error"], serde_json::Value::Null, "{doc}");
+
+        let after = ns.save(backend, false).expect("save");
+        assert_eq!(
+            web_svc(&after),
+            third,
+            "{backend}: the other writer's chain\n{after}"
+        );
+        // Everything else the repair changed is back as the backup had it.
+        let mut expected = chain_rules(&before);
+        expected.insert(
+            ("nat".to_string(), WEB_SVC.to_string()),
+            third.clone().unwrap_or_default(),
+        );
+        assert_eq!(
+            chain_rules(&after),
+            expected,
+            "{backend}: after the rollback\n{after}"
+        );
+        let notes: Vec<&str> = doc["rollback_notes"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            notes,
+            [format!(
+                "table nat chain {WEB_SVC}: changed after the repair wrote it; left as the other writer left it"
+            )],
+            "{backend}: {doc:#}"
+        );
+        let input = std::fs::read_to_string(rollback_file(&doc)).expect("rollback file");
+        assert!(!input.contains(WEB_SVC), "{backend}: {WEB_SVC} in\n{input}");
+        assert!(
+            input.contains(":KUBE-FORWARD - [0:0]"),
+            "{backend}: {input}"
+        );
+    }
+}

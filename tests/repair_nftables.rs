@@ -6,9 +6,9 @@
 
 use crate::nftables_verify::{FOREIGN, kproxy, loaded, nft_config, tables};
 use crate::support::netns::{Netns, require_root_and_tools};
-use crate::support::repair::{expect_exit, json_doc, outcome, text, wait_for_file};
+use crate::support::repair::{expect_exit, json_doc, outcome, rollback_notes, text, wait_for_file};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 /// A stale endpoint chain of a service the API no longer has.
@@ -18,18 +18,11 @@ const STALE: &str = "endpoint-AAAAAAAA-shop/gone/tcp/http__10.244.9.9/8080";
 const OTHER_PROGRAM: &str = "add rule inet fw input tcp dport 2223 counter accept comment \"other\"\n\
 add chain inet fw extra\nadd rule inet fw extra drop\nadd table ip other\nadd chain ip other c\n";
 
-#[test]
-fn nft_rollback_puts_back_only_what_the_repair_changed() {
-    if !require_root_and_tools(&["nft"]) {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = nft_config(dir.path());
-    let ns = loaded(&config, "nftrb");
-    // Drift in both families, so that the injected fault (in the last family's transaction)
-    // fails ip6 after ip was applied: a rewritten chain, a map element gone, a stale chain.
-    // The stale chain is named as kube-proxy names endpoint chains: a chain of a name this
-    // build does not know would make repair refuse (an unknown layout) before any change.
+/// Drift in both families, so that the injected fault (in the last family's transaction)
+/// fails ip6 after ip was applied: a rewritten chain, a map element gone, a stale chain. The
+/// stale chain is named as kube-proxy names endpoint chains: a chain of a name this build does
+/// not know would make repair refuse (an unknown layout) before any change.
+fn drift(ns: &Netns) {
     ns.nft_load(&format!(
         "flush chain ip kube-proxy masquerading\n\
          delete element ip kube-proxy service-ips {{ 10.96.100.20 . tcp . 443 }}\n\
@@ -37,18 +30,13 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
          flush chain ip6 kube-proxy masquerading\n"
     ))
     .expect("drift");
-    let before = tables(&ns);
-    // `services` is not changed by the repair: its rules must keep their handles.
-    let untouched = || {
-        ns.nft(&["-a", "list", "chain", "ip", "kube-proxy", "services"])
-            .expect("list chain")
-    };
-    let untouched_before = untouched();
-    assert!(untouched_before.contains("# handle "), "{untouched_before}");
+}
 
-    let pause = dir.path().join("pause");
+/// A repair of `ns` started with an injected fault, waiting before its rollback until `pause`
+/// is removed.
+fn paused_at_rollback(config: &Path, ns: &Netns, backups: &Path, pause: &Path) -> Child {
     let mut child = kproxy(
-        &config,
+        config,
         &[
             "repair",
             "--local",
@@ -61,17 +49,40 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
         ],
     )
     .arg("--backup-dir")
-    .arg(dir.path())
+    .arg(backups)
     .arg("--pause-before-rollback")
-    .arg(&pause)
+    .arg(pause)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn repair");
-    if !wait_for_file(&pause, Duration::from_secs(60)) {
+    if !wait_for_file(pause, Duration::from_secs(60)) {
         let _ = child.kill();
         panic!("the repair never reached its rollback");
     }
+    child
+}
+
+#[test]
+fn nft_rollback_puts_back_only_what_the_repair_changed() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ns = loaded(&config, "nftrb");
+    drift(&ns);
+    let before = tables(&ns);
+    // `services` is not changed by the repair: its rules must keep their handles.
+    let untouched = || {
+        ns.nft(&["-a", "list", "chain", "ip", "kube-proxy", "services"])
+            .expect("list chain")
+    };
+    let untouched_before = untouched();
+    assert!(untouched_before.contains("# handle "), "{untouched_before}");
+
+    let pause = dir.path().join("pause");
+    let child = paused_at_rollback(&config, &ns, dir.path(), &pause);
     ns.nft_load(OTHER_PROGRAM).expect("the other program");
     std::fs::remove_file(&pause).expect("release the rollback");
     let out = child.wait_with_output().expect("repair");
@@ -140,40 +151,10 @@ fn nft_rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
     let ns = loaded(&config, "nftrb-later");
     // The repair rewrites masquerading, puts a map element back and deletes a stale chain in
     // ip; ip6 (its last transaction) fails with the injected fault.
-    ns.nft_load(&format!(
-        "flush chain ip kube-proxy masquerading\n\
-         delete element ip kube-proxy service-ips {{ 10.96.100.20 . tcp . 443 }}\n\
-         add chain ip kube-proxy {STALE}\nadd rule ip kube-proxy {STALE} counter drop\n\
-         flush chain ip6 kube-proxy masquerading\n"
-    ))
-    .expect("drift");
+    drift(&ns);
     let before = tables(&ns);
     let pause = dir.path().join("pause");
-    let mut child = kproxy(
-        &config,
-        &[
-            "repair",
-            "--local",
-            "--netns",
-            ns.name(),
-            "--apply",
-            "--inject-fault",
-            "-o",
-            "json",
-        ],
-    )
-    .arg("--backup-dir")
-    .arg(dir.path())
-    .arg("--pause-before-rollback")
-    .arg(&pause)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn repair");
-    if !wait_for_file(&pause, Duration::from_secs(60)) {
-        let _ = child.kill();
-        panic!("the repair never reached its rollback");
-    }
+    let child = paused_at_rollback(&config, &ns, dir.path(), &pause);
     // Another writer (a kube-proxy syncing a newer state, say) rewrites masquerading now.
     let masquerading = || {
         ns.nft(&["list", "chain", "ip", "kube-proxy", "masquerading"])
@@ -222,10 +203,7 @@ fn nft_rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
         before.contains(STALE) && before.contains("10.96.100.20"),
         "{before}"
     );
-    let notes: Vec<&str> = doc["rollback_notes"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
-        .unwrap_or_default();
+    let notes = rollback_notes(&doc);
     assert!(
         notes.iter().any(|n| n.starts_with(
             "table ip kube-proxy chain masquerading: changed after the repair wrote it"

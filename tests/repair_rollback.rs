@@ -10,7 +10,7 @@ use crate::support::netns::{Backend, Netns, require_root_and_tools};
 use crate::support::repair::{
     DELETE_PREROUTING_JUMP, FOREIGN, STALE_SEP, WEB_SEP_A, WEB_SVC, add_stale_endpoint_chain,
     chain_rules, expect_exit, expect_output, fake_kube_proxy, iptables_tools, json_doc,
-    local_repair, outcome, text, wait_for_file,
+    local_repair, outcome, rollback_notes, text, wait_for_file,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -102,6 +102,25 @@ fn failing_repair(ns: &Netns, backend: Backend, backups: &Path, pause: &Path) ->
     cmd
 }
 
+/// The repair of a drifted node ([`drift`]) started, failed in its last table and waiting
+/// before its rollback: the namespace, its rules before the repair, the pause file to remove
+/// and the repair.
+fn paused_at_rollback(
+    prefix: &str,
+    backend: Backend,
+    dir: &Path,
+) -> (Netns, String, PathBuf, Child) {
+    let ns = installed(&format!("{prefix}-{backend}"), backend, dir);
+    drift(&ns, backend);
+    let before = ns.save(backend, false).expect("save");
+    let pause = dir.join(format!("pause-{prefix}-{backend}"));
+    let mut child = failing_repair(&ns, backend, dir, &pause)
+        .spawn()
+        .expect("spawn repair");
+    at_rollback(&mut child, &pause);
+    (ns, before, pause, child)
+}
+
 /// Waits for the repair to reach its rollback (the pause file exists).
 #[track_caller]
 fn at_rollback(child: &mut Child, pause: &Path) {
@@ -129,14 +148,7 @@ fn rollback_puts_back_only_what_the_repair_changed() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     for backend in Backend::ALL {
-        let ns = installed(&format!("rb-only-{backend}"), backend, dir.path());
-        drift(&ns, backend);
-        let before = ns.save(backend, false).expect("save");
-        let pause = dir.path().join(format!("pause-{backend}"));
-        let mut child = failing_repair(&ns, backend, dir.path(), &pause)
-            .spawn()
-            .expect("spawn repair");
-        at_rollback(&mut child, &pause);
+        let (ns, before, pause, child) = paused_at_rollback("rb-only", backend, dir.path());
         // Filter and nat are applied; mangle failed. Another program writes now.
         third_program(&ns, backend);
         std::fs::remove_file(&pause).expect("release the rollback");
@@ -597,14 +609,7 @@ fn rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     for backend in Backend::ALL {
-        let ns = installed(&format!("rb-later-{backend}"), backend, dir.path());
-        drift(&ns, backend);
-        let before = ns.save(backend, false).expect("save");
-        let pause = dir.path().join(format!("pause-later-{backend}"));
-        let mut child = failing_repair(&ns, backend, dir.path(), &pause)
-            .spawn()
-            .expect("spawn repair");
-        at_rollback(&mut child, &pause);
+        let (ns, before, pause, child) = paused_at_rollback("rb-later", backend, dir.path());
         // Filter and nat are applied; mangle failed. Another writer (a kube-proxy syncing a
         // newer state, say) rewrites the service chain the repair rewrote.
         let web_svc =
@@ -644,12 +649,8 @@ fn rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
             expected,
             "{backend}: after the rollback\n{after}"
         );
-        let notes: Vec<&str> = doc["rollback_notes"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|n| n.as_str()).collect())
-            .unwrap_or_default();
         assert_eq!(
-            notes,
+            rollback_notes(&doc),
             [format!(
                 "table nat chain {WEB_SVC}: changed after the repair wrote it; left as the other writer left it"
             )],

@@ -240,6 +240,14 @@ pub fn outcome(doc: &serde_json::Value) -> &str {
         .unwrap_or_default()
 }
 
+/// The `rollback_notes` of a `repair -o json` document: what the rollback left as it was.
+pub fn rollback_notes(doc: &serde_json::Value) -> Vec<&str> {
+    doc["rollback_notes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default()
+}
+
 /// The rules of a save and the user chains it declares, each prefixed with its table, without
 /// counters: what must be equal before a repair and after its rollback. Empty tables, built-in
 /// chains and their policies are left out (a table the node gets only once a rule was written

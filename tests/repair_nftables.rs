@@ -63,6 +63,22 @@ fn paused_at_rollback(config: &Path, ns: &Netns, backups: &Path, pause: &Path) -
     child
 }
 
+/// Lets the repair paused at `pause` roll back; its JSON document, once it says it rolled back.
+fn rolled_back(child: Child, pause: &Path) -> serde_json::Value {
+    std::fs::remove_file(pause).expect("release the rollback");
+    let out = child.wait_with_output().expect("repair");
+    expect_exit(&out, 2, "injected fault");
+    let doc = json_doc(&out);
+    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
+    assert_eq!(
+        doc["rollback_error"],
+        serde_json::Value::Null,
+        "{}",
+        text(&out)
+    );
+    doc
+}
+
 #[test]
 fn nft_rollback_puts_back_only_what_the_repair_changed() {
     if !require_root_and_tools(&["nft"]) {
@@ -84,17 +100,7 @@ fn nft_rollback_puts_back_only_what_the_repair_changed() {
     let pause = dir.path().join("pause");
     let child = paused_at_rollback(&config, &ns, dir.path(), &pause);
     ns.nft_load(OTHER_PROGRAM).expect("the other program");
-    std::fs::remove_file(&pause).expect("release the rollback");
-    let out = child.wait_with_output().expect("repair");
-    expect_exit(&out, 2, "injected fault");
-    let doc = json_doc(&out);
-    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
-    assert_eq!(
-        doc["rollback_error"],
-        serde_json::Value::Null,
-        "{}",
-        text(&out)
-    );
+    let doc = rolled_back(child, &pause);
 
     assert_eq!(
         tables(&ns),
@@ -170,17 +176,7 @@ fn nft_rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
         third.contains("written after the repair") && third != repaired,
         "{third}"
     );
-    std::fs::remove_file(&pause).expect("release the rollback");
-    let out = child.wait_with_output().expect("repair");
-    expect_exit(&out, 2, "injected fault");
-    let doc = json_doc(&out);
-    assert_eq!(outcome(&doc), "rolled_back", "{doc:#}");
-    assert_eq!(
-        doc["rollback_error"],
-        serde_json::Value::Null,
-        "{}",
-        text(&out)
-    );
+    let doc = rolled_back(child, &pause);
 
     assert_eq!(
         masquerading(),

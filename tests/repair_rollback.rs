@@ -134,6 +134,17 @@ fn finished(child: Child) -> Output {
     child.wait_with_output().expect("repair output")
 }
 
+/// Lets the repair paused at `pause` roll back; its JSON document, once it says it rolled back.
+fn rolled_back(child: Child, pause: &Path, backend: Backend) -> serde_json::Value {
+    std::fs::remove_file(pause).expect("release the rollback");
+    let out = finished(child);
+    expect_exit(&out, 2, &format!("{backend}: injected fault"));
+    let doc = json_doc(&out);
+    assert_eq!(outcome(&doc), "rolled_back", "{backend}: {doc:#}");
+    assert_eq!(doc["rollback_error"], serde_json::Value::Null, "{doc}");
+    doc
+}
+
 /// The rollback file beside the backup a failed repair names.
 fn rollback_file(doc: &serde_json::Value) -> PathBuf {
     let backup = doc["backup"].as_str().unwrap_or_default();
@@ -151,12 +162,7 @@ fn rollback_puts_back_only_what_the_repair_changed() {
         let (ns, before, pause, child) = paused_at_rollback("rb-only", backend, dir.path());
         // Filter and nat are applied; mangle failed. Another program writes now.
         third_program(&ns, backend);
-        std::fs::remove_file(&pause).expect("release the rollback");
-        let out = finished(child);
-        expect_exit(&out, 2, &format!("{backend}: injected fault"));
-        let doc = json_doc(&out);
-        assert_eq!(outcome(&doc), "rolled_back", "{backend}: {doc:#}");
-        assert_eq!(doc["rollback_error"], serde_json::Value::Null, "{doc}");
+        let doc = rolled_back(child, &pause, backend);
         // The node is the drifted node plus exactly what the other program wrote.
         let after = ns.save(backend, false).expect("save");
         let expected = expected_after(&format!("rb-exp-{backend}"), backend, &before, true);
@@ -625,12 +631,7 @@ fn rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
         .expect("the other writer");
         let third = web_svc(&ns.save(backend, false).expect("save"));
         assert!(third.is_some() && third != repaired, "{backend}: {third:?}");
-        std::fs::remove_file(&pause).expect("release the rollback");
-        let out = finished(child);
-        expect_exit(&out, 2, &format!("{backend}: injected fault"));
-        let doc = json_doc(&out);
-        assert_eq!(outcome(&doc), "rolled_back", "{backend}: {doc:#}");
-        assert_eq!(doc["rollback_error"], serde_json::Value::Null, "{doc}");
+        let doc = rolled_back(child, &pause, backend);
 
         let after = ns.save(backend, false).expect("save");
         assert_eq!(

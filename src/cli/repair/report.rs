@@ -200,16 +200,7 @@ pub(super) fn failure_doc(e: &anyhow::Error) -> serde_json::Value {
                     | IpvsRepairError::Verify {
                         backup, rollback, ..
                     },
-                ) => Some((
-                    backup.as_path(),
-                    rollback.clone().map_or(
-                        Ok(Undone {
-                            anything: true,
-                            notes: Vec::new(),
-                        }),
-                        Err,
-                    ),
-                )),
+                ) => Some((backup.as_path(), rollback_notes(rollback))),
                 _ => None,
             }
         };

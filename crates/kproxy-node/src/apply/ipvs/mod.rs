@@ -9,4 +9,5 @@ pub mod guard;
 pub mod host;
 pub mod plan;
 pub mod repair;
+pub mod rollback;
 pub mod state;

@@ -209,7 +209,8 @@ pub fn plan(
 
 /// The plan that puts back what `forward` changed: from the node's state `now` to the `saved`
 /// one, restricted to the virtual servers and sets `forward` touched and to the `kube-ipvs0`
-/// addresses of `family`. The
+/// addresses of `family` it added or deleted — and of those, to what still holds what
+/// `forward` wrote (the rest is another writer's now: left, each with a note in `kept`). The
 /// iptables part is not included (rollback restores the saved iptables text exactly).
 pub fn rollback_plan(
     saved: &IpvsState,
@@ -217,7 +218,16 @@ pub fn rollback_plan(
     forward: &IpvsPlan,
     family: IpFamily,
 ) -> IpvsPlan {
-    let (vss, sets) = forward.touched();
+    let wrote = super::rollback::applied(saved, forward);
+    let mut notes = Vec::new();
+    let (vss, sets) = super::rollback::still_written(&wrote, now, forward, &mut notes);
+    let kube_ipvs0 = super::rollback::ipvs0_back(
+        &saved.kube_ipvs0,
+        &now.kube_ipvs0,
+        forward,
+        family,
+        &mut notes,
+    );
     let desired = IpvsState {
         virtual_servers: saved
             .virtual_servers
@@ -231,7 +241,7 @@ pub fn rollback_plan(
                 .map(|(n, v)| (n.clone(), v.clone()))
                 .collect()
         }),
-        kube_ipvs0: saved.kube_ipvs0.clone(),
+        kube_ipvs0,
     };
     let scope = Scope {
         family,
@@ -251,7 +261,7 @@ pub fn rollback_plan(
         },
         keep_draining: false,
     };
-    diff(
+    let mut back = diff(
         &desired,
         now,
         &scope,
@@ -260,7 +270,9 @@ pub fn rollback_plan(
             full: false,
             left_alone: Vec::new(),
         },
-    )
+    );
+    back.kept.extend(notes);
+    back
 }
 
 fn diff(desired: &IpvsState, current: &IpvsState, scope: &Scope<'_>, iptables: Plan) -> IpvsPlan {

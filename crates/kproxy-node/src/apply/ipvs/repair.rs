@@ -15,8 +15,8 @@ use crate::apply::host::HostError;
 use crate::apply::iptables::host::{IptablesHost, RulesHost};
 use crate::apply::iptables::plan::TablePlan;
 use crate::apply::iptables::rollback::roll_back as roll_back_chains;
-use crate::apply::transaction::RollbackPolicy;
 use crate::apply::transaction::Rotation;
+use crate::apply::transaction::{RollbackOutcome, RollbackPolicy, RolledBack};
 use crate::compare::ipvs::{left_out_address, left_out_virtual_server, loopback_member};
 use crate::compare::left_out::{LeftOutService, NotChecked, tally};
 use crate::model::Ruleset;
@@ -60,8 +60,8 @@ pub enum IpvsRepairError {
         error: Box<HostError>,
         /// The backup directory.
         backup: PathBuf,
-        /// `None` if the node was restored, else why restoring failed.
-        rollback: Option<String>,
+        /// What the rollback left as it is (and why), or why restoring failed.
+        rollback: RollbackOutcome,
     },
     /// The state read back after applying still differs; what was changed was put back.
     #[error(
@@ -73,18 +73,23 @@ pub enum IpvsRepairError {
         remaining: String,
         /// The backup directory.
         backup: PathBuf,
-        /// `None` if the node was restored, else why restoring failed.
-        rollback: Option<String>,
+        /// What the rollback left as it is (and why), or why restoring failed.
+        rollback: RollbackOutcome,
     },
 }
 
-fn rollback_text(rollback: &Option<String>, backup: &Path) -> String {
+fn rollback_text(rollback: &RollbackOutcome, backup: &Path) -> String {
     match rollback {
-        None => format!(
+        Ok(r) if r.notes.is_empty() => format!(
             "the node was restored to its state before the repair (backup {})",
             backup.display()
         ),
-        Some(e) => format!(
+        Ok(r) => format!(
+            "what the repair changed was restored from the backup {}, except: {}",
+            backup.display(),
+            r.notes.join("; ")
+        ),
+        Err(e) => format!(
             "RESTORING THE NODE FAILED TOO ({e}); the state before the repair is in {}",
             backup.display()
         ),
@@ -582,13 +587,13 @@ struct Undo<'a> {
 
 /// Puts back what `u.forward` changed: the sets, kube-ipvs0 and virtual servers it touched (a
 /// plan from the node's state now to the snapshot's) and the iptables chains it changed in the
-/// tables it restored. Returns why that failed, if it did.
-fn roll_back(tools: &IpvsTools, ipt: &IptablesHost, u: &Undo<'_>) -> Option<String> {
+/// tables it restored — of each, only what still holds what the repair wrote. Returns what was
+/// left as it is, and why, or why putting back failed.
+fn roll_back(tools: &IpvsTools, ipt: &IptablesHost, u: &Undo<'_>) -> RollbackOutcome {
     let family = if ipt.ipv6 { IpFamily::V6 } else { IpFamily::V4 };
-    let now = match IpvsSnapshot::read(tools, ipt, false).and_then(|s| s.state()) {
-        Ok(s) => s,
-        Err(e) => return Some(e.to_string()),
-    };
+    let now = IpvsSnapshot::read(tools, ipt, false)
+        .and_then(|s| s.state())
+        .map_err(|e| e.to_string())?;
     let back = rollback_plan(u.saved, &now, u.forward, family);
     let mut exec = Exec {
         tools,
@@ -610,13 +615,19 @@ fn roll_back(tools: &IpvsTools, ipt: &IptablesHost, u: &Undo<'_>) -> Option<Stri
         .take(u.tables_applied)
         .collect();
     let file = rollback_file(u.backup, "iptables");
-    if let Err(e) = roll_back_chains(ipt, &u.snap.iptables_save, &applied, u.policy, &file) {
-        errors.push(format!("putting back the iptables chains: {e}"));
+    let mut notes = back.kept.clone();
+    match roll_back_chains(ipt, &u.snap.iptables_save, &applied, u.policy, &file) {
+        Ok(done) => notes.extend(done.notes),
+        Err(e) => errors.push(format!("putting back the iptables chains: {e}")),
     }
     if let Err((step, e)) = exec.second_half(&back, false) {
         errors.push(format!("{step}: {e}"));
     }
-    (!errors.is_empty()).then(|| errors.join("; "))
+    if errors.is_empty() {
+        Ok(RolledBack { attempts: 1, notes })
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// Writes the snapshot into a new directory `DIR/NODE-ipvs-STAMP/` (files mode 0600): the

@@ -417,8 +417,10 @@ fn draining_real_servers_are_left_to_kube_proxy() {
     assert!(p.kept[0].contains("draining 4"), "{:?}", p.kept);
 }
 
-#[test]
-fn apply_converges_and_rollback_restores() {
+/// What kube-proxy wants and a drifted node: a virtual server edited and with an extra real
+/// server, one missing, a stale one, a foreign one; a set with a stale member and a stale set;
+/// kube-ipvs0 with a stale address and one missing.
+fn drifted() -> (IpvsState, IpvsState) {
     let desired = state(
         vec![
             (
@@ -465,6 +467,12 @@ fn apply_converges_and_rollback_restores() {
         ],
         &["10.96.0.1", "10.96.0.99"],
     );
+    (desired, current)
+}
+
+#[test]
+fn apply_converges_and_rollback_restores() {
+    let (desired, current) = drifted();
     let forward = run_plan(&desired, &current);
     assert!(!forward.is_empty());
     let after = simulate(&current, &forward);
@@ -478,4 +486,69 @@ fn apply_converges_and_rollback_restores() {
     let back = rollback_plan(&current, &after, &forward, IpFamily::V4);
     let restored = simulate(&after, &back);
     assert_eq!(restored, current);
+}
+
+#[test]
+fn rollback_leaves_what_another_writer_changed_after_the_repair() {
+    let (desired, current) = drifted();
+    let forward = run_plan(&desired, &current);
+    let after = simulate(&current, &forward);
+    // Another writer since: a real server added to the edited virtual server, the deleted one
+    // created again, a member added to the set, an address added to kube-ipvs0.
+    let mut later = after.clone();
+    later
+        .virtual_servers
+        .get_mut(&key("10.96.0.1", 443))
+        .expect("edited")
+        .real_servers
+        .extend(vs("rr", None, &[], &[("10.244.1.9", 6443, 1)]).real_servers);
+    later.virtual_servers.insert(
+        key("10.96.0.99", 80),
+        vs("rr", None, &[], &[("10.244.2.3", 80, 1)]),
+    );
+    later
+        .sets
+        .as_mut()
+        .and_then(|s| s.get_mut("KUBE-CLUSTER-IP"))
+        .expect("set")
+        .members
+        .insert("10.96.0.50,tcp:80".into(), "10.96.0.50,tcp:80".into());
+    if let Ipvs0::Present(a) = &mut later.kube_ipvs0 {
+        a.insert(ip("10.96.0.50"));
+    }
+    let back = rollback_plan(&current, &later, &forward, IpFamily::V4);
+    let restored = simulate(&later, &back);
+    for k in [key("10.96.0.1", 443), key("10.96.0.99", 80)] {
+        assert_eq!(
+            restored.virtual_servers.get(&k),
+            later.virtual_servers.get(&k),
+            "{k:?} as the other writer left it"
+        );
+    }
+    assert_eq!(
+        restored
+            .sets
+            .as_ref()
+            .and_then(|s| s.get("KUBE-CLUSTER-IP")),
+        later.sets.as_ref().and_then(|s| s.get("KUBE-CLUSTER-IP"))
+    );
+    // What is still the repair's goes back: the created virtual server, kube-ipvs0's addresses
+    // it added and deleted; the other writer's address stays.
+    assert_eq!(restored.virtual_servers.get(&key("10.96.0.10", 53)), None);
+    assert_eq!(
+        restored.kube_ipvs0,
+        Ipvs0::Present(["10.96.0.1", "10.96.0.99", "10.96.0.50"].map(ip).into())
+    );
+    for want in [
+        "virtual server TCP 10.96.0.1:443: changed after the repair wrote it",
+        "virtual server TCP 10.96.0.99:80: changed after the repair wrote it",
+        "ipset KUBE-CLUSTER-IP: changed after the repair wrote it",
+    ] {
+        assert!(
+            back.kept.iter().any(|k| k.starts_with(want)),
+            "no {want:?} in {:?}",
+            back.kept
+        );
+    }
+    assert_eq!(back.kept.len(), 3, "{:?}", back.kept);
 }

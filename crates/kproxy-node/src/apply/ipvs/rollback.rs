@@ -60,7 +60,8 @@ pub fn applied(saved: &IpvsState, plan: &IpvsPlan) -> IpvsState {
     s
 }
 
-fn apply_set_change(sets: &mut BTreeMap<String, SetState>, c: &SetChange) {
+/// Applies one ipset change to `sets`, as `ipset restore -exist` does.
+pub(super) fn apply_set_change(sets: &mut BTreeMap<String, SetState>, c: &SetChange) {
     match c {
         SetChange::Create {
             set,

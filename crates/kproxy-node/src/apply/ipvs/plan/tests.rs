@@ -91,31 +91,10 @@ fn simulate(s: &IpvsState, p: &IpvsPlan) -> IpvsState {
     let mut s = s.clone();
     let sets = s.sets.get_or_insert_with(BTreeMap::new);
     for c in p.sets.iter().chain(&p.destroy_sets) {
-        match c {
-            SetChange::Create {
-                set,
-                set_type,
-                options,
-            } => {
-                sets.entry(set.clone()).or_insert_with(|| SetState {
-                    set_type: set_type.clone(),
-                    options: options.clone(),
-                    members: BTreeMap::new(),
-                });
-            }
-            SetChange::Add { set, member } => {
-                let st = sets.get_mut(set).expect("add to an existing set");
-                st.members.insert(member.clone(), member.clone());
-            }
-            SetChange::Del { set, member } => {
-                if let Some(st) = sets.get_mut(set) {
-                    st.members.remove(member);
-                }
-            }
-            SetChange::Destroy { set } => {
-                sets.remove(set);
-            }
+        if let SetChange::Add { set, .. } = c {
+            assert!(sets.contains_key(set), "add to a missing set {set}");
         }
+        crate::apply::ipvs::rollback::apply_set_change(sets, c);
     }
     for c in &p.ipvs {
         let v = &mut s.virtual_servers;

@@ -311,12 +311,13 @@ fn bundle_bombs_are_refused_by_size_and_by_entries() {
 fn a_parse_error_quotes_a_window_of_a_long_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let dump = dir.path().join("one-line.save");
-    // A 20 MB line with an error in its middle (the whole dump joined into one line).
+    // A 20 MB line with an error far from both of its ends (fewer words than a rule may have:
+    // see the next test; the length is a comment's).
     let mut text = String::from("*nat\n-A KUBE-SERVICES ");
-    text.push_str(&"-d 10.0.0.1/32 ".repeat(700_000));
-    text.push_str("--no-such-option ");
-    text.push_str(&"-s 10.0.0.2/32 ".repeat(700_000));
-    text.push_str("\nCOMMIT\n");
+    text.push_str(&"-d 10.0.0.1/32 ".repeat(1_000));
+    text.push_str("--no-such-option -m comment --comment \"");
+    text.push_str(&"a".repeat(20_000_000));
+    text.push_str("\"\nCOMMIT\n");
     std::fs::write(&dump, &text).expect("dump");
     let out = kproxy()
         .args(["graph", "--iptables-save"])
@@ -344,6 +345,35 @@ fn a_parse_error_quotes_a_window_of_a_long_line() {
     assert!(shown.starts_with("  …") && shown.ends_with('…'), "{shown}");
     let under: String = shown.chars().skip(at).collect();
     assert!(under.starts_with("--no-such-option"), "{stderr}");
+}
+
+#[test]
+fn a_line_of_millions_of_words_is_an_error_in_bounded_memory() {
+    // 60 MB of `-s ADDR` words on one rule line: each word parsed costs a few hundred bytes,
+    // so reading them all took 1.5 GB; a rule has at most 4096 words (iptables-restore reads
+    // 255), and the error comes at the first word past that.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dump = dir.path().join("many-words.save");
+    let head = "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES ";
+    let mut text = String::from(head);
+    text.push_str(&"-s 10.0.0.1 ".repeat(5_000_000));
+    text.push_str("-j ACCEPT\nCOMMIT\n");
+    std::fs::write(&dump, &text).expect("dump");
+    let Some(m) = measured(&["graph", "--iptables-save", path_str(&dump)], None) else {
+        return;
+    };
+    assert_eq!(m.code, Some(2), "{}", &m.stderr[..m.stderr.len().min(2000)]);
+    // Column of the 4097th word: after "-A KUBE-SERVICES " (line 3) and 2048 `-s ADDR` pairs.
+    let column = "-A KUBE-SERVICES ".len() + 2048 * "-s 10.0.0.1 ".len() + 1;
+    let first = m.stderr.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!(
+            "error: {}:3:{column}: expected at most 4096 words in one rule (iptables-restore reads at most 255), found `-s`",
+            dump.display()
+        )
+    );
+    assert!(m.peak_kb < 400_000, "peak {} KB", m.peak_kb);
 }
 
 #[test]

@@ -248,16 +248,37 @@ fn quoted(i: &str) -> IResult<&str, Cow<'_, str>> {
     }
 }
 
+/// The most words one rule line may have. `iptables-restore` itself reads at most 255
+/// (`MAX_ARGC` in iptables' `xshared.c`: "Parser cannot handle more arguments"); a rule added
+/// word by word with `iptables -A` can have a few more, so the limit is generous. It bounds
+/// what one line costs to parse: a word becomes a few hundred bytes of parsed rule, and a
+/// hostile line of millions of words would otherwise take gigabytes.
+pub(crate) const MAX_RULE_WORDS: usize = 4096;
+
 /// Splits `line[from..]` into words (see the module doc for the grammar), appending to `out`.
+/// More than [`MAX_RULE_WORDS`] words is an error at the first word over the limit.
 pub(crate) fn tokenize<'a>(line: &'a str, from: usize, out: &mut Vec<Tok<'a>>) -> Result<(), Fail> {
     let bytes = line.as_bytes();
     let mut pos = from.min(line.len());
+    let limit = out.len() + MAX_RULE_WORDS;
     loop {
         while pos < bytes.len() && (bytes[pos] == b' ' || bytes[pos] == b'\t') {
             pos += 1;
         }
         if pos >= bytes.len() {
             return Ok(());
+        }
+        if out.len() == limit {
+            let next = line
+                .get(pos..find2(bytes, pos, b' ', b'\t'))
+                .unwrap_or_default();
+            return Err(Fail::new(
+                pos,
+                format!(
+                    "at most {MAX_RULE_WORDS} words in one rule (iptables-restore reads at most 255)"
+                ),
+                next,
+            ));
         }
         if bytes[pos] != b'"' {
             // A bare word: up to the next blank (ASCII, so both ends are char boundaries).
@@ -413,5 +434,19 @@ mod tests {
         let f: Vec<bool> = v.iter().map(Tok::is_option).collect();
         assert_eq!(f, [true, true, false, false, false, false]);
         assert!(v[2].is_bang());
+    }
+
+    #[test]
+    fn a_line_of_more_words_than_any_rule_is_an_error_where_the_limit_is_passed() {
+        let line = "-s x ".repeat(MAX_RULE_WORDS / 2);
+        let mut v = Vec::new();
+        tokenize(&line, 0, &mut v).unwrap();
+        assert_eq!(v.len(), MAX_RULE_WORDS);
+        let over = format!("{line}-j ACCEPT");
+        let mut v = Vec::new();
+        let e = tokenize(&over, 0, &mut v).unwrap_err();
+        assert_eq!(e.at, line.len());
+        assert_eq!(e.found, "`-j`");
+        assert!(e.expected.contains("at most 4096 words"), "{e:?}");
     }
 }

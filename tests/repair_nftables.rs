@@ -213,3 +213,58 @@ fn nft_rollback_leaves_a_chain_another_writer_rewrote_after_the_repair() {
         "{error}"
     );
 }
+
+#[test]
+fn nft_rollback_deletes_a_table_it_created_only_while_it_holds_what_it_wrote() {
+    if !require_root_and_tools(&["nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = nft_config(dir.path());
+    let ip_table = |ns: &Netns| ns.nft(&["list", "table", "ip", "kube-proxy"]);
+    for (name, another_writer) in [("nftrb-made", false), ("nftrb-made-later", true)] {
+        let ns = loaded(&config, name);
+        // ip's table is gone (the repair creates it); ip6 drifts, so that its transaction, the
+        // last, is the one the injected fault fails.
+        ns.nft_load("delete table ip kube-proxy\nflush chain ip6 kube-proxy masquerading\n")
+            .expect("drift");
+        let backups = dir.path().join(name);
+        let pause = dir.path().join(format!("{name}.pause"));
+        let child = paused_at_rollback(&config, &ns, &backups, &pause);
+        let created = ip_table(&ns).expect("the repair created table ip kube-proxy");
+        if another_writer {
+            // A kube-proxy syncing while the repair runs writes into the table it created.
+            ns.nft_load(&format!(
+                "add chain ip kube-proxy later\nadd rule ip kube-proxy later {LATER}\n"
+            ))
+            .expect("the other writer");
+        }
+        let written = ip_table(&ns).expect("list");
+        let doc = rolled_back(child, &pause);
+        let notes = rollback_notes(&doc);
+        if another_writer {
+            assert_eq!(
+                ip_table(&ns).expect("left as the other writer left it"),
+                written,
+                "{doc:#}"
+            );
+            assert!(
+                written != created && written.contains("chain later"),
+                "{written}"
+            );
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(
+                notes[0].starts_with(
+                    "table ip kube-proxy: created by the repair, and holds `chain later`"
+                ) && notes[0].ends_with("left as the other writer left it"),
+                "{notes:?}"
+            );
+        } else {
+            assert!(
+                ip_table(&ns).is_err(),
+                "the created table is deleted: {doc:#}"
+            );
+            assert!(notes.is_empty(), "{notes:?}");
+        }
+    }
+}

@@ -70,7 +70,8 @@ pub struct Change {
     /// Rules or elements that come.
     pub added: Vec<String>,
     /// The rules a created, rewritten or recreated chain holds once the change is applied, as
-    /// nft lists them (empty for other changes): what a rollback compares the chain with.
+    /// nft lists them; for a created table, everything it holds ([`table_contents`]); empty
+    /// for other changes: what a rollback compares the object with.
     #[serde(skip)]
     pub written: Vec<String>,
     /// Why, when it is not obvious.
@@ -277,7 +278,7 @@ pub fn plan_family(
             action: Action::Create,
             removed: Vec::new(),
             added: Vec::new(),
-            written: Vec::new(),
+            written: table_contents(expected),
             note: Some(format!(
                 "{} chains, {} sets and maps, {} rules, {} elements",
                 expected.chains.len(),
@@ -294,6 +295,36 @@ pub fn plan_family(
         return plan;
     };
     Builder::new(family, expected, actual, cx).build(d, plan)
+}
+
+/// Everything a table holds, one line per object and per rule or element, in the form a
+/// rollback compares (rules in their chain's order, elements sorted): what a created table's
+/// change records as written ([`Change::written`]).
+pub fn table_contents(t: &Table<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &t.chains {
+        out.push(format!("chain {}", c.name));
+        out.extend(
+            c.rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| format!("chain {} rule {i}: {r}", c.name)),
+        );
+    }
+    for x in &t.sets {
+        let kind = if x.is_map { "map" } else { "set" };
+        out.push(format!("{kind} {}", x.name));
+        let mut elements: Vec<String> = x
+            .elements
+            .iter()
+            .map(|e| format!("{kind} {} element: {e}", x.name))
+            .collect();
+        elements.sort_unstable();
+        out.extend(elements);
+    }
+    out.extend(t.objects.iter().map(|o| format!("{} {}", o.kind, o.name)));
+    out.sort_unstable();
+    out
 }
 
 /// Assembles one family's transaction.

@@ -17,12 +17,13 @@
 //!    kube-proxy { chain X { … } map Y { … elements = { … } } }`), which declare them again
 //!    where they were deleted and refill them.
 //!
-//! A table the node did not have before is deleted whole: everything in it was the repair's.
+//! A table the node did not have before is deleted whole while it holds exactly what the
+//! repair wrote; one another writer added to or changed since is left as it is, and said so.
 //! Kernels before 6.2 release a chain from a map element only after the transaction that
 //! deleted the element (`pkg/proxy/nftables/proxier.go`, stale chains): there a chain the
 //! repair created is left flushed, and said so.
 
-use super::plan::{Action, Change, FamilyPlan, name, rule_refs};
+use super::plan::{Action, Change, FamilyPlan, name, rule_refs, table_contents};
 use crate::compare::nftables::diff::target;
 use crate::compare::nftables::{NftText, kube_proxy_table, parse_listings};
 use kproxy_parsers::nft::{Expr, Family, Table};
@@ -146,11 +147,25 @@ pub fn rollback_script(
     let mut s = format!("# kubectl-kproxy rollback: {table} (only what the repair changed)\n");
     let created_table = plan.changes.iter().any(|c| c.object == "table");
     let Some(before) = before.filter(|_| !created_table) else {
-        if now.is_some_and(|n| n.is_none()) {
-            return (String::new(), notes);
+        match now.map(|n| n.map(|text| created_table_now(text, family, plan))) {
+            // Gone already: nothing to undo.
+            Some(None) => return (String::new(), notes),
+            Some(Some(TableNow::Ours)) => {}
+            Some(Some(TableNow::Changed(why))) => {
+                notes.push(format!(
+                    "{table}: created by the repair, and {why} since; left as the other writer left it"
+                ));
+                return (String::new(), notes);
+            }
+            Some(Some(TableNow::Unreadable(e))) => notes.push(format!(
+                "{table}: created by the repair; its listing before the rollback could not be read ({e}): deleted whole, whatever it holds now"
+            )),
+            None => notes.push(format!(
+                "{table}: created by the repair; could not be listed before the rollback: deleted whole, whatever it holds now"
+            )),
         }
-        // The repair created the table: all of it goes (`add` first, so that the deletion
-        // works whether or not it exists now).
+        // The repair created the table and it holds only what the repair wrote: all of it
+        // goes (`add` first, so that the deletion works whether or not it exists now).
         let _ = writeln!(s, "add {table}\ndelete {table}");
         return (s, notes);
     };
@@ -372,6 +387,54 @@ fn referrers(table: &Table<'_>, n: &str, flushed: &BTreeSet<&str>) -> Vec<String
         .collect()
 }
 
+/// What a table the repair created holds at rollback time.
+enum TableNow {
+    /// Exactly what the repair wrote: every object it created, with the rules and elements
+    /// it wrote, and nothing else.
+    Ours,
+    /// Something else: what (for the note).
+    Changed(String),
+    /// The listing could not be parsed (why).
+    Unreadable(String),
+}
+
+/// Whether `listing` (the table's `nft list` now) still holds exactly what `plan`, which
+/// created the table, wrote into it ([`table_contents`]).
+fn created_table_now(listing: &str, family: Family, plan: &FamilyPlan) -> TableNow {
+    let label = format!("nft list table {family} kube-proxy");
+    let parsed = match parse_listings(
+        &[NftText {
+            label: &label,
+            text: listing,
+        }],
+        false,
+    ) {
+        Ok(parsed) => parsed,
+        Err(e) => return TableNow::Unreadable(e.to_string()),
+    };
+    let Some(t) = kube_proxy_table(&parsed, family) else {
+        return TableNow::Changed("it was listed without its kube-proxy table".into());
+    };
+    let written: BTreeSet<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| c.object == "table")
+        .flat_map(|c| c.written.iter().map(String::as_str))
+        .collect();
+    let now = table_contents(t);
+    let now_set: BTreeSet<&str> = now.iter().map(String::as_str).collect();
+    match (
+        now_set.difference(&written).next(),
+        written.difference(&now_set).next(),
+    ) {
+        (None, None) => TableNow::Ours,
+        (Some(extra), _) => {
+            TableNow::Changed(format!("holds `{extra}`, which the repair did not write"))
+        }
+        (None, Some(gone)) => TableNow::Changed(format!("lost `{gone}`, which the repair wrote")),
+    }
+}
+
 /// The block of `c`'s object in `blocks` (a set and a map of one name are one object).
 fn find<'m>(blocks: &'m BTreeMap<String, Vec<Block>>, c: &Change) -> Option<&'m Block> {
     blocks
@@ -419,6 +482,79 @@ mod tests {
             changes,
             script: String::new(),
         }
+    }
+
+    /// The plan of a repair that created the whole table as `listing` shows it (as the
+    /// planner makes it: one change, the table's, with what it holds).
+    fn created_as(listing: &str) -> FamilyPlan {
+        let parsed = parse_listings(
+            &[NftText {
+                label: "written",
+                text: listing,
+            }],
+            false,
+        )
+        .expect("listing");
+        let t = kube_proxy_table(&parsed, Family::Ip).expect("table");
+        let mut table = change("table", "ip kube-proxy", Action::Create);
+        table.written = table_contents(t);
+        plan(vec![table])
+    }
+
+    #[test]
+    fn a_created_table_is_deleted_only_while_it_holds_what_the_repair_wrote() {
+        let p = created_as(LISTING);
+        let delete = "add table ip kube-proxy\ndelete table ip kube-proxy\n";
+        // As the repair wrote it: deleted whole.
+        let (script, notes) = rollback_script(Family::Ip, None, Some(Some(LISTING)), &p, true);
+        assert!(script.ends_with(delete), "{script}");
+        assert!(notes.is_empty(), "{notes:?}");
+        // Another writer added a chain: left, said.
+        let added = LISTING.replacen(
+            "\tchain services {",
+            "\tchain other {\n\t\tcounter\n\t}\n\n\tchain services {",
+            1,
+        );
+        let (script, notes) = rollback_script(Family::Ip, None, Some(Some(&added)), &p, true);
+        assert_eq!(script, "");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("holds `chain other`, which the repair did not write")
+                && notes[0].contains("left as the other writer left it"),
+            "{notes:?}"
+        );
+        // Another writer rewrote a chain the repair created: left, said.
+        let rewritten = LISTING.replace("jump mark-for-masquerade", "drop");
+        let (script, notes) = rollback_script(Family::Ip, None, Some(Some(&rewritten)), &p, true);
+        assert_eq!(script, "");
+        assert!(
+            notes[0].contains("holds `chain service-A rule 0: ") && notes[0].contains("drop`"),
+            "{notes:?}"
+        );
+        // An element another writer added to a created map: left.
+        let element = LISTING.replace(
+            "elements = { 10.96.0.1 . tcp . 443 : goto service-A }",
+            "elements = { 10.96.0.1 . tcp . 443 : goto service-A, 10.96.0.9 . tcp . 80 : goto service-A }",
+        );
+        let (script, notes) = rollback_script(Family::Ip, None, Some(Some(&element)), &p, true);
+        assert_eq!(script, "");
+        assert!(
+            notes[0].contains("holds `map service-ips element: 10.96.0.9 . tcp . 80"),
+            "{notes:?}"
+        );
+        // A chain the repair created, deleted by another writer: left, said.
+        let deleted = LISTING.replace(
+            "\n\tchain service-A {\n\t\tip daddr 10.96.0.1 counter packets 3 bytes 180 jump mark-for-masquerade\n\t}",
+            "",
+        );
+        assert_ne!(deleted, LISTING);
+        let (script, notes) = rollback_script(Family::Ip, None, Some(Some(&deleted)), &p, true);
+        assert_eq!(script, "");
+        assert!(notes[0].contains("lost `chain service-A"), "{notes:?}");
+        // The node could not be listed: deleted whole, and said.
+        let (script, notes) = rollback_script(Family::Ip, None, None, &p, true);
+        assert!(script.ends_with(delete), "{script}");
+        assert!(notes[0].contains("could not be listed"), "{notes:?}");
     }
 
     #[test]

@@ -12,13 +12,11 @@
 use super::catalogue as cat;
 use super::finding::Finding;
 use crate::model::hashing::port_proto_hash;
+use crate::proxier::endpoints::LABEL_SERVICE_NAME;
 use crate::state::ClusterState;
 use crate::state::validate::InvalidObject;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The label an EndpointSlice names its Service with (`discovery.k8s.io/v1`).
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// A Service whose rules on the node are not judged: its object, or one of its
 /// EndpointSlices, was left out as invalid.
@@ -85,7 +83,7 @@ pub fn owning_service(o: &InvalidObject) -> Option<String> {
         "EndpointSlice" => o
             .object
             .pointer("/metadata/labels")
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .and_then(|l| l.get(LABEL_SERVICE_NAME))
             .and_then(Value::as_str)
             .map(|owner| format!("{}/{owner}", o.namespace)),
         _ => None,
@@ -262,9 +260,45 @@ pub fn findings(invalid: &[InvalidObject], not_checked: &[NotChecked]) -> Vec<Fi
         .collect()
 }
 
-/// The Service an EndpointSlice's labels name.
-fn owner(labels: Option<&BTreeMap<String, String>>) -> Option<&String> {
-    labels.and_then(|l| l.get(SERVICE_NAME_LABEL))
+/// `state` with the Services, and the EndpointSlices of the Services (`namespace/name`), for
+/// which `keep` holds, every node-wide object (Nodes, ServiceCIDRs), and `invalid` as the
+/// objects left out.
+pub fn with_services(
+    state: &ClusterState,
+    keep: impl Fn(&str) -> bool,
+    invalid: Vec<InvalidObject>,
+) -> ClusterState {
+    let kept = |ns: Option<&String>, name: Option<&String>| {
+        keep(&format!(
+            "{}/{}",
+            ns.map_or("", String::as_str),
+            name.map_or("", String::as_str)
+        ))
+    };
+    ClusterState {
+        services: state
+            .services
+            .iter()
+            .filter(|s| kept(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()))
+            .cloned()
+            .collect(),
+        endpoint_slices: state
+            .endpoint_slices
+            .iter()
+            .filter(|s| {
+                let owner = s
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_SERVICE_NAME));
+                kept(s.metadata.namespace.as_ref(), owner)
+            })
+            .cloned()
+            .collect(),
+        nodes: state.nodes.clone(),
+        service_cidrs: state.service_cidrs.clone(),
+        invalid,
+    }
 }
 
 /// `state` without the Services in `left_out` and their EndpointSlices: what is judged. The
@@ -273,35 +307,15 @@ pub fn judged_state<'s>(
     state: &'s ClusterState,
     left_out: &[LeftOutService],
 ) -> std::borrow::Cow<'s, ClusterState> {
-    let names: BTreeSet<&str> = left_out.iter().map(|l| l.service.as_str()).collect();
-    let key = |ns: Option<&String>, name: Option<&String>| {
-        format!(
-            "{}/{}",
-            ns.map_or("", String::as_str),
-            name.map_or("", String::as_str)
-        )
-    };
-    let named = |ns: Option<&String>, name: Option<&String>| names.contains(key(ns, name).as_str());
-    let any_service = state
-        .services
-        .iter()
-        .any(|s| named(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()));
-    let any_slice = state.endpoint_slices.iter().any(|s| {
-        owner(s.metadata.labels.as_ref())
-            .is_some_and(|o| named(s.metadata.namespace.as_ref(), Some(o)))
-    });
-    if !any_service && !any_slice {
+    if left_out.is_empty() {
         return std::borrow::Cow::Borrowed(state);
     }
-    let mut judged = state.clone();
-    judged
-        .services
-        .retain(|s| !named(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()));
-    judged.endpoint_slices.retain(|s| {
-        !owner(s.metadata.labels.as_ref())
-            .is_some_and(|o| named(s.metadata.namespace.as_ref(), Some(o)))
-    });
-    std::borrow::Cow::Owned(judged)
+    let names: BTreeSet<&str> = left_out.iter().map(|l| l.service.as_str()).collect();
+    std::borrow::Cow::Owned(with_services(
+        state,
+        |service| !names.contains(service),
+        state.invalid.clone(),
+    ))
 }
 
 #[cfg(test)]

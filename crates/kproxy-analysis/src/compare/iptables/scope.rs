@@ -19,53 +19,20 @@ use crate::graph::ownership::{ChainKind, service_chain};
 use crate::state::ClusterState;
 use std::collections::{BTreeSet, HashMap};
 
-/// The label an EndpointSlice names its Service with (`discovery.k8s.io/v1`).
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
 /// The Services of `state` named in `services` (`namespace/name`), their EndpointSlices, and
 /// everything node-wide (Nodes, ServiceCIDRs): what kube-proxy reads for those Services.
 pub fn cut_state(state: &ClusterState, services: &BTreeSet<String>) -> ClusterState {
-    let wanted: Vec<(&str, &str)> = services.iter().filter_map(|s| s.split_once('/')).collect();
-    let named = |ns: Option<&String>, name: Option<&String>| {
-        let key = (
-            ns.map_or("", String::as_str),
-            name.map_or("", String::as_str),
-        );
-        wanted.contains(&key)
-    };
-    ClusterState {
-        services: state
-            .services
-            .iter()
-            .filter(|s| named(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()))
-            .cloned()
-            .collect(),
-        endpoint_slices: state
-            .endpoint_slices
-            .iter()
-            .filter(|s| {
-                let owner = s
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL));
-                named(s.metadata.namespace.as_ref(), owner)
-            })
-            .cloned()
-            .collect(),
-        nodes: state.nodes.clone(),
-        service_cidrs: state.service_cidrs.clone(),
-        // The objects of these Services left out as invalid: their rules are not judged here
-        // either, as the whole verify does not judge them.
-        invalid: state
-            .invalid
-            .iter()
-            .filter(|o| {
-                crate::compare::left_out::owning_service(o).is_some_and(|s| services.contains(&s))
-            })
-            .cloned()
-            .collect(),
-    }
+    // The objects of these Services left out as invalid: their rules are not judged here
+    // either, as the whole verify does not judge them.
+    let invalid = state
+        .invalid
+        .iter()
+        .filter(|o| {
+            crate::compare::left_out::owning_service(o).is_some_and(|s| services.contains(&s))
+        })
+        .cloned()
+        .collect();
+    crate::compare::left_out::with_services(state, |s| services.contains(s), invalid)
 }
 
 /// The Service (`namespace/name`) a rule's comment names: its first word is `ns/name:port`
